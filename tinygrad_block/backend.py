@@ -1,0 +1,340 @@
+"""The backend seam: every array operation the engine performs is a method of a backend object.
+
+`ArrayBackend` runs the primitive ops on an array module `xp` (numpy on the CPU; cupy, with the same code, on
+the GPU). `MetaBackend` runs them on shapes alone: it carries (shape, dtype) and computes nothing, so a 70B
+model's FLOPs can be counted on a laptop. Nothing outside this file (and the test tool `gradcheck`) imports
+numpy: ops, composites and modules call `tensor.backend.<op>(...)`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# ---- dtypes: numpy's dtype objects, which cupy shares; `tb.float32 == "float32"` holds ----
+float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
+int32, int64, bool_ = np.dtype("int32"), np.dtype("int64"), np.dtype("bool")
+DTYPES = {str(d): d for d in (float16, float32, float64, int32, int64, bool_)}
+
+
+def as_dtype(dtype, op: str = "dtype") -> np.dtype:
+    """Resolve 'float32', tb.float32 or np.float32 to one of the supported dtypes, or raise TypeError."""
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        d = None
+    if d is None or str(d) not in DTYPES:
+        raise TypeError(f"{op}: unsupported dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return d
+
+
+def is_float(dtype) -> bool:
+    return dtype.kind == "f"
+
+
+class Generator:
+    """An explicit, seeded random source (numpy's PCG64). Samples are drawn on the host in float64 and
+    then cast and moved, so the same seed gives the same numbers on every device and in every dtype."""
+
+    def __init__(self, seed: int):
+        if not isinstance(seed, int):
+            raise TypeError(f"Generator: seed must be an int, got {type(seed).__name__}")
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def normal(self, shape):
+        return self._rng.standard_normal(shape)
+
+    def uniform(self, shape):
+        return self._rng.random(shape)
+
+    def integers(self, low: int, high: int, shape):
+        return self._rng.integers(low, high, shape, dtype=np.int64)
+
+    def __repr__(self):
+        return f"Generator(seed={self.seed})"
+
+
+class ArrayBackend:
+    """The primitive ops on a real array module. One method per primitive, plus creation and transfer."""
+
+    def __init__(self, name: str, xp):
+        self.name, self.xp = name, xp
+
+    def __repr__(self):
+        return f"<{type(self).__name__} device={self.name!r}>"
+
+    # ---- creation and transfer ----
+    def infer_dtype(self, value) -> np.dtype:
+        """dtype for Python data: floats -> float32 (the default), ints -> int64, bools -> bool."""
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f" and not isinstance(value, np.ndarray):
+            return float32
+        if arr.dtype.kind in "iu" and not isinstance(value, np.ndarray):
+            return int64
+        return as_dtype(arr.dtype, "tensor")
+
+    def asarray(self, value, dtype):
+        return self.xp.asarray(value, dtype=dtype)
+
+    def from_host(self, host_array, dtype):
+        return self.xp.asarray(host_array, dtype=dtype)
+
+    def to_numpy(self, x):
+        """A read-only numpy view: tensors are immutable, so their data must not be edited in place."""
+        out = np.asarray(x).view()
+        out.flags.writeable = False
+        return out
+
+    def full(self, shape, value, dtype):
+        return self.xp.full(shape, value, dtype=dtype)
+
+    def constant(self, value, dtype):
+        """A 0-d array holding a Python number: the operand of `x * 2.0`."""
+        return self.xp.asarray(value, dtype=dtype)
+
+    def arange(self, start, stop, step, dtype):
+        return self.xp.arange(start, stop, step, dtype=dtype)
+
+    def eye(self, n, m, dtype):
+        return self.xp.eye(n, m, dtype=dtype)
+
+    def format(self, x) -> str:
+        return np.array2string(np.asarray(x), separator=", ", precision=4, prefix="Tensor(")
+
+    # ---- integer index helpers (not ops: no gradient, no FLOPs) ----
+    def index_range(self, idx):
+        """(min, max) of an integer index array, for bounds checks; None for an empty one."""
+        return (int(idx.min()), int(idx.max())) if idx.size else None
+
+    def index_wrap(self, idx, size):
+        """Negative indices counted from the end, as in numpy."""
+        return self.xp.where(idx < 0, idx + size, idx)
+
+    def index_flat(self, idxs, dims):
+        """Flat index into the merged axes `dims` for the broadcast integer arrays `idxs` (row-major)."""
+        flat = self.xp.zeros(self.xp.broadcast_shapes(*[i.shape for i in idxs]), dtype=int64)
+        for i, d in zip(idxs, dims):
+            flat = flat * d + i
+        return flat
+
+    # ---- elementwise primitives ----
+    def neg(self, a):
+        return self.xp.negative(a)
+
+    def exp(self, a):
+        return self.xp.exp(a)
+
+    def log(self, a):
+        return self.xp.log(a)
+
+    def sqrt(self, a):
+        return self.xp.sqrt(a)
+
+    def reciprocal(self, a):
+        return self.xp.reciprocal(a)
+
+    def sin(self, a):
+        return self.xp.sin(a)
+
+    def cos(self, a):
+        return self.xp.cos(a)
+
+    def erf(self, a):
+        # numpy has no erf ufunc; math.erf is correctly rounded in float64, then cast back
+        return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+
+    def pow(self, a, exponent: float):
+        return self.xp.power(a, self.xp.asarray(exponent, dtype=a.dtype))
+
+    def cast(self, a, dtype):
+        return a.astype(dtype)
+
+    def add(self, a, b):
+        return self.xp.add(a, b)
+
+    def mul(self, a, b):
+        return self.xp.multiply(a, b)
+
+    def div(self, a, b):
+        return self.xp.divide(a, b)
+
+    def maximum(self, a, b):
+        return self.xp.maximum(a, b)
+
+    def compare(self, a, b, op: str):
+        return getattr(self.xp, op)(a, b)  # op is a numpy ufunc name: less, equal, greater_equal, ...
+
+    def where(self, cond, a, b):
+        return self.xp.where(cond, a, b)
+
+    # ---- reductions ----
+    def sum(self, a, axes, keepdims):
+        return self.xp.sum(a, axis=axes, keepdims=keepdims, dtype=a.dtype)
+
+    def max(self, a, axes, keepdims):
+        return self.xp.max(a, axis=axes, keepdims=keepdims)
+
+    # ---- movement ----
+    def reshape(self, a, shape):
+        return self.xp.reshape(a, shape)
+
+    def permute(self, a, order):
+        return self.xp.transpose(a, order)
+
+    def expand(self, a, shape):
+        return self.xp.broadcast_to(a, shape)
+
+    def slice(self, a, bounds):
+        return a[tuple(slice(lo, hi) for lo, hi in bounds)]
+
+    def pad(self, a, widths):
+        return self.xp.pad(a, widths)
+
+    def concat(self, arrays, axis):
+        return self.xp.concatenate(arrays, axis=axis)
+
+    def gather(self, a, idx, axis):
+        return self.xp.take(a, idx, axis=axis)
+
+    def scatter_add(self, g, idx, axis, size):
+        shape = g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
+        out = self.xp.zeros(shape, dtype=g.dtype)
+        self.xp.add.at(out, (slice(None),) * axis + (idx,), g)
+        return out
+
+    # ---- matmul ----
+    def matmul(self, a, b):
+        return self.xp.matmul(a, b)
+
+
+class MetaArray:
+    """What a shape-only tensor holds: a shape and a dtype, no values."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+
+class MetaBackend:
+    """The same primitive ops on shapes alone ("meta" device): every method returns a MetaArray."""
+
+    name = "meta"
+
+    def __repr__(self):
+        return "<MetaBackend device='meta'>"
+
+    def _no_values(self, what):
+        raise RuntimeError(f"{what}: a 'meta' tensor has a shape and a dtype but no values "
+                           "(shape-only backend); run on device='cpu' to compute numbers")
+
+    # ---- creation and transfer ----
+    infer_dtype = ArrayBackend.infer_dtype
+
+    def asarray(self, value, dtype):
+        if isinstance(value, MetaArray):
+            return MetaArray(value.shape, dtype)
+        return MetaArray(np.shape(value), dtype)
+
+    def from_host(self, host_array, dtype):
+        return MetaArray(host_array.shape, dtype)
+
+    def to_numpy(self, x):
+        self._no_values("numpy")
+
+    def full(self, shape, value, dtype):
+        return MetaArray(shape, dtype)
+
+    def constant(self, value, dtype):
+        return MetaArray((), dtype)
+
+    def arange(self, start, stop, step, dtype):
+        return MetaArray((len(range(0, math.ceil((stop - start) / step))),), dtype)
+
+    def eye(self, n, m, dtype):
+        return MetaArray((n, m), dtype)
+
+    def format(self, x) -> str:
+        return "<no values>"
+
+    def index_range(self, idx):
+        return None  # nothing to check: meta indices have no values
+
+    def index_wrap(self, idx, size):
+        return idx
+
+    def index_flat(self, idxs, dims):
+        return MetaArray(np.broadcast_shapes(*[i.shape for i in idxs]), int64)
+
+    # ---- elementwise (one side of a binary op may be a 0-d constant) ----
+    def _unary(self, a, *params):
+        return MetaArray(a.shape, a.dtype)
+
+    def _binary(self, a, b):
+        return MetaArray(max(a.shape, b.shape, key=len), a.dtype)
+
+    neg = exp = log = sqrt = reciprocal = sin = cos = erf = pow = _unary
+    add = mul = div = maximum = _binary
+
+    def cast(self, a, dtype):
+        return MetaArray(a.shape, dtype)
+
+    def compare(self, a, b, op):
+        return MetaArray(max(a.shape, b.shape, key=len), bool_)
+
+    def where(self, cond, a, b):
+        return MetaArray(cond.shape, a.dtype)
+
+    # ---- reductions ----
+    def sum(self, a, axes, keepdims):
+        shape = [1 if i in axes else s for i, s in enumerate(a.shape)]
+        return MetaArray(shape if keepdims else [s for i, s in enumerate(shape) if i not in axes], a.dtype)
+
+    max = sum
+
+    # ---- movement ----
+    def reshape(self, a, shape):
+        return MetaArray(shape, a.dtype)
+
+    def permute(self, a, order):
+        return MetaArray([a.shape[i] for i in order], a.dtype)
+
+    def expand(self, a, shape):
+        return MetaArray(shape, a.dtype)
+
+    def slice(self, a, bounds):
+        return MetaArray([hi - lo for lo, hi in bounds], a.dtype)
+
+    def pad(self, a, widths):
+        return MetaArray([s + lo + hi for s, (lo, hi) in zip(a.shape, widths)], a.dtype)
+
+    def concat(self, arrays, axis):
+        shape = list(arrays[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in arrays)
+        return MetaArray(shape, arrays[0].dtype)
+
+    def gather(self, a, idx, axis):
+        return MetaArray(a.shape[:axis] + idx.shape + a.shape[axis + 1:], a.dtype)
+
+    def scatter_add(self, g, idx, axis, size):
+        return MetaArray(g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:], g.dtype)
+
+    def matmul(self, a, b):
+        return MetaArray(a.shape[:-1] + b.shape[-1:], a.dtype)
+
+
+BACKENDS = {"cpu": ArrayBackend("cpu", np), "meta": MetaBackend()}
+
+
+def get_backend(device) -> ArrayBackend | MetaBackend:
+    """The backend for a device name ('cpu', 'meta'), or raise ValueError naming the known devices."""
+    if isinstance(device, (ArrayBackend, MetaBackend)):
+        return device
+    if device not in BACKENDS:
+        raise ValueError(f"unknown device {device!r}; expected one of {', '.join(map(repr, BACKENDS))}")
+    return BACKENDS[device]

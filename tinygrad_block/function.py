@@ -1,0 +1,463 @@
+"""The closed set of primitive ops. Each one is a short class: forward (on backend arrays), backward (on
+Tensors, in this same vocabulary) and its FLOP rule, side by side.
+
+`Function.apply` is the one choke point every primitive call passes, forward and backward alike: it builds
+the autograd graph and tells the active observers (FLOP counter, graph recorder) what ran.
+
+FLOP rules, in one place: a matmul (M, K) @ (K, N) costs 2*M*N*K (PyTorch's FlopCounterMode convention).
+Every elementwise op costs 1 per output element, whatever it computes (add, exp, sqrt, division, pow,
+erf, comparison, select). A sum or max reducing n elements to one costs n - 1. A scatter-add costs one add
+per source element. Movement ops (reshape, permute, expand, slice, pad, concat, gather, cast) cost 0.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+
+class _State:
+    """What the explicit context managers switch: grad recording, observers, and the phase observers see."""
+    grad_enabled = True
+    observers: tuple = ()
+    phase = "forward"
+
+
+STATE = _State()
+
+
+@contextmanager
+def no_grad():
+    """Run ops without recording the graph (outputs never require grad)."""
+    prev, STATE.grad_enabled = STATE.grad_enabled, False
+    try:
+        yield
+    finally:
+        STATE.grad_enabled = prev
+
+
+@contextmanager
+def enable_grad():
+    """Re-enable graph recording inside a `no_grad` block."""
+    prev, STATE.grad_enabled = STATE.grad_enabled, True
+    try:
+        yield
+    finally:
+        STATE.grad_enabled = prev
+
+
+@contextmanager
+def observe(callback):
+    """Call `callback(fn, inputs, out, phase)` after every primitive runs, forward and backward."""
+    prev, STATE.observers = STATE.observers, STATE.observers + (callback,)
+    try:
+        yield callback
+    finally:
+        STATE.observers = prev
+
+
+@contextmanager
+def phase(name: str):
+    """Tag the ops run inside as belonging to `name` ('forward' or 'backward') for the observers."""
+    prev, STATE.phase = STATE.phase, name
+    try:
+        yield
+    finally:
+        STATE.phase = prev
+
+
+class Function:
+    """Base of the primitives. Subclasses define forward(*inputs, **params) -> array, backward(g) -> grads
+    (one per input, None where not needed) and flops(out_shape, *in_shapes) -> int.
+
+    Before forward runs, `self.needs_grad[i]` says whether input i will want a gradient, so forward saves
+    only the tensors that those gradients use (as PyTorch does): `x * 2.0` keeps nothing of x alive."""
+
+    name = "function"
+    retained = None  # a weakref to the output, set by Tensor.retain_grad()
+
+    def __init_subclass__(cls):
+        cls.name = cls.__name__.lower()
+
+    def forward(self, *inputs, **params):  # abstract; every primitive below overrides it
+        raise NotImplementedError(f"{type(self).__name__} defines no forward")
+
+    def flops(self, out_shape, *in_shapes) -> int:
+        return 0
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        """Run the primitive on Tensors: the choke point for autograd, FLOP counting and graph recording."""
+        be = inputs[0].backend
+        for t in inputs:
+            if t.backend is not be:
+                devices = ", ".join(f"{t.device} {t.shape}" for t in inputs)
+                raise RuntimeError(f"{cls.name}: tensors are on different devices ({devices}); "
+                                   "move them to one device with .to(device) first")
+        fn = cls()
+        fn.be = be
+        fn.needs_grad = needs = tuple([STATE.grad_enabled and t._requires_grad for t in inputs])
+        data = fn.forward(*inputs, **params)
+        out = Tensor._make(data, fn.be)  # fn.be: Transfer's forward switches it to the target device
+        if True in needs and data.dtype.kind == "f":
+            out._requires_grad, out._ctx = True, fn
+            fn.edges = tuple([t._ctx or (t if t._requires_grad else None) for t in inputs])
+        for observer in STATE.observers:
+            observer(fn, inputs, out, STATE.phase)
+        return out
+
+    def saved(self):
+        """The tensors this op keeps alive for its backward."""
+        return [v for v in vars(self).values() if isinstance(v, Tensor)]
+
+    def release(self):
+        """Drop saved tensors and graph edges once backward has used them."""
+        self.__dict__.clear()
+        self.edges = None
+
+    def wrap(self, array):
+        """Wrap an array computed in forward (e.g. the output) as a Tensor to save for backward."""
+        return Tensor._make(array, self.be)
+
+
+def _size(shape) -> int:
+    return math.prod(shape)
+
+
+class Elementwise(Function):
+    """Shared FLOP rule: one per output element."""
+
+    def flops(self, out_shape, *in_shapes):
+        return _size(out_shape)
+
+
+# ---------------------------------------------------------------- unary
+class Neg(Elementwise):
+    """out = -a"""
+    def forward(self, a):
+        return self.be.neg(a.data)
+
+    def backward(self, g):
+        return (-g,)
+
+
+class Exp(Elementwise):
+    """out = e^a;  da = g * out"""
+    def forward(self, a):
+        out = self.be.exp(a.data)
+        self.out = self.wrap(out)
+        return out
+
+    def backward(self, g):
+        return (g * self.out,)
+
+
+class Log(Elementwise):
+    """out = ln a;  da = g / a"""
+    def forward(self, a):
+        self.a = a
+        return self.be.log(a.data)
+
+    def backward(self, g):
+        return (g / self.a,)
+
+
+class Sqrt(Elementwise):
+    """out = sqrt(a);  da = g / (2 * out)"""
+    def forward(self, a):
+        out = self.be.sqrt(a.data)
+        self.out = self.wrap(out)
+        return out
+
+    def backward(self, g):
+        return (g / (self.out * 2.0),)
+
+
+class Reciprocal(Elementwise):
+    """out = 1 / a;  da = -g * out^2"""
+    def forward(self, a):
+        out = self.be.reciprocal(a.data)
+        self.out = self.wrap(out)
+        return out
+
+    def backward(self, g):
+        return (-(g * self.out * self.out),)
+
+
+class Sin(Elementwise):
+    """out = sin a;  da = g * cos a"""
+    def forward(self, a):
+        self.a = a
+        return self.be.sin(a.data)
+
+    def backward(self, g):
+        return (g * self.a.cos(),)
+
+
+class Cos(Elementwise):
+    """out = cos a;  da = -g * sin a"""
+    def forward(self, a):
+        self.a = a
+        return self.be.cos(a.data)
+
+    def backward(self, g):
+        return (-(g * self.a.sin()),)
+
+
+class Erf(Elementwise):
+    """out = erf a = 2/sqrt(pi) * integral_0^a e^(-t^2) dt;  da = g * 2/sqrt(pi) * e^(-a^2)"""
+    def forward(self, a):
+        self.a = a
+        return self.be.erf(a.data)
+
+    def backward(self, g):
+        return (g * (-(self.a * self.a)).exp() * (2.0 / math.sqrt(math.pi)),)
+
+
+class Pow(Elementwise):
+    """out = a^p for a Python number p;  da = g * p * a^(p-1)"""
+    def forward(self, a, exponent: float):
+        self.a, self.exponent = a, exponent
+        return self.be.pow(a.data, exponent)
+
+    def backward(self, g):
+        return (g * Pow.apply(self.a, exponent=self.exponent - 1.0) * self.exponent,)
+
+
+class Cast(Function):
+    """out = a converted to `dtype`;  da = g converted back"""
+    def forward(self, a, dtype):
+        self.in_dtype = a.dtype
+        return self.be.cast(a.data, dtype)
+
+    def backward(self, g):
+        return (Cast.apply(g, dtype=self.in_dtype),)
+
+
+class Transfer(Function):
+    """out = a copied to another device (backend);  da = g copied back"""
+    def forward(self, a, backend):
+        self.source, self.be = a.backend, backend
+        return backend.from_host(a.backend.to_numpy(a.data), a.dtype)
+
+    def backward(self, g):
+        return (Transfer.apply(g, backend=self.source),)
+
+
+# ------------------------------------------------- binary (equal shapes, or a 0-d constant from a Python number)
+class Add(Elementwise):
+    """out = a + b"""
+    def forward(self, a, b):
+        return self.be.add(a.data, b.data)
+
+    def backward(self, g):
+        return g, g
+
+
+class Mul(Elementwise):
+    """out = a * b;  da = g * b, db = g * a"""
+    def forward(self, a, b):
+        da, db = self.needs_grad
+        self.a, self.b = (a if db else None), (b if da else None)  # da needs b, db needs a
+        return self.be.mul(a.data, b.data)
+
+    def backward(self, g):
+        da, db = self.needs_grad
+        return (g * self.b if da else None), (g * self.a if db else None)
+
+
+class Div(Elementwise):
+    """out = a / b;  da = g / b, db = -g * a / b^2"""
+    def forward(self, a, b):
+        da, db = self.needs_grad
+        self.a, self.b = (a if db else None), b
+        return self.be.div(a.data, b.data)
+
+    def backward(self, g):
+        da, db = self.needs_grad
+        return (g / self.b if da else None), (-(g * self.a) / (self.b * self.b) if db else None)
+
+
+class Maximum(Elementwise):
+    """out = max(a, b);  the gradient goes to the larger input, split in half on ties (as PyTorch)"""
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return self.be.maximum(a.data, b.data)
+
+    def backward(self, g):
+        da, db = self.needs_grad
+        ga = g * ((self.a > self.b).to(g.dtype) + (self.a == self.b).to(g.dtype) * 0.5)
+        return (ga if da else None), (g - ga if db else None)
+
+
+class Compare(Elementwise):
+    """out = a <op> b as booleans; not differentiable (op: less, less_equal, equal, ...)"""
+    def forward(self, a, b, op: str):
+        self.op = op
+        return self.be.compare(a.data, b.data, op)
+
+
+class Where(Elementwise):
+    """out = cond ? a : b;  da = cond ? g : 0, db = cond ? 0 : g"""
+    def forward(self, cond, a, b):
+        self.cond = cond
+        return self.be.where(cond.data, a.data, b.data)
+
+    def backward(self, g):
+        _, da, db = self.needs_grad
+        zero = g.zeros_like()
+        return None, (Where.apply(self.cond, g, zero) if da else None), \
+            (Where.apply(self.cond, zero, g) if db else None)
+
+
+# ---------------------------------------------------------------- reductions
+class Reduce(Function):
+    """Shared FLOP rule: reducing n elements into each output costs n - 1."""
+
+    def flops(self, out_shape, in_shape):
+        return _size(in_shape) - _size(out_shape)
+
+
+class Sum(Reduce):
+    """out = sum of a over `axes`;  da = g broadcast back over them"""
+    def forward(self, a, axes: tuple, keepdims: bool):
+        self.in_shape, self.axes, self.keepdims = a.shape, axes, keepdims
+        return self.be.sum(a.data, axes, keepdims)
+
+    def backward(self, g):
+        return (_unreduce(g, self.in_shape, self.axes, self.keepdims),)
+
+
+class Max(Reduce):
+    """out = max of a over `axes`;  da = g at the maxima, shared equally among ties (as PyTorch's amax)"""
+    def forward(self, a, axes: tuple, keepdims: bool):
+        self.a, self.axes, self.keepdims = a, axes, keepdims
+        out = self.be.max(a.data, axes, keepdims)
+        self.out = self.wrap(out)
+        return out
+
+    def backward(self, g):
+        shape = self.a.shape
+        hit = (self.a == _unreduce(self.out, shape, self.axes, self.keepdims)).to(g.dtype)
+        count = Sum.apply(hit, axes=self.axes, keepdims=True)
+        return (hit * _unreduce(g, shape, self.axes, self.keepdims) / count.expand(shape),)
+
+
+def _unreduce(g, in_shape, axes, keepdims):
+    """Broadcast a reduced tensor back to the input shape it was reduced from."""
+    if not keepdims:
+        g = Reshape.apply(g, shape=tuple(1 if i in axes else s for i, s in enumerate(in_shape)))
+    return Expand.apply(g, shape=in_shape)
+
+
+# ---------------------------------------------------------------- movement (0 FLOPs)
+class Reshape(Function):
+    """out = a with a new shape (same elements, row-major order)"""
+    def forward(self, a, shape: tuple):
+        self.in_shape = a.shape
+        return self.be.reshape(a.data, shape)
+
+    def backward(self, g):
+        return (Reshape.apply(g, shape=self.in_shape),)
+
+
+class Permute(Function):
+    """out = a with its axes reordered: out.shape[i] = a.shape[order[i]]"""
+    def forward(self, a, order: tuple):
+        self.order = order
+        return self.be.permute(a.data, order)
+
+    def backward(self, g):
+        inverse = tuple(sorted(range(len(self.order)), key=self.order.__getitem__))
+        return (Permute.apply(g, order=inverse),)
+
+
+class Expand(Function):
+    """out = a broadcast to `shape` (new leading axes, size-1 axes stretched);  da = g summed back"""
+    def forward(self, a, shape: tuple):
+        self.in_shape = a.shape
+        return self.be.expand(a.data, shape)
+
+    def backward(self, g):
+        lead = g.ndim - len(self.in_shape)
+        axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(self.in_shape)
+                                          if s == 1 and g.shape[lead + i] != 1)
+        out = Sum.apply(g, axes=axes, keepdims=True) if axes else g
+        return (Reshape.apply(out, shape=self.in_shape) if lead else out,)
+
+
+class Slice(Function):
+    """out = a[lo0:hi0, lo1:hi1, ...] with `bounds` = ((lo0, hi0), ...);  da = g padded with zeros"""
+    def forward(self, a, bounds: tuple):
+        self.widths = tuple((lo, s - hi) for (lo, hi), s in zip(bounds, a.shape))
+        return self.be.slice(a.data, bounds)
+
+    def backward(self, g):
+        return (Pad.apply(g, widths=self.widths),)
+
+
+class Pad(Function):
+    """out = a with zeros added: `widths` = ((before0, after0), ...);  da = g sliced back"""
+    def forward(self, a, widths: tuple):
+        self.bounds = tuple((lo, lo + s) for (lo, _), s in zip(widths, a.shape))
+        return self.be.pad(a.data, widths)
+
+    def backward(self, g):
+        return (Slice.apply(g, bounds=self.bounds),)
+
+
+class Concat(Function):
+    """out = the inputs joined along `axis`;  each input's gradient is its slice of g"""
+    def forward(self, *inputs, axis: int):
+        self.axis, self.sizes = axis, [t.shape[axis] for t in inputs]
+        return self.be.concat([t.data for t in inputs], axis)
+
+    def backward(self, g):
+        grads, start = [], 0
+        for size, needed in zip(self.sizes, self.needs_grad):
+            bounds = tuple((start, start + size) if i == self.axis else (0, s) for i, s in enumerate(g.shape))
+            grads.append(Slice.apply(g, bounds=bounds) if needed else None)
+            start += size
+        return tuple(grads)
+
+
+class Gather(Function):
+    """out = a.take(idx, axis): out.shape = a.shape[:axis] + idx.shape + a.shape[axis+1:];
+    da = g scatter-added back (repeated indices accumulate)"""
+    def forward(self, a, idx, axis: int):
+        self.idx, self.axis, self.size = idx, axis, a.shape[axis]
+        return self.be.gather(a.data, idx, axis)
+
+    def backward(self, g):
+        return (ScatterAdd.apply(g, idx=self.idx, axis=self.axis, size=self.size),)
+
+
+class ScatterAdd(Function):
+    """out = zeros with out[..., idx[j], ...] += g[..., j, ...] along `axis` (the transpose of Gather)"""
+    def forward(self, g, idx, axis: int, size: int):
+        self.idx, self.axis = idx, axis
+        return self.be.scatter_add(g.data, idx, axis, size)
+
+    def backward(self, g):
+        return (Gather.apply(g, idx=self.idx, axis=self.axis),)
+
+    def flops(self, out_shape, in_shape):
+        return _size(in_shape)
+
+
+# ---------------------------------------------------------------- matmul
+class Matmul(Function):
+    """out = a @ b for (..., M, K) @ (..., K, N) with equal batch dims;  da = g @ b^T, db = a^T @ g"""
+    def forward(self, a, b):
+        da, db = self.needs_grad
+        self.a, self.b = (a if db else None), (b if da else None)  # da needs b, db needs a
+        return self.be.matmul(a.data, b.data)
+
+    def backward(self, g):
+        da, db = self.needs_grad
+        return (Matmul.apply(g, self.b.mT) if da else None), (Matmul.apply(self.a.mT, g) if db else None)
+
+    def flops(self, out_shape, a_shape, b_shape):
+        return 2 * _size(out_shape) * a_shape[-1]
+
+
+from .tensor import Tensor  # noqa: E402  (tensor.py builds on this module, so it is imported last)
