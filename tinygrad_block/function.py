@@ -132,7 +132,7 @@ class Elementwise(Function):
 
 # ---------------------------------------------------------------- unary
 class Neg(Elementwise):
-    """out = -a"""
+    """out = -a;  da = -g"""
     def forward(self, a):
         return self.be.neg(a.data)
 

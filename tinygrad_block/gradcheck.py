@@ -16,16 +16,19 @@ class GradcheckError(AssertionError):
 
 
 def _scalar_loss(fn, args, seed: int):
-    """fn(*args) reduced to a scalar by a fixed random projection: sum(out * v) checks every output element."""
+    """fn(*args) if it is 0-d, else reduced to a scalar by a fixed random projection: sum(out * v), which
+    checks every output element at once."""
     out = fn(*args)
     if not isinstance(out, Tensor) or out.dtype != float64:
         raise TypeError(f"gradcheck: fn must return a float64 Tensor, got {getattr(out, 'dtype', type(out))}")
+    if out.ndim == 0:
+        return out
     v = np.random.default_rng(seed).standard_normal(out.shape)
     return (out * Tensor(v, dtype=float64, device=out.backend)).sum()
 
 
 def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0) -> np.ndarray:
-    """d sum(fn(*inputs) * v) / d inputs[index] by the fourth-order central difference
+    """d fn(*inputs) / d inputs[index] (projected on a fixed random v if not 0-d) by the 4th-order central difference
     f'(x) ~ [8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))] / 12h   (error O(h^4): about 1e-12 at h = 1e-3)."""
     t = inputs[index]
     x = t.numpy().astype(np.float64)

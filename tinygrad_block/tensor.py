@@ -310,6 +310,10 @@ class Tensor:
         """min(a, b) = -max(-a, -b)"""
         return -((-self).maximum(-other if isinstance(other, (Tensor, numbers.Number)) else other))
 
+    def masked_fill(self, mask: Tensor, value) -> Tensor:
+        """`value` where mask is True, self elsewhere (e.g. the causal mask before a softmax)"""
+        return where(mask, value, self)
+
     def rsqrt(self) -> Tensor:
         """1 / sqrt(x)"""
         return self.sqrt().reciprocal()

@@ -1,0 +1,127 @@
+"""The engine's shape: one backend seam, a closed set of primitives (forward, backward, FLOP rule each),
+the line budget, and the command line."""
+import ast
+import importlib.util
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import function as F
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tinygrad_block"
+# the only modules that may touch numpy: the backend seam itself and the finite-difference test tool
+NUMPY_ALLOWED = {"backend.py", "gradcheck.py"}
+PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
+              "mul", "div", "maximum", "compare", "where", "sum", "max", "reshape", "permute", "expand", "slice",
+              "pad", "concat", "gather", "scatteradd", "matmul"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_array_work_goes_through_the_backend_seam(path):
+    if path.name in NUMPY_ALLOWED:
+        return
+    assert not {"numpy", "cupy"} & imported_modules(path), f"{path.name} imports numpy/cupy directly"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_reference_oracles_are_never_imported_by_the_package(path):
+    assert not {"torch", "transformers", "os"} & imported_modules(path)
+
+
+def all_primitives():
+    found, todo = [], [F.Function]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if "forward" in vars(sub):
+                found.append(sub)
+    return [c for c in found if c.__module__ == F.__name__]
+
+
+def test_the_primitive_set_is_closed_and_documented():
+    assert {c.name for c in all_primitives()} == PRIMITIVES
+
+
+@pytest.mark.parametrize("cls", all_primitives(), ids=lambda c: c.name)
+def test_each_primitive_declares_forward_backward_and_flops_together(cls):
+    assert cls.__doc__ and len(cls.__doc__.strip()) > 10, "a one-line math/shape docstring"
+    assert "forward" in vars(cls)
+    assert cls.name == "compare" or hasattr(cls, "backward"), "every float primitive has a backward"
+    flops = cls.flops
+    assert inspect.signature(flops).parameters, "a FLOP rule taking the output and input shapes"
+
+
+def test_engine_core_stays_within_its_line_budget():
+    spec = importlib.util.spec_from_file_location("line_budget", ROOT / "tools" / "line_budget.py")
+    budget = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(budget)
+    counts = budget.count()
+    assert set(counts) == {"tensor.py", "function.py", "backend.py", "autograd.py"}
+    assert 500 < sum(counts.values()) <= budget.BUDGET == 1500, counts
+
+
+def test_line_counter_ignores_comments_blanks_and_docstrings():
+    spec = importlib.util.spec_from_file_location("line_budget", ROOT / "tools" / "line_budget.py")
+    budget = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(budget)
+    source = '"""module doc"""\n\n# comment\ndef f(x):\n    """doc\n    more doc"""\n    return (x +\n            1)\n'
+    assert budget.code_lines(source) == 3  # def, return, continuation
+
+
+def test_observers_see_every_primitive_forward_and_backward():
+    seen = []
+    x = tb.tensor([1.0, 2.0], requires_grad=True)
+    with tb.observe(lambda fn, inputs, out, phase: seen.append((fn.name, phase, out.shape))):
+        (x.exp() * x).sum().backward()
+    forward = [s for s in seen if s[1] == "forward"]
+    backward = [s for s in seen if s[1] == "backward"]
+    assert [name for name, _, _ in forward] == ["exp", "mul", "sum"]
+    # sum -> reshape (to keepdims) and expand; mul -> one mul per input; exp -> mul by its output;
+    # x is used twice -> add
+    assert sorted(name for name, _, _ in backward) == ["add", "expand", "mul", "mul", "mul", "reshape"]
+    assert [shape for name, _, shape in backward if name != "reshape"] == [(2,)] * 5
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "tinygrad_block", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_tour_runs_and_checks_itself():
+    result = run_cli("tour")
+    assert result.returncode == 0, result.stderr
+    assert "autograd and finite differences agree" in result.stdout
+    assert "backward:" in result.stdout and "matmul" in result.stdout
+
+
+def test_tour_numbers():
+    from tinygrad_block.tour import run
+    lines = []
+    numbers = run(out=lines.append)
+    assert numbers["worst_rel_err"] < 1e-10
+    assert numbers["calls"]["forward"]["matmul"] == 5       # q, k, v, scores, weights @ v
+    assert numbers["calls"]["backward"]["matmul"] == 7      # 2 each for scores and weights@v; 1 each for w_q/k/v
+    assert f"{numbers['loss']:.6f}" in lines[1]
+
+
+def test_cli_without_a_command_prints_help_and_fails():
+    result = run_cli()
+    assert result.returncode == 2 and "tour" in result.stdout
+    assert run_cli("--help").returncode == 0
+    assert run_cli("nonsense").returncode == 2

@@ -1,0 +1,46 @@
+"""Count the engine core's lines of code: not blank, not comments, not docstrings (docs are free).
+
+The core is what a learner reads in an evening: tensor, functions, backend, autograd. CI fails when it
+grows past BUDGET (tests/test_engine.py runs this).
+
+    python tools/line_budget.py
+"""
+from __future__ import annotations
+
+import io
+import tokenize
+from pathlib import Path
+
+CORE = ("tensor.py", "function.py", "backend.py", "autograd.py")
+BUDGET = 1500
+PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
+
+
+def code_lines(source: str) -> int:
+    """Lines holding at least one token that is not a comment, a docstring or layout."""
+    lines, prev = set(), tokenize.NEWLINE
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        is_docstring = tok.type == tokenize.STRING and prev in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+        if tok.type not in skip and not is_docstring:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+        if tok.type not in (tokenize.COMMENT, tokenize.NL):
+            prev = tok.type
+    return len(lines)
+
+
+def count(package: Path = PACKAGE) -> dict[str, int]:
+    return {name: code_lines((package / name).read_text()) for name in CORE}
+
+
+def main() -> int:
+    counts = count()
+    for name, n in counts.items():
+        print(f"{name:<14}{n:>6}")
+    total = sum(counts.values())
+    print(f"{'core total':<14}{total:>6}  (budget {BUDGET})")
+    return 0 if total <= BUDGET else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
