@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -248,7 +248,7 @@ def _compare(case_id, tb_fn, torch_fn, arrays, rng):
     g = _grad_np(rng, out.shape)
     out.backward(tb.tensor(g))
     out_t.backward(torch.tensor(g))
-    for i, (x, t) in enumerate(zip(xs, ts)):
+    for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
         assert x.grad is not None, f"{case_id}: input {i} got no gradient"
         assert x.grad.shape == x.shape and x.grad.dtype == tb.float64, (i, x.grad.shape, x.grad.dtype)
         err = rel_err(x.grad.numpy(), t.grad.numpy())
@@ -335,10 +335,10 @@ def test_mlp_training_steps_match_torch():
         assert rel_err(loss.item(), loss_t.item()) <= TOL
         loss.backward()
         loss_t.backward()
-        for p, pt in zip(params_tb, params_t):
+        for p, pt in zip(params_tb, params_t, strict=True):
             assert rel_err(p.grad.numpy(), pt.grad.numpy()) <= TOL
         params_tb = [tb.tensor(p.numpy() - 0.1 * p.grad.numpy(), requires_grad=True) for p in params_tb]
         with torch.no_grad():
             params_t = [(pt - 0.1 * pt.grad).requires_grad_() for pt in params_t]
-        for p, pt in zip(params_tb, params_t):
+        for p, pt in zip(params_tb, params_t, strict=True):
             assert rel_err(p.numpy(), pt.detach().numpy()) <= TOL

@@ -8,6 +8,7 @@ numpy: ops, composites and modules call `tensor.backend.<op>(...)`.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -28,8 +29,33 @@ def as_dtype(dtype, op: str = "dtype") -> np.dtype:
     return d
 
 
+def names_a_dtype(name: str) -> bool:
+    """Whether numpy reads `name` as a dtype at all (supported or not): 'complex64' does, 'cuda' does not."""
+    try:
+        np.dtype(name)
+    except TypeError:
+        return False
+    return True
+
+
 def is_float(dtype) -> bool:
     return dtype.kind == "f"
+
+
+_LIMITS = {d: (np.finfo(d).max if d.kind == "f" else np.iinfo(d).max)
+           for d in (float16, float32, float64, int32, int64)}
+
+
+def scalar_fits(value, dtype) -> bool:
+    """Whether a Python number joins a tensor of `dtype` without coercion: bools anywhere; ints in an
+    integer dtype's range or a float dtype's; other reals only in float dtypes (inf and nan allowed)."""
+    if isinstance(value, bool):
+        return True
+    if dtype.kind == "b" or not isinstance(value, numbers.Real):
+        return False
+    if isinstance(value, numbers.Integral):
+        return -_LIMITS[dtype] - (dtype.kind == "i") <= value <= _LIMITS[dtype]
+    return dtype.kind == "f" and (not math.isfinite(value) or abs(value) <= _LIMITS[dtype])
 
 
 class Generator:
@@ -142,7 +168,7 @@ class ArrayBackend:
 
     def erf(self, a):
         # numpy has no erf ufunc; math.erf is correctly rounded in float64, then cast back
-        return np.frompyfunc(math.erf, 1, 1)(a).astype(a.dtype)
+        return np.asarray(np.frompyfunc(math.erf, 1, 1)(a), dtype=a.dtype)
 
     def pow(self, a, exponent: float):
         return self.xp.power(a, self.xp.asarray(exponent, dtype=a.dtype))

@@ -73,6 +73,7 @@ class Function:
     only the tensors that those gradients use (as PyTorch does): `x * 2.0` keeps nothing of x alive."""
 
     name = "function"
+    float_only = False  # True for ops defined on real numbers only (exp, log, division, ...)
     retained = None  # a weakref to the output, set by Tensor.retain_grad()
 
     def __init_subclass__(cls):
@@ -93,6 +94,9 @@ class Function:
                 devices = ", ".join(f"{t.device} {t.shape}" for t in inputs)
                 raise RuntimeError(f"{cls.name}: tensors are on different devices ({devices}); "
                                    "move them to one device with .to(device) first")
+        if cls.float_only and inputs[0].data.dtype.kind != "f":
+            raise TypeError(f"{cls.name}: needs a floating-point tensor, got {inputs[0].dtype} {inputs[0].shape}; "
+                            "cast it first, e.g. .to(tb.float32)")
         fn = cls()
         fn.be = be
         fn.needs_grad = needs = tuple([STATE.grad_enabled and t._requires_grad for t in inputs])
@@ -142,6 +146,8 @@ class Neg(Elementwise):
 
 class Exp(Elementwise):
     """out = e^a;  da = g * out"""
+    float_only = True
+
     def forward(self, a):
         out = self.be.exp(a.data)
         self.out = self.wrap(out)
@@ -153,6 +159,8 @@ class Exp(Elementwise):
 
 class Log(Elementwise):
     """out = ln a;  da = g / a"""
+    float_only = True
+
     def forward(self, a):
         self.a = a
         return self.be.log(a.data)
@@ -163,6 +171,8 @@ class Log(Elementwise):
 
 class Sqrt(Elementwise):
     """out = sqrt(a);  da = g / (2 * out)"""
+    float_only = True
+
     def forward(self, a):
         out = self.be.sqrt(a.data)
         self.out = self.wrap(out)
@@ -174,6 +184,8 @@ class Sqrt(Elementwise):
 
 class Reciprocal(Elementwise):
     """out = 1 / a;  da = -g * out^2"""
+    float_only = True
+
     def forward(self, a):
         out = self.be.reciprocal(a.data)
         self.out = self.wrap(out)
@@ -185,6 +197,8 @@ class Reciprocal(Elementwise):
 
 class Sin(Elementwise):
     """out = sin a;  da = g * cos a"""
+    float_only = True
+
     def forward(self, a):
         self.a = a
         return self.be.sin(a.data)
@@ -195,6 +209,8 @@ class Sin(Elementwise):
 
 class Cos(Elementwise):
     """out = cos a;  da = -g * sin a"""
+    float_only = True
+
     def forward(self, a):
         self.a = a
         return self.be.cos(a.data)
@@ -205,6 +221,8 @@ class Cos(Elementwise):
 
 class Erf(Elementwise):
     """out = erf a = 2/sqrt(pi) * integral_0^a e^(-t^2) dt;  da = g * 2/sqrt(pi) * e^(-a^2)"""
+    float_only = True
+
     def forward(self, a):
         self.a = a
         return self.be.erf(a.data)
@@ -215,6 +233,8 @@ class Erf(Elementwise):
 
 class Pow(Elementwise):
     """out = a^p for a Python number p;  da = g * p * a^(p-1)"""
+    float_only = True
+
     def forward(self, a, exponent: float):
         self.a, self.exponent = a, exponent
         return self.be.pow(a.data, exponent)
@@ -267,6 +287,8 @@ class Mul(Elementwise):
 
 class Div(Elementwise):
     """out = a / b;  da = g / b, db = -g * a / b^2"""
+    float_only = True
+
     def forward(self, a, b):
         da, db = self.needs_grad
         self.a, self.b = (a if db else None), b

@@ -15,10 +15,10 @@ import numbers
 import weakref
 
 from . import autograd
-from .backend import (Generator, as_dtype, float32, float64, float16, get_backend, int64, is_float)
-from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max,
-                       Maximum, Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sum,
-                       Transfer, Where)
+from .backend import (Generator, as_dtype, float16, float32, float64, get_backend, int64, is_float, names_a_dtype,
+                      scalar_fits)
+from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum, Mul,
+                       Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sum, Transfer, Where)
 
 
 def _torch_names(method):
@@ -69,17 +69,6 @@ def broadcast_shape(a: tuple, b: tuple, op: str) -> tuple:
                              "(trailing dimensions must be equal or 1)")
         out.append(y if x == 1 else x)
     return tuple(out)
-
-
-def _scalar_fits(value, dtype) -> bool:
-    """A Python number may join a tensor's arithmetic only if the tensor's dtype holds it without coercion."""
-    if not isinstance(value, numbers.Number):
-        return False
-    if isinstance(value, bool):
-        return True
-    if isinstance(value, numbers.Integral):
-        return dtype.kind in "iuf"
-    return isinstance(value, numbers.Real) and dtype.kind == "f"
 
 
 def _is_constant(t) -> bool:
@@ -169,6 +158,11 @@ class Tensor:
             raise TypeError("len: a 0-d tensor has no length")
         return self.shape[0]
 
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iter: a 0-d tensor cannot be iterated; use .item()")
+        return (self[i] for i in range(self.shape[0]))
+
     def __setitem__(self, key, value):
         raise TypeError("setitem: tensors are immutable; build a new one with where(), pad() or concat()")
 
@@ -177,9 +171,10 @@ class Tensor:
         return Tensor._make(self.data, self.backend)
 
     def to(self, target) -> Tensor:
-        """`to(tb.float64)` casts; `to('meta')` moves to another device. Both are differentiable."""
-        if isinstance(target, str) and target not in ("float16", "float32", "float64", "int32", "int64", "bool"):
-            be = get_backend(target)
+        """`to(tb.float64)` casts (differentiable); `to('meta')` moves to another device (differentiable
+        between devices that hold values; a gradient cannot flow back from the shape-only 'meta' device)."""
+        if isinstance(target, str) and not names_a_dtype(target):
+            be = get_backend(target)  # ValueError naming the known devices
             return self if be is self.backend else Transfer.apply(self, backend=be)
         dtype = as_dtype(target, "to")
         return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
@@ -226,22 +221,28 @@ class Tensor:
                 raise TypeError(f"{op}: dtypes differ ({self.dtype} {self.shape} and {other.dtype} "
                                 f"{other.shape}); cast one explicitly, e.g. .to({str(self.dtype)!r})")
             return other
-        if scalars and (type(other) is float and self.data.dtype.kind == "f" or _scalar_fits(other, self.dtype)):
+        if scalars and scalar_fits(other, self.data.dtype):
             return Tensor._make(self.backend.constant(other, self.data.dtype), self.backend)
+        if scalars and isinstance(other, numbers.Real):
+            raise TypeError(f"{op}: the Python number {other!r} does not fit a {self.dtype} tensor (out of range, "
+                            "or a float with an integer tensor); cast the tensor explicitly, e.g. .to(tb.float64)")
         if scalars and isinstance(other, numbers.Number):
-            raise TypeError(f"{op}: the Python number {other!r} does not fit a {self.dtype} tensor "
-                            "without a cast; cast the tensor explicitly, e.g. .to('float32')")
+            raise TypeError(f"{op}: {other!r} is {type(other).__name__}; only real numbers join a {self.dtype} tensor")
         wanted = "a Tensor or a Python number" if scalars else "a Tensor"
         raise TypeError(f"{op}: expected {wanted}, got {type(other).__name__}; wrap arrays with tb.tensor(...)")
 
-    def _binary(self, fn, other, name: str, reverse: bool = False, **params) -> Tensor:
-        """Apply a binary primitive. Operands of different shapes are first broadcast by explicit Expands
-        (whose backward sums), except a constant: a Python number or a 0-d tensor that does not require
-        grad stays 0-d, and every backend broadcasts it for free."""
+    def _pair(self, other, name: str) -> tuple[Tensor, Tensor]:
+        """(self, other) checked and broadcast for a binary op. Operands of different shapes are broadcast
+        by explicit Expands (whose backward sums), except a constant: a Python number or a 0-d tensor that
+        does not require grad stays 0-d, and every backend broadcasts it for free."""
         x, other = self, self._operand(other, name)
         if other.data.shape != x.data.shape and not (_is_constant(other) or _is_constant(x)):
             shape = broadcast_shape(x.shape, other.shape, name)
             x, other = x.expand(shape), other.expand(shape)
+        return x, other
+
+    def _binary(self, fn, other, name: str, reverse: bool = False, **params) -> Tensor:
+        x, other = self._pair(other, name)
         return fn.apply(other, x, **params) if reverse else fn.apply(x, other, **params)
 
     def expand(self, *shape) -> Tensor:
@@ -267,10 +268,12 @@ class Tensor:
 
     def __sub__(self, other):
         """a - b = a + (-b)"""
-        return self + (-other if isinstance(other, (Tensor, numbers.Number)) else other)
+        a, b = self._pair(other, "sub")
+        return a + (-b)
 
     def __rsub__(self, other):
-        return (-self) + other
+        a, b = self._pair(other, "sub")
+        return b + (-a)
 
     def __pow__(self, exponent):
         """a ** p: one Pow primitive for a number p; exp(p * log a) for a tensor p."""
@@ -278,7 +281,8 @@ class Tensor:
             if not is_float(self.dtype):
                 raise TypeError(f"pow: needs a floating-point tensor, got {self.dtype}; cast it first")
             return Pow.apply(self, exponent=float(exponent))
-        return (self._operand(exponent, "pow") * self.log()).exp()
+        a, p = self._pair(exponent, "pow")
+        return (p * a.log()).exp()
 
     def __rpow__(self, base):
         """b ** a for a Python number b > 0: exp(a * ln b)"""
@@ -308,7 +312,8 @@ class Tensor:
 
     def minimum(self, other) -> Tensor:
         """min(a, b) = -max(-a, -b)"""
-        return -((-self).maximum(-other if isinstance(other, (Tensor, numbers.Number)) else other))
+        a, b = self._pair(other, "minimum")
+        return -((-a).maximum(-b))
 
     def masked_fill(self, mask: Tensor, value) -> Tensor:
         """`value` where mask is True, self elsewhere (e.g. the causal mask before a softmax)"""
@@ -364,11 +369,13 @@ class Tensor:
     @_torch_names
     def min(self, axis=None, keepdims: bool = False) -> Tensor:
         """min x = -max(-x)"""
+        _axes(axis, self.ndim, "min")
         return -((-self).max(axis, keepdims))
 
     @_torch_names
     def mean(self, axis=None, keepdims: bool = False) -> Tensor:
         """sum / n"""
+        self._need_float("mean")
         n = math.prod(self.shape[a] for a in _axes(axis, self.ndim, "mean"))
         return self.sum(axis, keepdims) / n
 
@@ -376,6 +383,7 @@ class Tensor:
     def var(self, axis=None, keepdims: bool = False, correction: int = 0) -> Tensor:
         """mean squared deviation: sum((x - mean)^2) / (n - correction). correction=0 (numpy's default,
         and what LayerNorm uses); PyTorch's var defaults to correction=1."""
+        self._need_float("var")
         n = math.prod(self.shape[a] for a in _axes(axis, self.ndim, "var"))
         d = self - self.mean(axis, keepdims=True)
         return (d * d).sum(axis, keepdims) / (n - correction)
@@ -384,6 +392,7 @@ class Tensor:
     def logsumexp(self, axis=-1, keepdims: bool = False) -> Tensor:
         """log sum e^x = m + log sum e^(x - m) with m = max x (held constant: the result does not depend
         on m), so logits of +-1e4 neither overflow nor underflow"""
+        _axes(axis, self.ndim, "logsumexp")
         m = self.max(axis, keepdims=True).detach()
         out = (self - m).exp().sum(axis, keepdims=True).log() + m
         return out if keepdims else out.squeeze(axis)
@@ -391,17 +400,23 @@ class Tensor:
     @_torch_names
     def softmax(self, axis=-1) -> Tensor:
         """e^(x - max) / sum e^(x - max)"""
+        _axes(axis, self.ndim, "softmax")
         e = (self - self.max(axis, keepdims=True).detach()).exp()
         return e / e.sum(axis, keepdims=True)
 
     @_torch_names
     def log_softmax(self, axis=-1) -> Tensor:
-        """x - logsumexp(x)"""
-        return self - self.logsumexp(axis, keepdims=True)
+        """x - logsumexp(x), computed as (x - m) - log sum e^(x - m) with m = max x: subtracting first keeps
+        float32 exact where x and logsumexp(x) are both large (logits of 1e4)"""
+        _axes(axis, self.ndim, "log_softmax")
+        shifted = self - self.max(axis, keepdims=True).detach()
+        return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
     def cross_entropy(self, target, reduction: str = "mean") -> Tensor:
         """-log softmax(logits)[target] for logits (..., C) and integer class indices `target` (...)."""
         target = target if isinstance(target, Tensor) else Tensor(target, device=self.backend)
+        if target.backend is not self.backend:
+            raise RuntimeError(f"cross_entropy: logits are on {self.device} but target is on {target.device}")
         if target.dtype.kind not in "iu" or target.shape != self.shape[:-1]:
             raise TypeError(f"cross_entropy: target must be integer class indices of shape {self.shape[:-1]} "
                             f"for logits of shape {self.shape}; got {target.dtype} {target.shape}")
@@ -459,7 +474,10 @@ class Tensor:
     @_torch_names
     def squeeze(self, axis=None) -> Tensor:
         """Drop size-1 axes: all of them, or the ones named."""
-        axes = [a for a in range(self.ndim) if self.shape[a] == 1] if axis is None else _axes(axis, self.ndim, "squeeze")
+        if axis is None:
+            axes = [a for a in range(self.ndim) if self.shape[a] == 1]
+        else:
+            axes = _axes(axis, self.ndim, "squeeze")
         if any(self.shape[a] != 1 for a in axes):
             raise ValueError(f"squeeze: axes {axes} of shape {self.shape} are not all of size 1")
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -490,9 +508,14 @@ class Tensor:
             raise ValueError(f"matmul: inner dimensions differ: {self.shape} @ {other.shape}; the left's last "
                              f"axis ({a.shape[-1]}) must equal the right's second-to-last ({b.shape[-2]})")
         if b.ndim == 2 and a.ndim > 2:  # fold batch axes into rows: (..., M, K) -> (batch*M, K)
-            out = Matmul.apply(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
+            rows = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+            out = Matmul.apply(rows, b).reshape(*a.shape[:-1], b.shape[-1])                # (..., M, N)
         else:
-            batch = broadcast_shape(a.shape[:-2], b.shape[:-2], "matmul")
+            try:
+                batch = broadcast_shape(a.shape[:-2], b.shape[:-2], "matmul")
+            except ValueError:
+                raise ValueError(f"matmul: the batch axes of {self.shape} @ {other.shape} cannot be broadcast "
+                                 "together (all axes but the last two follow numpy's broadcasting rule)") from None
             out = Matmul.apply(a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:]))
         drop = ({out.ndim - 2} if self.ndim == 1 else set()) | ({out.ndim - 1} if other.ndim == 1 else set())
         return out.reshape(tuple(s for i, s in enumerate(out.shape) if i not in drop)) if drop else out
@@ -503,6 +526,11 @@ class Tensor:
 
     def ones_like(self) -> Tensor:
         return Tensor._make(self.backend.full(self.shape, 1, self.dtype), self.backend)
+
+    def _need_float(self, op: str) -> None:
+        if self.data.dtype.kind != "f":
+            raise TypeError(f"{op}: needs a floating-point tensor, got {self.dtype} {self.shape}; "
+                            "cast it first, e.g. .to(tb.float32)")
 
 
 # ---------------------------------------------------------------- indexing
@@ -557,7 +585,8 @@ def _getitem(t: Tensor, key) -> Tensor:
                 stepped.append((axis, t.backend.arange(start, stop, step, int64)))
         elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
             if not -size <= k < size:
-                raise IndexError(f"getitem: index {k} is out of bounds for axis {axis} with size {size} (shape {t.shape})")
+                raise IndexError(f"getitem: index {k} is out of bounds for axis {axis} with size {size} "
+                                 f"(shape {t.shape})")
             k = int(k) % size
             if any(is_array):  # numpy treats an int next to arrays as a 0-d index array
                 arrays.append((axis, t.backend.asarray(k, int64)))
@@ -653,7 +682,12 @@ cat = concat
 def stack(tensors, axis: int = 0) -> Tensor:
     """Join equal-shaped tensors along a new axis."""
     tensors = list(tensors)
-    if tensors and any(t.shape != tensors[0].shape for t in tensors):
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("stack: expected a non-empty sequence of Tensors")
+    _axis(axis, tensors[0].ndim + 1, "stack")
+    for t in tensors[1:]:
+        tensors[0]._operand(t, "stack")
+    if any(t.shape != tensors[0].shape for t in tensors):
         raise ValueError(f"stack: all shapes must be equal, got {[t.shape for t in tensors]}")
     return concat([t.unsqueeze(axis) for t in tensors], axis)
 
@@ -664,24 +698,24 @@ def tensor(data, *, dtype=None, device="cpu", requires_grad: bool = False) -> Te
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def _filled(shape, value, dtype, device, requires_grad) -> Tensor:
+def _filled(op, shape, value, dtype, device, requires_grad) -> Tensor:
     be = get_backend(device)
-    dtype = as_dtype(dtype, "full") if dtype is not None else be.infer_dtype(value)
+    dtype = as_dtype(dtype, op) if dtype is not None else be.infer_dtype(value)
     t = Tensor._make(be.full(shape, value, dtype), be)
     return t.requires_grad_(requires_grad)
 
 
 def zeros(*shape, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
-    return _filled(_shape_arg(shape, "zeros"), 0, dtype, device, requires_grad)
+    return _filled("zeros", _shape_arg(shape, "zeros"), 0, dtype, device, requires_grad)
 
 
 def ones(*shape, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
-    return _filled(_shape_arg(shape, "ones"), 1, dtype, device, requires_grad)
+    return _filled("ones", _shape_arg(shape, "ones"), 1, dtype, device, requires_grad)
 
 
 def full(shape, value, *, dtype=None, device="cpu", requires_grad: bool = False) -> Tensor:
     """A tensor of one value; dtype from the value unless given (3 -> int64, 3.0 -> float32)."""
-    return _filled(_shape_arg((shape,), "full"), value, dtype, device, requires_grad)
+    return _filled("full", _shape_arg((shape,), "full"), value, dtype, device, requires_grad)
 
 
 def zeros_like(t: Tensor) -> Tensor:
@@ -717,16 +751,18 @@ def _random(kind, shape, generator, dtype, device, requires_grad, *args) -> Tens
     return Tensor._make(be.from_host(host, as_dtype(dtype, kind)), be).requires_grad_(requires_grad)
 
 
-def randn(*shape, generator: Generator, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
+def randn(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
+          requires_grad: bool = False) -> Tensor:
     """Standard normal samples from an explicit `Generator` (no hidden global seed)."""
     return _random("randn", _shape_arg(shape, "randn"), generator, dtype, device, requires_grad)
 
 
-def rand(*shape, generator: Generator, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
+def rand(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
+         requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1) from an explicit `Generator`."""
     return _random("rand", _shape_arg(shape, "rand"), generator, dtype, device, requires_grad)
 
 
-def randint(low: int, high: int, shape, *, generator: Generator, dtype=int64, device="cpu") -> Tensor:
+def randint(low: int, high: int, shape, *, generator: Generator | None = None, dtype=int64, device="cpu") -> Tensor:
     """Integers in [low, high) from an explicit `Generator`."""
     return _random("randint", _shape_arg((shape,), "randint"), generator, dtype, device, False, low, high)
