@@ -125,3 +125,18 @@ def test_cli_without_a_command_prints_help_and_fails():
     assert result.returncode == 2 and "tour" in result.stdout
     assert run_cli("--help").returncode == 0
     assert run_cli("nonsense").returncode == 2
+
+
+def test_readme_example_runs_and_prints_what_it_claims(capsys):
+    import re
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.split("\n")
+    claimed = re.findall(r"print\(.*?\)\s*# (.*)", code)
+    assert claimed and printed[:len(claimed)] == claimed
+
+
+def test_ruff_is_clean():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "."], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout

@@ -49,6 +49,8 @@ _LIMITS = {d: (np.finfo(d).max if d.kind == "f" else np.iinfo(d).max)
 def scalar_fits(value, dtype) -> bool:
     """Whether a Python number joins a tensor of `dtype` without coercion: bools anywhere; ints in an
     integer dtype's range or a float dtype's; other reals only in float dtypes (inf and nan allowed)."""
+    if type(value) is float:  # the common case first: it is on the path of every `x * 2.0`
+        return dtype.kind == "f" and (abs(value) <= _LIMITS[dtype] or not math.isfinite(value))
     if isinstance(value, bool):
         return True
     if dtype.kind == "b" or not isinstance(value, numbers.Real):
