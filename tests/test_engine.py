@@ -140,3 +140,9 @@ def test_readme_example_runs_and_prints_what_it_claims(capsys):
 def test_ruff_is_clean():
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "."], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci.endswith("python -m pytest") and f"\n{ci}\n" in readme

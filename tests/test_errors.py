@@ -397,17 +397,7 @@ def test_int_ops_keep_the_int_dtype_on_both_devices():
 
 
 # ================================================================ devices
-DEVICE_OPS = {
-    "add": lambda a, b: a + b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b,
-    "maximum": lambda a, b: a.maximum(b),
-    "lt": lambda a, b: a < b,
-    "matmul": lambda a, b: a @ b.T,
-    "concat": lambda a, b: tb.concat([a, b]),
-    "stack": lambda a, b: tb.stack([a, b]),
-    "where": lambda a, b: tb.where(a > 0, a, b),
-}
+DEVICE_OPS = DTYPE_OPS  # the same binary ops must refuse mixed devices as they refuse mixed dtypes
 
 
 @pytest.mark.parametrize("op", list(DEVICE_OPS))
