@@ -108,6 +108,10 @@ class ArrayBackend:
     def from_host(self, host_array, dtype):
         return self.xp.asarray(host_array, dtype=dtype)
 
+    def random(self, generator: Generator, kind: str, shape, dtype, *args):
+        """Samples drawn on the host in float64 ('normal', 'uniform' or 'integers'), then cast and moved."""
+        return self.from_host(getattr(generator, kind)(*args, shape), dtype)
+
     def to_numpy(self, x):
         """A read-only numpy view: tensors are immutable, so their data must not be edited in place."""
         out = np.asarray(x).view()
@@ -271,6 +275,9 @@ class MetaBackend:
 
     def from_host(self, host_array, dtype):
         return MetaArray(host_array.shape, dtype)
+
+    def random(self, generator, kind, shape, dtype, *args):
+        return MetaArray(shape, dtype)  # nothing is sampled, so a 70B model's weights cost no memory
 
     def to_numpy(self, x):
         self._no_values("numpy")

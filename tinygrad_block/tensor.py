@@ -747,8 +747,9 @@ def _random(kind, shape, generator, dtype, device, requires_grad, *args) -> Tens
         raise TypeError(f"{kind}: pass an explicit generator, e.g. tb.{kind}(2, 3, generator=tb.Generator(0)); "
                         f"got {generator!r}")
     be = get_backend(device)
-    host = getattr(generator, {"randn": "normal", "rand": "uniform", "randint": "integers"}[kind])(*args, shape)
-    return Tensor._make(be.from_host(host, as_dtype(dtype, kind)), be).requires_grad_(requires_grad)
+    sample = {"randn": "normal", "rand": "uniform", "randint": "integers"}[kind]
+    data = be.random(generator, sample, shape, as_dtype(dtype, kind), *args)
+    return Tensor._make(data, be).requires_grad_(requires_grad)
 
 
 def randn(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
