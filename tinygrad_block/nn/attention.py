@@ -1,0 +1,76 @@
+"""Causal grouped-query attention with rotary position embeddings, built from primitive ops."""
+from __future__ import annotations
+
+import math
+
+from ..backend import float32, float64
+from ..function import no_grad
+from ..tensor import Tensor, arange, concat
+from .config import BlockConfig
+from .layers import projection
+from .module import Module
+
+
+def rope_tables(n_positions: int, d_head: int, theta: float, dtype, device) -> tuple[Tensor, Tensor]:
+    """cos and sin of angle[p, i] = p * theta^(-2i / d_head), i < d_head/2, each laid out twice along the
+    last axis (the half-split pairing of Hugging Face Llama): shapes (n_positions, d_head). Computed once,
+    in float64, without recording a graph."""
+    with no_grad():
+        inv_freq = (arange(0, d_head, 2, dtype=float64, device=device) * (-math.log(theta) / d_head)).exp()
+        angles = arange(n_positions, dtype=float64, device=device).unsqueeze(1) * inv_freq   # (P, d_head/2)
+        angles = concat([angles, angles], axis=-1)                                           # (P, d_head)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate each pair (x_i, x_{i + d/2}) by its angle: x*cos + rotate_half(x)*sin, where
+    rotate_half(x) = (-x[d/2:], x[:d/2]). x: (B, H, L, d_head); cos, sin: (L, d_head)."""
+    half = x.shape[-1] // 2
+    rotated = concat([-x[..., half:], x[..., :half]], axis=-1)      # (B, H, L, d_head)
+    return x * cos + rotated * sin
+
+
+def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
+    """(B, H_kv, L, d_head) -> (B, H_kv * n_rep, L, d_head): each KV head serves n_rep consecutive query
+    heads. An expand, so the backward sums the group's gradients."""
+    if n_rep == 1:
+        return x
+    B, H_kv, L, d_head = x.shape
+    x = x.reshape(B, H_kv, 1, L, d_head).expand(B, H_kv, n_rep, L, d_head)   # (B, H_kv, n_rep, L, d_head)
+    return x.reshape(B, H_kv * n_rep, L, d_head)                             # (B, H, L, d_head)
+
+
+class Attention(Module):
+    """softmax(Q K^T / sqrt(d_head) + causal mask) V, with Q, K, V, O projections, RoPE on Q and K after the
+    head split, and n_kv_heads key/value heads shared by groups of query heads (MHA, GQA, MQA)."""
+
+    def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
+        self.cfg = cfg
+        d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
+        make = dict(generator=generator, dtype=dtype, device=device)
+        self.q_proj, self.k_proj = projection(cfg, "q_proj", d, d, **make), projection(cfg, "k_proj", d, d_kv, **make)
+        self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
+        if cfg.rope:
+            self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
+        cfg = self.cfg
+        B, L, _ = x.shape
+        H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        if offset + L > cfg.max_seq_len:
+            raise ValueError(f"Attention: positions {offset}..{offset + L - 1} exceed the context length "
+                             f"max_seq_len={cfg.max_seq_len}")
+        q = self.q_proj(x).reshape(B, L, H, d_head).transpose(1, 2)        # (B, H, L, d_head)
+        k = self.k_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
+        v = self.v_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
+        if cfg.rope:
+            cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)           # (B, H, L, d_head)
+        scores = q @ k.mT / math.sqrt(d_head)                             # (B, H, L, L)
+        if cfg.causal:
+            future = arange(L, device=x.backend).unsqueeze(0) > arange(L, device=x.backend).unsqueeze(1)  # (L, L)
+            scores = scores.masked_fill(future, float("-inf"))
+        out = scores.softmax(axis=-1) @ v                                 # (B, H, L, d_head)
+        out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model)
+        return self.o_proj(out)

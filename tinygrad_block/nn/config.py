@@ -1,0 +1,100 @@
+"""BlockConfig: every number that defines a transformer block (and the model around it), and named presets
+of published architectures."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+CHOICES = {"norm": ("rms", "layer"), "norm_position": ("pre", "post"), "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """A block: d_model wide, n_heads query heads sharing n_kv_heads key/value heads (GQA), an FFN of width
+    d_ff; plus what a whole model needs (vocab_size, n_layers, tied embeddings, context length)."""
+
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    norm: str = "rms"                 # 'rms' (RMSNorm) or 'layer' (LayerNorm)
+    norm_position: str = "pre"        # 'pre': x + f(norm(x)); 'post': norm(x + f(x))
+    ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
+    bias: bool = False                # biases on every projection (and LayerNorm shifts)
+    parallel: bool = False            # x + attn(norm1(x)) + ffn(norm2(x))
+    norm_eps: float = 1e-5
+    rope: bool = True                 # rotary embeddings on q and k; False: positions are added outside
+    rope_theta: float = 10000.0
+    causal: bool = True               # False for encoders (BERT)
+    max_seq_len: int = 4096           # context length, and the length of the RoPE table
+    vocab_size: int = 32000
+    n_layers: int = 1
+    tie_embeddings: bool = False
+    lora_rank: int = 0                # 0: no LoRA
+    lora_alpha: float = 16.0
+    lora_targets: tuple = ("q_proj", "v_proj")
+    name: str = field(default="custom", compare=False)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def __post_init__(self):
+        for key in ("d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size", "n_layers"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BlockConfig: {key} must be a positive int, got {value!r}")
+        for key, allowed in CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"BlockConfig: {key} must be one of {allowed}, got {getattr(self, key)!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"BlockConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"BlockConfig: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} "
+                             "(each key/value head serves an equal group of query heads)")
+        if self.rope and self.d_head % 2:
+            raise ValueError(f"BlockConfig: RoPE rotates pairs of dimensions, but d_head = {self.d_model} / "
+                             f"{self.n_heads} = {self.d_head} is odd")
+        if self.lora_rank < 0 or self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
+            raise ValueError(f"BlockConfig: lora_rank must be >= 0 and lora_targets among {PROJECTIONS}, "
+                             f"got {self.lora_rank}, {self.lora_targets}")
+
+    def with_(self, **changes) -> BlockConfig:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _llama(name, d_model, n_layers, n_heads, n_kv_heads, d_ff, vocab_size, max_seq_len, rope_theta=10000.0,
+           tie_embeddings=False):
+    return BlockConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, n_layers=n_layers,
+                       vocab_size=vocab_size, max_seq_len=max_seq_len, rope_theta=rope_theta,
+                       tie_embeddings=tie_embeddings, name=name)
+
+
+PRESETS = {
+    "llama2-7b": _llama("llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096),
+    "llama2-13b": _llama("llama2-13b", 5120, 40, 40, 40, 13824, 32000, 4096),
+    "llama2-70b": _llama("llama2-70b", 8192, 80, 64, 8, 28672, 32000, 4096),
+    "llama3-8b": _llama("llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, rope_theta=500000.0),
+    "llama3-70b": _llama("llama3-70b", 8192, 80, 64, 8, 28672, 128256, 8192, rope_theta=500000.0),
+    "mistral-7b": _llama("mistral-7b", 4096, 32, 32, 8, 14336, 32000, 32768),
+    "tinyllama-1.1b": _llama("tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048),
+    "smollm-135m": _llama("smollm-135m", 576, 30, 9, 3, 1536, 49152, 2048, tie_embeddings=True),
+    "gpt2-small": BlockConfig(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, norm="layer", ffn="gelu_tanh",
+                              bias=True, rope=False, max_seq_len=1024, vocab_size=50257, n_layers=12,
+                              tie_embeddings=True, name="gpt2-small"),
+    "bert-base": BlockConfig(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, norm="layer", norm_position="post",
+                             ffn="gelu", bias=True, norm_eps=1e-12, rope=False, causal=False, max_seq_len=512,
+                             vocab_size=30522, n_layers=12, tie_embeddings=True, name="bert-base"),
+    "tiny": BlockConfig(d_model=64, n_heads=4, n_kv_heads=2, d_ff=172, n_layers=2, vocab_size=256, max_seq_len=128,
+                        name="tiny"),
+}
+
+
+def preset(name: str) -> BlockConfig:
+    """A named architecture's config, or ValueError listing the names."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+    return PRESETS[name]

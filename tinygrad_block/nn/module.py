@@ -1,0 +1,97 @@
+"""Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
+from __future__ import annotations
+
+from ..backend import Generator, as_dtype
+from ..tensor import Tensor, randn
+
+
+class Parameter(Tensor):
+    """A leaf tensor a Module trains (requires_grad=True unless frozen)."""
+
+    __slots__ = ()
+
+    def __init__(self, t: Tensor, requires_grad: bool = True):
+        self.data, self.backend, self.grad, self._ctx, self._requires_grad = t.data, t.backend, None, None, False
+        self.requires_grad = requires_grad
+
+
+def init_weight(shape: tuple, generator: Generator, dtype, device) -> Parameter:
+    """N(0, 1/fan_in): keeps activations of order 1 through a linear map (fan_in = the last axis)."""
+    if not isinstance(generator, Generator):
+        raise TypeError("modules draw their initial weights from an explicit generator: pass "
+                        f"generator=tb.Generator(0), got {generator!r}")
+    return Parameter(randn(*shape, generator=generator, dtype=dtype, device=device) * (shape[-1] ** -0.5))
+
+
+class Module:
+    """Parameters and submodules are found by walking attributes in the order they were set; lists of
+    modules are named by index (`layers.0.attn`)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_children(self):
+        for name, value in vars(self).items():
+            if isinstance(value, Module):
+                yield name, value
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
+                yield from ((f"{name}.{i}", v) for i, v in enumerate(value))
+
+    def named_parameters(self, prefix: str = ""):
+        """(dotted name, Parameter) pairs: this module's own, then each submodule's."""
+        for name, value in vars(self).items():
+            if isinstance(value, Parameter):
+                yield prefix + name, value
+        for name, child in self.named_children():
+            yield from child.named_parameters(f"{prefix}{name}.")
+
+    def named_modules(self, prefix: str = ""):
+        yield prefix.rstrip("."), self
+        for name, child in self.named_children():
+            yield from child.named_modules(f"{prefix}{name}.")
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        return sum(p.size for p in self.parameters())
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad = None
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {name: p.detach() for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy tensors into the parameters: the keys must match exactly, and each shape and dtype too."""
+        own = dict(self.named_parameters())
+        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for name, p in own.items():
+            t = state[name]
+            if not isinstance(t, Tensor):
+                raise TypeError(f"load_state_dict: {name} must be a Tensor, got {type(t).__name__}")
+            if t.shape != p.shape or t.dtype != p.dtype or t.device != p.device:
+                raise ValueError(f"load_state_dict: {name} is {t.dtype} {t.shape} on {t.device}, but the parameter "
+                                 f"is {p.dtype} {p.shape} on {p.device}")
+        for name, p in own.items():
+            p.data = state[name].data
+
+    def to(self, dtype) -> Module:
+        """Cast every parameter and buffer (such as RoPE tables) to `dtype` in place; gradients are dropped."""
+        dtype = as_dtype(dtype, "Module.to")
+        for _, module in self.named_modules():
+            for name, value in vars(module).items():
+                if isinstance(value, Parameter):
+                    value.data, value.grad = value.detach().to(dtype).data, None
+                elif isinstance(value, Tensor) and value.dtype.kind == "f":
+                    setattr(module, name, value.to(dtype))
+        return self
+
+    def freeze(self) -> Module:
+        """Stop training every parameter of this module (requires_grad=False)."""
+        for p in self.parameters():
+            p.requires_grad = False
+        return self
