@@ -5,7 +5,7 @@ import math
 
 from ..backend import float32, float64
 from ..function import no_grad
-from ..tensor import Tensor, arange, concat
+from ..tensor import Tensor, arange, concat, where, zeros
 from .config import BlockConfig
 from .layers import projection
 from .module import Module
@@ -28,6 +28,14 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     rotated = concat([-x[..., half:], x[..., :half]], axis=-1)      # (B, H, L, d_head)
     return x * cos + rotated * sin
+
+
+def causal_mask(L: int, dtype, device) -> Tensor:
+    """(L, L) additive mask: 0 where key j <= query i, -inf where j > i (the future). Added to the scores, it
+    zeroes those softmax weights, and its backward passes the gradient through unchanged."""
+    with no_grad():
+        future = arange(L, device=device).unsqueeze(0) > arange(L, device=device).unsqueeze(1)   # (L, L)
+        return where(future, float("-inf"), zeros(L, L, dtype=dtype, device=device))
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -69,8 +77,7 @@ class Attention(Module):
         k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)           # (B, H, L, d_head)
         scores = q @ k.mT / math.sqrt(d_head)                             # (B, H, L, L)
         if cfg.causal:
-            future = arange(L, device=x.backend).unsqueeze(0) > arange(L, device=x.backend).unsqueeze(1)  # (L, L)
-            scores = scores.masked_fill(future, float("-inf"))
+            scores = scores + causal_mask(L, scores.dtype, x.backend)     # -inf above the diagonal
         out = scores.softmax(axis=-1) @ v                                 # (B, H, L, d_head)
         out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model)
         return self.o_proj(out)
