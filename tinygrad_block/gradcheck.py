@@ -27,7 +27,7 @@ def _scalar_loss(fn, args, seed: int):
     return (out * Tensor(v, dtype=float64, device=out.backend)).sum()
 
 
-def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0) -> np.ndarray:
+def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0, elements=None) -> np.ndarray:
     """d fn(*inputs) / d inputs[index] (projected on a fixed random v if not 0-d) by the 4th-order central difference
     f'(x) ~ [8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))] / 12h   (error O(h^4): about 1e-12 at h = 1e-3)."""
     t = inputs[index]
@@ -40,7 +40,7 @@ def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0) -> 
         with no_grad():
             return _scalar_loss(fn, args, seed).item()
 
-    for idx in np.ndindex(x.shape):
+    for idx in np.ndindex(x.shape) if elements is None else elements:
         fx = {}
         for k in (-2, -1, 1, 2):
             xk = x.copy()
