@@ -1,0 +1,678 @@
+"""tinygrad_block.manual: every hand-derived backward against finite differences, every forward against
+PyTorch (and the Llama block against Hugging Face's LlamaDecoderLayer), the worked SwiGLU example of 004,
+and the four pitfalls shown to be wrong.
+
+Finite differences: 4th-order central differences of sum(out * dout) for a fixed random dout, over every
+element of every input and parameter, in float64; the norm-wise relative error must be <= 1e-8. Sizes are
+tiny (B=2, L=4, d_model=8 or 16, d_ff=12) so the whole file runs in seconds.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import rel_err
+
+import tinygrad_block.manual as M
+from tinygrad_block.manual import pitfalls
+
+TOL = 1e-8          # finite differences vs the hand-derived backward
+TORCH_TOL = 1e-12   # our forward (and backward) vs PyTorch's, both float64
+B, L = 2, 4
+
+
+# ------------------------------------------------------------------ oracles and helpers
+def grad_err(a, b, floor: float = 1e-2) -> float:
+    """||a - b|| / max(||a||, ||b||, floor): relative, except that a gradient which is zero in theory (k_proj's
+    bias without RoPE: softmax ignores a shift shared by every key) is compared absolutely, against rounding."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), np.linalg.norm(b), floor))
+
+
+def finite_diff(forward, inputs: dict, names, dout, h: float = 5e-4) -> dict:
+    """d sum(forward(inputs)[0] * dout) / d inputs[name] for each name, perturbing one element at a time in
+    place: [8 (f(+h) - f(-h)) - (f(+2h) - f(-2h))] / 12h, error O(h^4). At h = 5e-4 the worst block case
+    agrees to 7e-10, at h = 1e-3 only to 5e-9 (LoRA's scale alpha / r = 8 makes higher derivatives large)."""
+    grads = {}
+    for name in names:
+        a = inputs[name]
+        g = np.zeros_like(a)
+        for idx in np.ndindex(a.shape):
+            orig = a[idx]
+            f = {}
+            for k in (-2, -1, 1, 2):
+                a[idx] = orig + k * h
+                f[k] = float((forward(inputs)[0] * dout).sum())
+            a[idx] = orig
+            g[idx] = (8 * (f[1] - f[-1]) - (f[2] - f[-2])) / (12 * h)
+        grads[name] = g
+    return grads
+
+
+def check_grads(forward, backward, inputs: dict, rng, expect=None) -> dict:
+    """Run forward and backward on `inputs` and compare every gradient backward returns (a dict keyed like
+    `inputs`) with finite differences. `expect`: the keys backward must return (default: all of inputs)."""
+    out, cache = forward(inputs)
+    dout = rng.standard_normal(out.shape)
+    analytic = backward(dout, cache)
+    assert set(analytic) == set(inputs if expect is None else expect)
+    numeric = finite_diff(forward, inputs, analytic, dout)
+    for name, g in analytic.items():
+        assert g.shape == inputs[name].shape, name
+        assert grad_err(g, numeric[name]) <= TOL, (name, grad_err(g, numeric[name]))
+    return analytic
+
+
+def t(a) -> torch.Tensor:
+    return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+
+
+def normal(rng, *shape, scale: float = 1.0):
+    return rng.standard_normal(shape) * scale
+
+
+def away_from_zero(rng, *shape):
+    """Mixed signs, |z| >= 0.2: finite differences never cross relu's kink."""
+    return rng.choice([-1.0, 1.0], shape) * rng.uniform(0.2, 2.0, shape)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+# ------------------------------------------------------------------ linear
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("lora", [False, True])
+def test_linear(rng, bias, lora):
+    d_in, d_out, r, scale = 5, 3, 2, 0.75
+    inputs = {"x": normal(rng, B, L, d_in), "weight": normal(rng, d_out, d_in)}
+    if bias:
+        inputs["bias"] = normal(rng, d_out)
+    if lora:
+        inputs |= {"lora_A": normal(rng, r, d_in), "lora_B": normal(rng, d_out, r)}   # B nonzero
+
+    def forward(p):
+        return M.linear_forward(p["x"], p["weight"], p.get("bias"), p.get("lora_A"), p.get("lora_B"),
+                                scale if lora else None)
+
+    def backward(dout, cache):
+        dx, grads = M.linear_backward(dout, cache)
+        return {"x": dx, **grads}
+
+    frozen = {"weight", "bias"} if lora else set()          # LoRA: the base layer trains no more
+    check_grads(forward, backward, inputs, rng, expect=set(inputs) - frozen)
+    p = {k: t(v) for k, v in inputs.items()}
+    ref = F.linear(p["x"], p["weight"], p.get("bias"))
+    if lora:
+        ref = ref + scale * (p["x"] @ p["lora_A"].T) @ p["lora_B"].T
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
+
+
+# ------------------------------------------------------------------ norms
+def test_rmsnorm(rng):
+    d, eps = 6, 1e-5
+    inputs = {"x": normal(rng, B, L, d), "weight": 1 + normal(rng, d, scale=0.1)}
+
+    def forward(p):
+        return M.rmsnorm_forward(p["x"], p["weight"], eps)
+
+    def backward(dout, cache):
+        dx, grads = M.rmsnorm_backward(dout, cache)
+        return {"x": dx, **grads}
+
+    check_grads(forward, backward, inputs, rng)
+    ref = F.rms_norm(t(inputs["x"]), (d,), t(inputs["weight"]), eps)
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_layernorm(rng, bias):
+    d, eps = 6, 1e-5
+    inputs = {"x": normal(rng, B, L, d, scale=2.0) + 1.0, "weight": 1 + normal(rng, d, scale=0.1)}
+    if bias:
+        inputs["bias"] = normal(rng, d, scale=0.1)
+
+    def forward(p):
+        return M.layernorm_forward(p["x"], p["weight"], p.get("bias"), eps)
+
+    def backward(dout, cache):
+        dx, grads = M.layernorm_backward(dout, cache)
+        return {"x": dx, **grads}
+
+    check_grads(forward, backward, inputs, rng)
+    b = t(inputs["bias"]) if bias else None
+    ref = F.layer_norm(t(inputs["x"]), (d,), t(inputs["weight"]), b, eps)
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
+
+
+# ------------------------------------------------------------------ activations
+ACTIVATION_CASES = {
+    "softmax": (M.softmax_forward, M.softmax_backward, lambda z: torch.softmax(z, dim=-1)),
+    "silu": (M.silu_forward, M.silu_backward, F.silu),
+    "gelu": (M.gelu_forward, M.gelu_backward, F.gelu),
+    "gelu_tanh": (M.gelu_tanh_forward, M.gelu_tanh_backward, lambda z: F.gelu(z, approximate="tanh")),
+    "relu": (M.relu_forward, M.relu_backward, F.relu),
+}
+
+
+@pytest.mark.parametrize("name", ACTIVATION_CASES)
+def test_activation(rng, name):
+    forward, backward, ref = ACTIVATION_CASES[name]
+    z = away_from_zero(rng, B, L, 5) * 2.0
+    check_grads(lambda p: forward(p["z"]), lambda dout, cache: {"z": backward(dout, cache)}, {"z": z}, rng)
+    assert rel_err(forward(z)[0], ref(t(z)).detach()) <= TORCH_TOL
+
+
+def test_softmax_ignores_masked_entries_and_large_logits():
+    s = np.array([[1000.0, 1001.0, -np.inf], [0.0, -np.inf, -np.inf]])
+    p, cache = M.softmax_forward(s)
+    np.testing.assert_allclose(p, [[1 / (1 + math.e), math.e / (1 + math.e), 0.0], [1.0, 0.0, 0.0]], rtol=1e-15)
+    assert np.all(M.softmax_backward(np.ones_like(s), cache)[:, 2] == 0.0)
+
+
+def test_sigmoid_does_not_overflow():
+    np.testing.assert_allclose(M.sigmoid(np.array([-800.0, 0.0, 800.0])), [0.0, 0.5, 1.0], atol=1e-300)
+
+
+# ------------------------------------------------------------------ FFNs
+def ffn_params(rng, d_model: int, d_ff: int, names=("gate_proj", "up_proj", "down_proj"), bias=False,
+               lora=(), r: int = 2) -> dict:
+    shapes = {"gate_proj": (d_ff, d_model), "up_proj": (d_ff, d_model), "down_proj": (d_model, d_ff)}
+    p = {}
+    for name in names:
+        d_out, d_in = shapes[name]
+        p[f"{name}.weight"] = normal(rng, d_out, d_in, scale=d_in ** -0.5)
+        if bias:
+            p[f"{name}.bias"] = normal(rng, d_out, scale=0.1)
+        if name in lora:
+            p[f"{name}.lora_A"] = normal(rng, r, d_in, scale=d_in ** -0.5)
+            p[f"{name}.lora_B"] = normal(rng, d_out, r, scale=0.5)
+    return p
+
+
+def with_x(backward):
+    """(dx, grads) -> one dict with dx under 'x', as check_grads wants."""
+    def wrapped(dout, cache):
+        dx, grads = backward(dout, cache)
+        return {"x": dx, **grads}
+    return wrapped
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("lora", [(), ("gate_proj", "down_proj")])
+def test_swiglu(rng, bias, lora):
+    d_model, d_ff = 6, 10
+    params = ffn_params(rng, d_model, d_ff, bias=bias, lora=lora)
+    inputs = {"x": normal(rng, B, L, d_model), **params}
+    scale = 1.5 if lora else None
+    frozen = {k for k in params if lora and (k.endswith(".weight") or k.endswith(".bias"))}
+    check_grads(lambda p: M.swiglu_forward(p["x"], p, scale), with_x(M.swiglu_backward), inputs, rng,
+                expect=set(inputs) - frozen)
+    if not lora:
+        p = {k: t(v) for k, v in inputs.items()}
+
+        def lin(x, name):
+            return F.linear(x, p[f"{name}.weight"], p.get(f"{name}.bias"))
+
+        ref = lin(F.silu(lin(p["x"], "gate_proj")) * lin(p["x"], "up_proj"), "down_proj")
+        assert rel_err(M.swiglu_forward(inputs["x"], inputs)[0], ref.detach()) <= TORCH_TOL
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_classic_ffn(rng, act, bias):
+    d_model, d_ff = 6, 10
+    params = ffn_params(rng, d_model, d_ff, names=("up_proj", "down_proj"), bias=bias)
+    inputs = {"x": normal(rng, B, L, d_model), **params}
+    check_grads(lambda p: M.ffn_forward(p["x"], p, act), with_x(M.ffn_backward), inputs, rng)
+    p = {k: t(v) for k, v in inputs.items()}
+    torch_act = {"gelu": F.gelu, "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "relu": F.relu}[act]
+    hidden = torch_act(F.linear(p["x"], p["up_proj.weight"], p.get("up_proj.bias")))
+    ref = F.linear(hidden, p["down_proj.weight"], p.get("down_proj.bias"))
+    assert rel_err(M.ffn_forward(inputs["x"], inputs, act)[0], ref.detach()) <= TORCH_TOL
+
+
+def test_ffn_rejects_an_unknown_activation(rng):
+    with pytest.raises(ValueError, match="ffn_forward: unknown activation 'swish'"):
+        M.ffn_forward(normal(rng, 1, 1, 4), ffn_params(rng, 4, 6, names=("up_proj", "down_proj")), "swish")
+
+
+# ------------------------------------------------------------------ the SwiGLU worked example of 004
+def test_swiglu_worked_example_of_004():
+    """004, "SwiGLU Worked Example": x = [1, -0.5, 0.2, 0.8], d_model = 4, d_ff = 3. The document writes
+    x @ W with W (d_model, d_ff); our weights are stored (out, in), so we pass its matrices transposed.
+    It gives no W_down, so only the values it prints (gate .. hidden) are checked."""
+    x = np.array([[[1.0, -0.5, 0.2, 0.8]]])
+    w_gate = np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.2], [-0.1, 0.3, 0.5], [0.3, -0.1, 0.2]])
+    w_up = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1, -0.3]])
+    params = {"gate_proj.weight": w_gate.T, "up_proj.weight": w_up.T, "down_proj.weight": np.eye(4, 3)}
+    _, cache = M.swiglu_forward(x, params)
+    gate, sig = cache["silu"]
+    np.testing.assert_allclose(gate[0, 0], [0.62, -0.52, 0.46], atol=1e-12)           # step 1
+    np.testing.assert_allclose(cache["up"][0, 0], [0.73, -0.01, -0.41], atol=1e-12)   # step 2
+    # Steps 3-4. The document prints sigma(0.62) = 0.6504; it is 0.650219 (1 / (1 + e^-0.62) = 1 / 1.537944).
+    # The slip carries on: it prints SiLU(0.62) = 0.4033 (0.62 * 0.650219 = 0.403136, and 0.62 * 0.6504 itself
+    # would give 0.4032) and hidden[0] = 0.2944 (0.403136 * 0.73 = 0.294289). We pin the exact values.
+    np.testing.assert_allclose(sig[0, 0], [0.6502, 0.3729, 0.6130], atol=5e-5)        # doc: 0.6504, ...
+    np.testing.assert_allclose(cache["act"][0, 0], [0.4031, -0.1939, 0.2820], atol=5e-5)   # doc: 0.4033, ...
+    hidden = cache["down_proj"][0]                                                     # the input of W_down
+    np.testing.assert_allclose(hidden[0, 0], [0.2943, 0.0019, -0.1156], atol=5e-5)    # doc: 0.2944, ...
+    assert abs(sig[0, 0, 0] - 0.6504) > 1e-4 and abs(hidden[0, 0, 0] - 0.2944) > 5e-5  # the document's slip
+
+
+def test_swiglu_of_zero_is_zero(rng):
+    """004: x = 0 gives gate = up = 0, silu(0) = 0, output 0, whatever the weights."""
+    out, _ = M.swiglu_forward(np.zeros((1, 4, 8)), ffn_params(rng, 8, 12))
+    assert np.all(out == 0.0)
+
+
+# ------------------------------------------------------------------ RoPE
+@pytest.mark.parametrize("offset", [0, 3])
+def test_rope(rng, offset):
+    x = normal(rng, B, 3, L, 6)                                      # (B, H, L, d_head)
+    check_grads(lambda p: M.rope_forward(p["x"], 500.0, offset), lambda dout, c: {"x": M.rope_backward(dout, c)},
+                {"x": x}, rng)
+
+
+def test_rope_matches_hugging_face_llama():
+    """cos/sin vs LlamaRotaryEmbedding (which computes angles in float32, hence 1e-6), and the rotation vs its
+    apply_rotary_pos_emb in float64, positions with an offset."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    d_head, theta, offset = 8, 10000.0, 5
+    cfg = LlamaConfig(hidden_size=16, num_attention_heads=2, rope_parameters={"rope_type": "default",
+                                                                               "rope_theta": theta})
+    q = np.random.default_rng(1).standard_normal((1, 2, L, d_head))
+    cos, sin = M.rope_cos_sin(q, theta, offset)
+    hf_cos, hf_sin = LlamaRotaryEmbedding(cfg)(torch.tensor(q), torch.arange(offset, offset + L)[None])
+    assert rel_err(cos, hf_cos[0].double()) < 1e-6 and rel_err(sin, hf_sin[0].double()) < 1e-6
+    hf_q, _ = apply_rotary_pos_emb(torch.tensor(q), torch.tensor(q), torch.tensor(cos)[None], torch.tensor(sin)[None])
+    assert rel_err(M.rope_forward(q, theta, offset)[0], hf_q) <= TORCH_TOL
+
+
+def test_rope_offset_is_a_shift_and_scores_see_only_relative_position(rng):
+    """Rotating positions 3..6 with offset 3 equals the tail of rotating 0..6; and q.k after RoPE depends on
+    the positions only through their difference, so the scores do not change with the offset."""
+    x = normal(rng, 1, 1, 7, 4)
+    np.testing.assert_allclose(M.rope_forward(x[:, :, 3:], offset=3)[0], M.rope_forward(x)[0][:, :, 3:], rtol=1e-13)
+    q, k = normal(rng, 1, 1, L, 4), normal(rng, 1, 1, L, 4)
+    scores = [M.rope_forward(q, offset=o)[0] @ M.rope_forward(k, offset=o)[0].swapaxes(-1, -2) for o in (0, 11)]
+    np.testing.assert_allclose(scores[0], scores[1], rtol=1e-12)
+
+
+# ------------------------------------------------------------------ attention
+def attn_params(rng, d_model, n_heads, n_kv_heads, bias=False, lora=(), r=2) -> dict:
+    d_head = d_model // n_heads
+    shapes = {"q_proj": (n_heads * d_head, d_model), "k_proj": (n_kv_heads * d_head, d_model),
+              "v_proj": (n_kv_heads * d_head, d_model), "o_proj": (d_model, n_heads * d_head)}
+    p = {}
+    for name, (d_out, d_in) in shapes.items():
+        p[f"{name}.weight"] = normal(rng, d_out, d_in, scale=d_in ** -0.5)
+        if bias:
+            p[f"{name}.bias"] = normal(rng, d_out, scale=0.1)
+        if name in lora:
+            p[f"{name}.lora_A"] = normal(rng, r, d_in, scale=d_in ** -0.5)
+            p[f"{name}.lora_B"] = normal(rng, d_out, r, scale=0.5)
+    return p
+
+
+def torch_attention(proj, x, n_heads, n_kv_heads, causal, rope_theta, offset):
+    """The reference: torch's scaled_dot_product_attention with enable_gqa (query head h reads KV head
+    h // G) and HF Llama's rotation written out, in float64. proj(name, x) applies one projection."""
+    Bx, Lx, _ = x.shape
+
+    def heads(name, n):
+        return proj(name, x).view(Bx, Lx, n, -1).transpose(1, 2)     # (B, n, L, d_head)
+
+    q, k, v = heads("q_proj", n_heads), heads("k_proj", n_kv_heads), heads("v_proj", n_kv_heads)
+    if rope_theta is not None:
+        d_head = q.shape[-1]
+        inv_freq = 1.0 / rope_theta ** (torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        angle = torch.arange(offset, offset + Lx, dtype=torch.float64)[:, None] * inv_freq
+        cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+
+        def rot(z):
+            return z * cos + torch.cat([-z[..., d_head // 2:], z[..., :d_head // 2]], -1) * sin
+
+        q, k = rot(q), rot(k)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return proj("o_proj", o.transpose(1, 2).reshape(Bx, Lx, -1))
+
+
+def torch_proj(p: dict, prefix: str = ""):
+    """proj(name, x) = F.linear with p['<prefix><name>.weight'] and its bias if any."""
+    return lambda name, x: F.linear(x, p[f"{prefix}{name}.weight"], p.get(f"{prefix}{name}.bias"))
+
+
+ATTENTION_CASES = {   # name: (d_model, n_heads, n_kv_heads, causal, rope_theta, bias)
+    "mha": (8, 2, 2, True, 10000.0, False),
+    "gqa2": (8, 4, 2, True, 10000.0, True),
+    "gqa4": (16, 8, 2, True, 100.0, False),
+    "mqa": (8, 4, 1, True, 10000.0, False),
+    "mha_bidirectional_no_rope": (8, 2, 2, False, None, True),
+    "gqa2_bidirectional": (8, 4, 2, False, 10000.0, False),
+}
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES)
+def test_attention(rng, case):
+    d_model, n_heads, n_kv_heads, causal, rope_theta, bias = ATTENTION_CASES[case]
+    inputs = {"x": normal(rng, B, L, d_model), **attn_params(rng, d_model, n_heads, n_kv_heads, bias)}
+
+    def forward(p):
+        return M.attention_forward(p["x"], p, n_heads, n_kv_heads, causal, rope_theta, offset=2)
+
+    check_grads(forward, with_x(M.attention_backward), inputs, rng)
+    p = {k: t(v) for k, v in inputs.items()}
+    ref = torch_attention(torch_proj(p), p["x"], n_heads, n_kv_heads, causal, rope_theta, offset=2)
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
+
+
+@pytest.mark.parametrize("rope_theta", [None, 10000.0])
+def test_key_bias_gets_no_gradient_without_rope(rng, rope_theta):
+    """q . (k_j + b) = q . k_j + q . b: the same shift for every key j, and softmax ignores it. RoPE rotates b
+    by each key's own angle, so with RoPE the shift differs per key and b gets a gradient."""
+    params, x = attn_params(rng, 8, 2, 2, bias=True), normal(rng, B, L, 8)
+    out, cache = M.attention_forward(x, params, 2, 2, rope_theta=rope_theta)
+    db = M.attention_backward(rng.standard_normal(out.shape), cache)[1]["k_proj.bias"]
+    assert (np.abs(db).max() < 1e-14) == (rope_theta is None)
+
+
+def test_attention_names_bad_head_counts(rng):
+    with pytest.raises(ValueError, match=r"attention: x of shape \(1, 2, 8\) with n_heads=4, n_kv_heads=3"):
+        M.attention_forward(normal(rng, 1, 2, 8), attn_params(rng, 8, 4, 2), 4, 3)
+
+
+def test_repeat_kv_serves_consecutive_query_heads(rng):
+    k = normal(rng, 1, 2, L, 3)                                          # (B, n_kv_heads, L, d_head)
+    k_exp = M.repeat_kv(k, 3)                                            # (B, 6, L, d_head)
+    assert all(np.array_equal(k_exp[:, h], k[:, h // 3]) for h in range(6))
+
+
+# ------------------------------------------------------------------ whole blocks
+@dataclass(frozen=True)
+class BlockCfg:
+    """A stand-in for the block config: only the attributes block_forward reads."""
+    d_model: int = 8
+    n_heads: int = 2
+    n_kv_heads: int = 2
+    d_ff: int = 12
+    norm: str = "rms"
+    norm_position: str = "pre"
+    ffn: str = "swiglu"
+    bias: bool = False
+    parallel: bool = False
+    norm_eps: float = 1e-5
+    rope: bool = True
+    rope_theta: float = 10000.0
+    causal: bool = True
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple = ("q_proj", "v_proj")
+
+
+def block_params(cfg: BlockCfg, rng) -> dict:
+    """Random parameters keyed as the autograd block's named_parameters. LayerNorm has a bias when cfg.bias."""
+    lora = cfg.lora_targets if cfg.lora_rank else ()
+    names = ("gate_proj", "up_proj", "down_proj") if cfg.ffn == "swiglu" else ("up_proj", "down_proj")
+    params = {}
+    for norm in ("norm1", "norm2"):
+        params[f"{norm}.weight"] = 1 + normal(rng, cfg.d_model, scale=0.2)
+        if cfg.norm == "layer" and cfg.bias:
+            params[f"{norm}.bias"] = normal(rng, cfg.d_model, scale=0.2)
+    attn = attn_params(rng, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.bias, lora, cfg.lora_rank)
+    ffn = ffn_params(rng, cfg.d_model, cfg.d_ff, names, cfg.bias, lora, cfg.lora_rank)
+    return params | {f"attn.{k}": v for k, v in attn.items()} | {f"ffn.{k}": v for k, v in ffn.items()}
+
+
+LLAMA = BlockCfg()
+GPT2 = BlockCfg(norm="layer", ffn="gelu_tanh", bias=True, rope=False)
+BERT = BlockCfg(norm="layer", norm_position="post", ffn="gelu", bias=True, rope=False, causal=False)
+BLOCK_CASES = {   # name: (cfg, offset)
+    "llama_mha": (LLAMA, 0),
+    "llama_gqa2_offset": (replace(LLAMA, n_heads=4, n_kv_heads=2), 3),
+    "llama_gqa4": (replace(LLAMA, d_model=16, n_heads=8, n_kv_heads=2), 0),
+    "llama_mqa": (replace(LLAMA, n_heads=4, n_kv_heads=1), 1),
+    "llama_bias_non_causal": (replace(LLAMA, bias=True, causal=False), 0),
+    "gpt2": (GPT2, 0),
+    "bert": (BERT, 0),
+    "post_rms_swiglu_gqa": (replace(LLAMA, norm_position="post", n_heads=4, n_kv_heads=2), 2),
+    "pre_layer_nobias_relu": (replace(LLAMA, norm="layer", ffn="relu"), 0),
+    "post_layer_relu_bias_mqa": (replace(BERT, ffn="relu", n_heads=4, n_kv_heads=1, causal=True), 0),
+    "parallel_neox": (replace(GPT2, parallel=True, ffn="gelu", rope=True, n_heads=4, n_kv_heads=2), 5),
+    "parallel_rms_swiglu": (replace(LLAMA, parallel=True), 0),
+    "lora_llama_gqa": (replace(LLAMA, n_heads=4, n_kv_heads=2, lora_rank=2), 0),
+    "lora_all_projections_gpt2": (replace(GPT2, lora_rank=3, lora_alpha=6.0, lora_targets=(
+        "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj")), 0),
+    "lora_post_swiglu_ffn_targets": (replace(BERT, ffn="swiglu", lora_rank=2, lora_alpha=4.0, lora_targets=(
+        "v_proj", "gate_proj")), 0),
+}
+
+
+def frozen_under_lora(cfg: BlockCfg, params: dict) -> set:
+    """With LoRA every base parameter (projections and norms) is frozen; only the adapters train."""
+    if not cfg.lora_rank:
+        return set()
+    return {k for k in params if not k.endswith(("lora_A", "lora_B"))}
+
+
+def relu_margin(cache) -> float:
+    """min |z| over the FFN's pre-activations z = up_proj(x): how far the nearest one sits from relu's kink."""
+    x, w, b = cache["ffn"][1]["up_proj"][:3]
+    return float(np.abs(x @ w.T + (0.0 if b is None else b)).min())
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES)
+def test_block_against_finite_differences(case):
+    cfg, offset = BLOCK_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    params = block_params(cfg, rng)
+    inputs = {"x": normal(rng, B, L, cfg.d_model), **params}
+    if cfg.ffn == "relu":   # steps of 2h = 1e-3 move z by about that much: they must not cross the kink
+        assert relu_margin(M.block_forward(inputs["x"], params, cfg, offset)[1]) > 1e-2
+
+    def backward(dout, cache):
+        dx, grads = M.block_backward(dout, cache)
+        return {"x": dx, **grads}
+
+    grads = check_grads(lambda p: M.block_forward(p["x"], p, cfg, offset), backward, inputs, rng,
+                        expect=set(inputs) - frozen_under_lora(cfg, params))
+    if cfg.lora_rank:
+        assert any(np.abs(g).max() > 1e-3 for k, g in grads.items() if k.endswith("lora_A"))
+
+
+def torch_block(p: dict, x, cfg: BlockCfg, offset: int):
+    """The three layouts written again in torch from the spec, for the forward and, by autograd, the backward."""
+    def norm(name, z):
+        if cfg.norm == "rms":
+            return F.rms_norm(z, (cfg.d_model,), p[f"{name}.weight"], cfg.norm_eps)
+        return F.layer_norm(z, (cfg.d_model,), p[f"{name}.weight"], p.get(f"{name}.bias"), cfg.norm_eps)
+
+    def lin(name, z):
+        y = F.linear(z, p[f"{name}.weight"], p.get(f"{name}.bias"))
+        if f"{name}.lora_A" in p:
+            y = y + cfg.lora_alpha / cfg.lora_rank * (z @ p[f"{name}.lora_A"].T) @ p[f"{name}.lora_B"].T
+        return y
+
+    def attn(z):
+        return torch_attention(lambda name, u: lin(f"attn.{name}", u), z, cfg.n_heads, cfg.n_kv_heads, cfg.causal,
+                               cfg.rope_theta if cfg.rope else None, offset)
+
+    def ffn(z):
+        if cfg.ffn == "swiglu":
+            return lin("ffn.down_proj", F.silu(lin("ffn.gate_proj", z)) * lin("ffn.up_proj", z))
+        act = {"gelu": F.gelu, "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "relu": F.relu}[cfg.ffn]
+        return lin("ffn.down_proj", act(lin("ffn.up_proj", z)))
+
+    if cfg.parallel:
+        return x + attn(norm("norm1", x)) + ffn(norm("norm2", x))
+    if cfg.norm_position == "pre":
+        h = x + attn(norm("norm1", x))
+        return h + ffn(norm("norm2", h))
+    h = norm("norm1", x + attn(x))
+    return norm("norm2", h + ffn(h))
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES)
+def test_block_against_torch(case):
+    """Same forward and same gradients as the torch reference (autograd); LoRA's frozen weights get none."""
+    cfg, offset = BLOCK_CASES[case]
+    rng = np.random.default_rng(zlib.crc32(case.encode()))
+    params = block_params(cfg, rng)
+    x = normal(rng, B, L, cfg.d_model)
+    out, cache = M.block_forward(x, params, cfg, offset)
+    dout = rng.standard_normal(out.shape)
+    dx, grads = M.block_backward(dout, cache)
+    frozen = frozen_under_lora(cfg, params)
+    p = {k: torch.tensor(v, requires_grad=k not in frozen) for k, v in params.items()}
+    tx = t(x)
+    ref = torch_block(p, tx, cfg, offset)
+    (ref * torch.tensor(dout)).sum().backward()
+    assert rel_err(out, ref.detach()) <= TORCH_TOL
+    assert rel_err(dx, tx.grad) <= TORCH_TOL
+    assert set(grads) == {k for k, v in p.items() if v.requires_grad}
+    for k, g in grads.items():
+        assert grad_err(g, p[k].grad) <= TORCH_TOL, k
+
+
+def test_llama_block_matches_hugging_face_decoder_layer(rng):
+    """GQA Llama block with an offset vs transformers' LlamaDecoderLayer, forward and backward, float64.
+    HF's LlamaRMSNorm computes in float32 by design, so its two norms are swapped for torch.nn.RMSNorm (same
+    formula); the rotary cos/sin are passed in float64 (HF's LlamaRotaryEmbedding also works in float32)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    cfg, offset = replace(LLAMA, n_heads=4, n_kv_heads=2, rope_theta=500.0), 3
+    hf_cfg = LlamaConfig(hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, num_attention_heads=cfg.n_heads,
+                         num_key_value_heads=cfg.n_kv_heads, rms_norm_eps=cfg.norm_eps,
+                         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+                         attn_implementation="sdpa")
+    layer = LlamaDecoderLayer(hf_cfg, layer_idx=0).double()
+    layer.input_layernorm = torch.nn.RMSNorm(cfg.d_model, cfg.norm_eps, dtype=torch.float64)
+    layer.post_attention_layernorm = torch.nn.RMSNorm(cfg.d_model, cfg.norm_eps, dtype=torch.float64)
+    params = block_params(cfg, rng)
+    hf_names = {"norm1": "input_layernorm", "norm2": "post_attention_layernorm", "attn": "self_attn", "ffn": "mlp"}
+    hf_params = dict(layer.named_parameters())
+    assert len(hf_params) == len(params)                                 # every HF weight gets one of ours
+    with torch.no_grad():
+        for k, v in params.items():
+            head, rest = k.split(".", 1)
+            hf_params[f"{hf_names[head]}.{rest}"].copy_(torch.tensor(v))
+    x = normal(rng, B, L, cfg.d_model)
+    d_head = cfg.d_model // cfg.n_heads
+    cos, sin = M.rope_cos_sin(np.zeros((L, d_head)), cfg.rope_theta, offset)   # anchored to HF by test_rope_...
+    tx = t(x)
+    ref = layer(tx, position_embeddings=(torch.tensor(cos)[None], torch.tensor(sin)[None]))
+    out, cache = M.block_forward(x, params, cfg, offset)
+    dout = rng.standard_normal(out.shape)
+    (ref * torch.tensor(dout)).sum().backward()
+    dx, grads = M.block_backward(dout, cache)
+    assert rel_err(out, ref.detach()) <= TORCH_TOL and rel_err(dx, tx.grad) <= TORCH_TOL
+    for k, g in grads.items():
+        head, rest = k.split(".", 1)
+        assert grad_err(g, hf_params[f"{hf_names[head]}.{rest}"].grad) <= TORCH_TOL, k
+
+
+def test_block_with_zero_sublayer_weights_is_the_identity(rng):
+    """004: zero every projection and a pre-norm block passes x through, gradient included."""
+    cfg = replace(LLAMA, n_heads=4, n_kv_heads=2)
+    params = {k: (np.zeros_like(v) if "proj" in k else v) for k, v in block_params(cfg, rng).items()}
+    x, dout = normal(rng, B, L, cfg.d_model), normal(rng, B, L, cfg.d_model)
+    out, cache = M.block_forward(x, params, cfg)
+    assert np.array_equal(out, x) and np.array_equal(M.block_backward(dout, cache)[0], dout)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"norm": "batch"}, "norm='batch'"),
+    ({"norm_position": "sandwich"}, "norm_position='sandwich'"),
+    ({"parallel": True, "norm_position": "post"}, "parallel=True is a pre-norm layout"),
+])
+def test_block_names_a_bad_config(rng, change, message):
+    with pytest.raises(ValueError, match=message):
+        M.block_forward(normal(rng, B, L, 8), block_params(LLAMA, rng), replace(LLAMA, **change))
+
+
+# ------------------------------------------------------------------ the four pitfalls of 004
+def test_pitfall_1_post_norm_instead_of_pre_norm(rng):
+    cfg = replace(LLAMA, n_heads=4, n_kv_heads=2)
+    params, x = block_params(cfg, rng), normal(rng, B, L, cfg.d_model, scale=3.0)
+    params["norm2.weight"] = np.ones(cfg.d_model)
+    right, _ = M.block_forward(x, params, cfg)
+    wrong, cache = pitfalls.post_norm_instead_of_pre_norm(x, params, cfg)
+    assert rel_err(wrong, right) > 0.3
+    # the residual stream itself got normalised: with norm2's gain 1 every output token has RMS 1
+    # (sqrt(ms / (ms + eps)), to eps), where the pre-norm block keeps the stream's own scale
+    np.testing.assert_allclose(np.sqrt((wrong ** 2).mean(-1)), 1.0, atol=1e-5)
+    assert np.abs(np.sqrt((right ** 2).mean(-1)) - 1.0).min() > 0.5
+    assert M.block_backward(np.ones_like(wrong), cache)[0].shape == x.shape
+
+
+def test_pitfall_2_rope_before_head_split(rng):
+    d_model, n_heads, n_kv_heads = 8, 2, 1
+    params, x = attn_params(rng, d_model, n_heads, n_kv_heads), normal(rng, B, L, d_model)
+    right, _ = M.attention_forward(x, params, n_heads, n_kv_heads, offset=3)
+    wrong, _ = pitfalls.rope_before_head_split(x, params, n_heads, n_kv_heads, offset=3)
+    assert wrong.shape == right.shape and rel_err(wrong, right) > 0.1
+    # without RoPE there is nothing to misplace: the two agree
+    no_rope = [f(x, params, n_heads, n_kv_heads, rope_theta=None)[0]
+               for f in (M.attention_forward, pitfalls.rope_before_head_split)]
+    assert rel_err(*no_rope) <= 1e-15
+
+
+def test_pitfall_3_dropped_residual_gradient(rng):
+    cfg = replace(LLAMA, n_heads=4, n_kv_heads=2)
+    params, x = block_params(cfg, rng), normal(rng, B, L, cfg.d_model)
+    out, cache = M.block_forward(x, params, cfg)
+    dout = rng.standard_normal(out.shape)
+    dx, grads = M.block_backward(dout, cache)
+    dx_wrong, grads_wrong = pitfalls.drop_residual_grad(dout, cache)
+    assert rel_err(dx_wrong, dx) > 0.3
+    for k in grads:   # everything past h is wrong; the FFN and norm2 gradients come before the mistake
+        if k.startswith(("ffn.", "norm2.")):
+            assert rel_err(grads_wrong[k], grads[k]) <= 1e-15, k
+        else:
+            assert rel_err(grads_wrong[k], grads[k]) > 0.1, k
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads", [(4, 2), (4, 1), (2, 2)])
+def test_pitfall_4_kv_gradients_reshaped_with_d_model(rng, n_heads, n_kv_heads):
+    d_model = 8
+    params, x = attn_params(rng, d_model, n_heads, n_kv_heads), normal(rng, B, L, d_model)
+    out, cache = M.attention_forward(x, params, n_heads, n_kv_heads)
+    dout = rng.standard_normal(out.shape)
+    dx, grads = M.attention_backward(dout, cache)
+    dx_wrong, grads_wrong = pitfalls.kv_grad_reshaped_with_d_model(dout, cache)
+    assert {k: g.shape for k, g in grads_wrong.items()} == {k: g.shape for k, g in grads.items()}  # it runs
+    errors = [rel_err(dx_wrong, dx), *(rel_err(grads_wrong[k], grads[k]) for k in ("k_proj.weight",
+                                                                                  "v_proj.weight"))]
+    if n_heads == n_kv_heads:   # MHA: d_model is the KV width, so the mistake is invisible
+        assert max(errors) <= 1e-15
+    else:
+        assert min(errors) > 0.1
+        assert rel_err(grads_wrong["q_proj.weight"], grads["q_proj.weight"]) <= 1e-15
+
+
+def test_the_doc_literal_kv_reshape_fails_loudly_under_gqa(rng):
+    """004's exact line, grad_K.transpose(0, 2, 1, 3).reshape(B, L, d_model), on the summed dK of GQA:
+    the sizes do not match, and numpy says so."""
+    dk = rng.standard_normal((B, 2, L, 2))                              # (B, n_kv_heads, L, d_head), d_model = 8
+    with pytest.raises(ValueError, match="cannot reshape"):
+        dk.transpose(0, 2, 1, 3).reshape(B, L, 8)
+
+
+# ------------------------------------------------------------------ plain array code
+def test_only_common_imports_numpy():
+    """manual/ runs on any array module with numpy's methods (numpy, cupy): no other file imports numpy."""
+    files = sorted((Path(M.__file__).parent).glob("*.py"))
+    assert len(files) >= 9
+    for f in files:
+        if f.name != "common.py":
+            assert "import numpy" not in f.read_text() and "from numpy" not in f.read_text(), f.name
