@@ -1,0 +1,252 @@
+"""Autograd == the hand-derived pairs (relative error <= 1e-10, float64), for every component and the whole
+block across its variants; and the four pitfalls of the curriculum, each disagreeing with autograd."""
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import manual, nn
+from tinygrad_block.manual import pitfalls
+
+from conftest import rel_err
+
+TOL = 1e-10
+B, L = 2, 5
+BASE = nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=64)
+CONFIGS = {
+    "mha": BASE.with_(n_kv_heads=4),
+    "gqa2": BASE,
+    "gqa4": BASE.with_(d_model=32, n_heads=8, n_kv_heads=2),
+    "mqa": BASE.with_(n_kv_heads=1),
+    "post_norm": BASE.with_(norm_position="post"),
+    "layernorm_bias": BASE.with_(norm="layer", bias=True),
+    "layernorm_no_bias": BASE.with_(norm="layer"),
+    "gelu": BASE.with_(ffn="gelu"),
+    "gelu_tanh_bias": BASE.with_(ffn="gelu_tanh", bias=True),
+    "relu": BASE.with_(ffn="relu"),
+    "swiglu_bias": BASE.with_(bias=True),
+    "parallel": BASE.with_(parallel=True),
+    "lora_qv": BASE.with_(lora_rank=2, lora_alpha=4.0),
+    "lora_all": BASE.with_(lora_rank=3, lora_alpha=6.0, bias=True,
+                           lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    "gpt2_like": BASE.with_(norm="layer", ffn="gelu_tanh", bias=True, rope=False, n_kv_heads=4),
+    "bert_like": BASE.with_(norm="layer", norm_position="post", ffn="gelu", bias=True, rope=False, causal=False,
+                            n_kv_heads=4),
+}
+
+
+def random_block(cfg, seed=0):
+    """A float64 block whose every parameter is random (gains near 1, biases and LoRA B nonzero), so every
+    gradient path carries signal."""
+    g = tb.Generator(seed)
+    block = nn.TransformerBlock(cfg, generator=g, dtype=tb.float64)
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, p in block.named_parameters():
+        noise = rng.standard_normal(p.shape)
+        value = 1 + 0.2 * noise if name.startswith("norm") and name.endswith("weight") else p.numpy() + 0.3 * noise
+        state[name] = tb.tensor(value)
+    block.load_state_dict(state)
+    return block
+
+
+def autograd_run(block, x_np, dout_np, offset=0):
+    x = tb.tensor(x_np, requires_grad=True)
+    out = block(x, offset)
+    out.backward(tb.tensor(dout_np))
+    grads = {n: p.grad.numpy() for n, p in block.named_parameters() if p.grad is not None}
+    return out.numpy(), x.grad.numpy(), grads
+
+
+def inputs(cfg, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((B, L, cfg.d_model)), rng.standard_normal((B, L, cfg.d_model))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_block_autograd_equals_manual(name):
+    cfg = CONFIGS[name]
+    block, (x, dout) = random_block(cfg), inputs(cfg)
+    offset = 3 if cfg.rope else 0
+    out, dx, grads = autograd_run(block, x, dout, offset)
+    params = {n: p.numpy() for n, p in block.named_parameters()}
+    m_out, cache = manual.block_forward(x, params, cfg, offset)
+    m_dx, m_grads = manual.block_backward(dout, cache)
+    assert rel_err(out, m_out) <= TOL and rel_err(dx, m_dx) <= TOL
+    assert set(grads) == set(m_grads)
+    if cfg.lora_rank:
+        assert all(n.endswith(("lora_A", "lora_B")) for n in grads)
+    for n in grads:
+        if n == "attn.k_proj.bias" and not cfg.rope:   # exactly zero: softmax ignores a shift shared by all keys
+            assert np.abs(grads[n]).max() < 1e-12 and np.abs(m_grads[n]).max() < 1e-12
+            continue
+        assert rel_err(grads[n], m_grads[n]) <= TOL, n
+
+
+@pytest.mark.parametrize("name", ["gqa2", "post_norm", "lora_qv", "bert_like"])
+def test_block_input_gradient_matches_finite_differences(name):
+    cfg = CONFIGS[name]
+    block = random_block(cfg)
+    x = tb.tensor(inputs(cfg)[0], requires_grad=True)
+    assert tb.gradcheck(lambda t: block(t), x)
+
+
+# ---------------------------------------------------------------- components
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def backprop(fn, *arrays):
+    """Autograd output and gradients of sum(fn(*tensors) * dout) for float64 arrays; dout random."""
+    ts = [tb.tensor(a, requires_grad=True) for a in arrays]
+    out = fn(*ts)
+    dout = rand(*out.shape, seed=9)
+    out.backward(tb.tensor(dout))
+    return out.numpy(), dout, [None if t.grad is None else t.grad.numpy() for t in ts]
+
+
+def close(a, b):
+    assert rel_err(a, b) <= TOL
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("lora", [False, True])
+def test_linear(bias, lora):
+    x, w, b, A, Bm = rand(B, L, 6), rand(5, 6, seed=1), rand(5, seed=2), rand(2, 6, seed=3), rand(5, 2, seed=4)
+    scale = 1.5
+
+    def f(x, w, b, A, Bm):
+        y = x @ w.T + (b if bias else 0.0)
+        return y + (x @ A.T) @ Bm.T * scale if lora else y
+    out, dout, (dx, dw, db, dA, dB) = backprop(f, x, w, b, A, Bm)
+    m_out, cache = manual.linear_forward(x, w, b if bias else None, A if lora else None, Bm if lora else None,
+                                         scale if lora else None)
+    m_dx, g = manual.linear_backward(dout, cache)
+    close(out, m_out), close(dx, m_dx)
+    if lora:                                            # base frozen: only the adapters get gradients
+        assert set(g) == {"lora_A", "lora_B"}
+        close(dA, g["lora_A"]), close(dB, g["lora_B"])
+    else:
+        close(dw, g["weight"])
+        if bias:
+            close(db, g["bias"])
+
+
+def test_rmsnorm_and_layernorm():
+    x, w, b = rand(B, L, 8), 1 + 0.1 * rand(8, seed=1), rand(8, seed=2)
+    out, dout, (dx, dw) = backprop(lambda x, w: nn.RMSNorm(8, 1e-5, dtype=tb.float64).forward(x) * w, x, w)
+    m_out, cache = manual.rmsnorm_forward(x, w, 1e-5)
+    m_dx, g = manual.rmsnorm_backward(dout, cache)
+    close(out, m_out), close(dx, m_dx), close(dw, g["weight"])
+
+    def layernorm(x, w, b):
+        centered = x - x.mean(-1, keepdims=True)
+        return centered * ((centered * centered).mean(-1, keepdims=True) + 1e-5).rsqrt() * w + b
+    out, dout, (dx, dw, db) = backprop(layernorm, x, w, b)
+    m_out, cache = manual.layernorm_forward(x, w, b, 1e-5)
+    m_dx, g = manual.layernorm_backward(dout, cache)
+    close(out, m_out), close(dx, m_dx), close(dw, g["weight"]), close(db, g["bias"])
+
+
+@pytest.mark.parametrize("name, fn, pair", [
+    ("softmax", lambda t: t.softmax(-1), (manual.softmax_forward, manual.softmax_backward)),
+    ("silu", lambda t: t.silu(), (manual.silu_forward, manual.silu_backward)),
+    ("gelu", lambda t: t.gelu(), (manual.gelu_forward, manual.gelu_backward)),
+    ("gelu_tanh", lambda t: t.gelu("tanh"), (manual.gelu_tanh_forward, manual.gelu_tanh_backward)),
+])
+def test_activations(name, fn, pair):
+    z = rand(B, L, 7)
+    out, dout, (dz,) = backprop(fn, z)
+    m_out, cache = pair[0](z)
+    close(out, m_out), close(dz, pair[1](dout, cache))
+
+
+def test_rope():
+    d_head, theta, offset = 8, 10000.0, 4
+    x = rand(B, 3, L, d_head)
+    cos, sin = nn.rope_tables(offset + L, d_head, theta, tb.float64, "cpu")
+    out, dout, (dx,) = backprop(lambda t: nn.apply_rope(t, cos[offset:], sin[offset:]), x)
+    m_out, cache = manual.rope_forward(x, theta, offset)
+    close(out, m_out), close(dx, manual.rope_backward(dout, cache))
+
+
+@pytest.mark.parametrize("name", ["gqa2", "swiglu_bias", "gelu", "relu", "lora_all"])
+def test_ffn(name):
+    cfg = CONFIGS[name]
+    block = random_block(cfg)
+    x = rand(B, L, cfg.d_model)
+    out, dout, (dx,) = backprop(block.ffn, x)
+    params = {n.removeprefix("ffn."): p.numpy() for n, p in block.named_parameters() if n.startswith("ffn.")}
+    scale = cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else None
+    if cfg.ffn == "swiglu":
+        m_out, cache = manual.swiglu_forward(x, params, scale)
+        m_dx, g = manual.swiglu_backward(dout, cache)
+    else:
+        m_out, cache = manual.ffn_forward(x, params, cfg.ffn, scale)
+        m_dx, g = manual.ffn_backward(dout, cache)
+    close(out, m_out), close(dx, m_dx)
+    for n, p in block.ffn.named_parameters():
+        if p.grad is not None:
+            close(p.grad.numpy(), g[n])
+
+
+@pytest.mark.parametrize("name", ["mha", "gqa2", "gqa4", "mqa", "bert_like", "lora_all"])
+def test_attention(name):
+    cfg = CONFIGS[name]
+    block = random_block(cfg)
+    x, offset = rand(B, L, cfg.d_model), 2
+    out, dout, (dx,) = backprop(lambda t: block.attn(t, offset), x)
+    params = {n.removeprefix("attn."): p.numpy() for n, p in block.named_parameters() if n.startswith("attn.")}
+    scale = cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else None
+    m_out, cache = manual.attention_forward(x, params, cfg.n_heads, cfg.n_kv_heads, cfg.causal,
+                                            cfg.rope_theta if cfg.rope else None, offset, scale)
+    m_dx, g = manual.attention_backward(dout, cache)
+    close(out, m_out), close(dx, m_dx)
+    for n, p in block.attn.named_parameters():
+        if p.grad is not None and n != "k_proj.bias":
+            close(p.grad.numpy(), g[n])
+
+
+# ---------------------------------------------------------------- the four pitfalls, against autograd
+def manual_params(block):
+    return {n: p.numpy() for n, p in block.named_parameters()}
+
+
+def test_pitfall_post_norm_in_place_of_pre_norm_disagrees_with_autograd():
+    cfg = CONFIGS["gqa2"]
+    block, (x, dout) = random_block(cfg), inputs(cfg)
+    out, _, _ = autograd_run(block, x, dout)
+    wrong, _ = pitfalls.post_norm_instead_of_pre_norm(x, manual_params(block), cfg)
+    assert rel_err(out, wrong) > 0.1
+
+
+def test_pitfall_rope_before_head_split_disagrees_with_autograd():
+    cfg = CONFIGS["gqa2"]
+    block, (x, _) = random_block(cfg), inputs(cfg)
+    out = block.attn(tb.tensor(x), 0).numpy()
+    params = {n.removeprefix("attn."): p.numpy() for n, p in block.named_parameters() if n.startswith("attn.")}
+    wrong, _ = pitfalls.rope_before_head_split(x, params, cfg.n_heads, cfg.n_kv_heads, True, cfg.rope_theta, 0)
+    right, _ = manual.attention_forward(x, params, cfg.n_heads, cfg.n_kv_heads, True, cfg.rope_theta, 0)
+    assert rel_err(out, right) <= TOL and rel_err(out, wrong) > 0.01
+
+
+def test_pitfall_dropped_residual_gradient_disagrees_with_autograd():
+    cfg = CONFIGS["gqa2"]
+    block, (x, dout) = random_block(cfg), inputs(cfg)
+    _, dx, _ = autograd_run(block, x, dout)
+    _, cache = manual.block_forward(x, manual_params(block), cfg)
+    wrong_dx, _ = pitfalls.drop_residual_grad(dout, cache)
+    assert rel_err(dx, wrong_dx) > 0.1
+
+
+@pytest.mark.parametrize("name", ["gqa2", "mqa"])
+def test_pitfall_kv_gradient_reshaped_with_d_model_disagrees_with_autograd_under_gqa(name):
+    cfg = CONFIGS[name]
+    block, (x, dout) = random_block(cfg), inputs(cfg)
+    xt = tb.tensor(x, requires_grad=True)
+    block.attn(xt, 0).backward(tb.tensor(dout))
+    params = {n.removeprefix("attn."): p.numpy() for n, p in block.named_parameters() if n.startswith("attn.")}
+    _, cache = manual.attention_forward(x, params, cfg.n_heads, cfg.n_kv_heads, True, cfg.rope_theta, 0)
+    _, wrong = pitfalls.kv_grad_reshaped_with_d_model(dout, cache)
+    for proj in ("k_proj.weight", "v_proj.weight"):
+        autograd = block.attn.k_proj.weight.grad if proj.startswith("k") else block.attn.v_proj.weight.grad
+        assert rel_err(autograd.numpy(), wrong[proj]) > 0.1, proj
