@@ -326,7 +326,7 @@ class Where(Elementwise):
 
     def backward(self, g):
         _, da, db = self.needs_grad
-        zero = g.zeros_like()
+        zero = self.wrap(self.be.constant(0, g.dtype))  # 0-d: the backend broadcasts it for free
         return None, (Where.apply(self.cond, g, zero) if da else None), \
             (Where.apply(self.cond, zero, g) if db else None)
 

@@ -75,7 +75,7 @@ class Attention(Module):
             cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)           # (B, H, L, d_head)
-        scores = q @ k.mT / math.sqrt(d_head)                             # (B, H, L, L)
+        scores = (q / math.sqrt(d_head)) @ k.mT                           # (B, H, L, L): q k^T / sqrt(d_head)
         if cfg.causal:
             scores = scores + causal_mask(L, scores.dtype, x.backend)     # -inf above the diagonal
         out = scores.softmax(axis=-1) @ v                                 # (B, H, L, d_head)
