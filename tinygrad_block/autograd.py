@@ -6,7 +6,7 @@ the graph, only what each Function saved for its backward.
 """
 from __future__ import annotations
 
-from .function import Function, no_grad, phase
+from .function import STATE, Function, no_grad, phase, scope
 
 FREED = ("backward: this graph was already freed by an earlier backward(); call backward(retain_graph=True) "
          "the first time to backpropagate through the same graph again")
@@ -40,8 +40,9 @@ def backward(root, grad, retain_graph: bool = False) -> None:
         return
     order = toposort(root._ctx)
     grads = {root._ctx: grad}
-    with no_grad(), phase("backward"):
+    with no_grad(), phase("backward"), scope(""):
         for fn in order:
+            STATE.scope = fn.scope  # backward ops belong to the module whose forward they differentiate
             g = grads.pop(fn)
             if fn.retained is not None and fn.retained() is not None:
                 _accumulate(fn.retained(), g)

@@ -16,10 +16,12 @@ from contextlib import contextmanager
 
 
 class _State:
-    """What the explicit context managers switch: grad recording, observers, and the phase observers see."""
+    """What the explicit context managers switch: grad recording, observers, and the phase and module scope
+    (e.g. ('block', 'attn', 'q_proj')) that observers see."""
     grad_enabled = True
     observers: tuple = ()
     phase = "forward"
+    scope: tuple = ()
 
 
 STATE = _State()
@@ -53,6 +55,16 @@ def observe(callback):
         yield callback
     finally:
         STATE.observers = prev
+
+
+@contextmanager
+def scope(name: str):
+    """Attribute the ops run inside to module `name`, nested in the current scope (Module.__call__ uses it)."""
+    prev, STATE.scope = STATE.scope, STATE.scope + (name,)
+    try:
+        yield
+    finally:
+        STATE.scope = prev
 
 
 @contextmanager
@@ -103,7 +115,7 @@ class Function:
         data = fn.forward(*inputs, **params)
         out = Tensor._make(data, fn.be)  # fn.be: Transfer's forward switches it to the target device
         if True in needs and data.dtype.kind == "f":
-            out._requires_grad, out._ctx = True, fn
+            out._requires_grad, out._ctx, fn.scope = True, fn, STATE.scope
             fn.edges = tuple([t._ctx or (t if t._requires_grad else None) for t in inputs])
         for observer in STATE.observers:
             observer(fn, inputs, out, STATE.phase)
@@ -112,6 +124,11 @@ class Function:
     def saved(self):
         """The tensors this op keeps alive for its backward."""
         return [v for v in vars(self).values() if isinstance(v, Tensor)]
+
+    def saved_activations(self):
+        """The saved tensors that are activations: results of recorded ops, and this op's own output (`out`);
+        not parameters, inputs or constants."""
+        return [v for k, v in vars(self).items() if isinstance(v, Tensor) and (v._ctx is not None or k == "out")]
 
     def release(self):
         """Drop saved tensors and graph edges once backward has used them."""

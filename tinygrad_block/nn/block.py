@@ -45,6 +45,8 @@ class TransformerBlock(Module):
     Parallel (GPT-NeoX style):               out = x + attn(norm1(x)) + ffn(norm2(x)).
     With LoRA (cfg.lora_rank > 0) every base parameter is frozen: only the adapters' A and B train."""
 
+    scope_name = "block"
+
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
         self.norm1 = self._norm(cfg, dtype, device)

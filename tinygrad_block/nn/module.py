@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..backend import Generator, as_dtype
+from ..function import scope
 from ..tensor import Tensor, randn
 
 
@@ -27,8 +28,19 @@ class Module:
     """Parameters and submodules are found by walking attributes in the order they were set; lists of
     modules are named by index (`layers.0.attn`)."""
 
+    scope_name = ""  # set by the parent to the attribute name ('attn', 'layers.3'); roots name themselves
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            value.scope_name = name
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
+            for i, v in enumerate(value):
+                v.scope_name = f"{name}.{i}"
+        object.__setattr__(self, name, value)
+
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        with scope(self.scope_name or type(self).__name__.lower()):   # FLOPs and graphs know the module
+            return self.forward(*args, **kwargs)
 
     def named_children(self):
         for name, value in vars(self).items():
