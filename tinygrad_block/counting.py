@@ -76,6 +76,7 @@ class SavedBytes:
         self.bytes: Counter = Counter()
         self._root: dict = {}       # id(view data) -> (id(buffer data), buffer bytes, buffer is a leaf)
         self._seen: set = set()
+        self._alive: list = []      # arrays whose ids are keys above: kept alive so no new array reuses an id
 
     def _buffer(self, t):
         return self._root.get(id(t.data), (id(t.data), t.nbytes, t._ctx is None))
@@ -85,12 +86,14 @@ class SavedBytes:
             return
         if fn.name in VIEWS:
             self._root[id(out.data)] = self._buffer(inputs[0])
+            self._alive += [out.data, inputs[0].data]
         if out._ctx is not fn:
             return
         for t in fn.saved_activations():
             key, nbytes, leaf = self._buffer(t)
             if key not in self._seen and not (leaf and t._ctx is not None):
                 self._seen.add(key)
+                self._alive.append(t.data)
                 self.bytes[".".join(STATE.scope)] += nbytes
 
     def total(self, scope: str = "") -> int:

@@ -17,6 +17,7 @@ import weakref
 from . import autograd
 from .backend import (Generator, as_dtype, float16, float32, float64, get_backend, int64, is_float, names_a_dtype,
                       scalar_fits)
+from .function import no_grad
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum, Mul,
                        Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sum, Transfer, Where)
 
@@ -393,15 +394,20 @@ class Tensor:
         """log sum e^x = m + log sum e^(x - m) with m = max x (held constant: the result does not depend
         on m), so logits of +-1e4 neither overflow nor underflow"""
         _axes(axis, self.ndim, "logsumexp")
-        m = self.max(axis, keepdims=True).detach()
+        m = self._row_max(axis)
         out = (self - m).exp().sum(axis, keepdims=True).log() + m
         return out if keepdims else out.squeeze(axis)
+
+    def _row_max(self, axis) -> Tensor:
+        """max over `axis` (keepdims) as a constant: softmax and logsumexp do not depend on it, so no graph"""
+        with no_grad():
+            return self.max(axis, keepdims=True)
 
     @_torch_names
     def softmax(self, axis=-1) -> Tensor:
         """e^(x - max) / sum e^(x - max)"""
         _axes(axis, self.ndim, "softmax")
-        e = (self - self.max(axis, keepdims=True).detach()).exp()
+        e = (self - self._row_max(axis)).exp()
         return e / e.sum(axis, keepdims=True)
 
     @_torch_names
@@ -409,7 +415,7 @@ class Tensor:
         """x - logsumexp(x), computed as (x - m) - log sum e^(x - m) with m = max x: subtracting first keeps
         float32 exact where x and logsumexp(x) are both large (logits of 1e4)"""
         _axes(axis, self.ndim, "log_softmax")
-        shifted = self - self.max(axis, keepdims=True).detach()
+        shifted = self - self._row_max(axis)
         return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
     def cross_entropy(self, target, reduction: str = "mean") -> Tensor:
