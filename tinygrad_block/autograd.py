@@ -6,7 +6,7 @@ the graph, only what each Function saved for its backward.
 """
 from __future__ import annotations
 
-from .function import STATE, Function, no_grad, phase, scope
+from .function import STATE, Function, no_grad, phase
 
 FREED = ("backward: this graph was already freed by an earlier backward(); call backward(retain_graph=True) "
          "the first time to backpropagate through the same graph again")
@@ -40,22 +40,37 @@ def backward(root, grad, retain_graph: bool = False) -> None:
         return
     order = toposort(root._ctx)
     grads = {root._ctx: grad}
-    with no_grad(), phase("backward"), scope(""):
-        for fn in order:
-            STATE.scope = fn.scope  # backward ops belong to the module whose forward they differentiate
-            g = grads.pop(fn)
-            if fn.retained is not None and fn.retained() is not None:
-                _accumulate(fn.retained(), g)
-            for edge, eg in zip(fn.edges, fn.backward(g)):
-                if edge is None or eg is None:
-                    continue
-                if isinstance(edge, Function):
-                    grads[edge] = eg if edge not in grads else grads[edge] + eg
-                else:
-                    _accumulate(edge, eg)
-            if not retain_graph:
-                fn.release()
+    outer = STATE.scope, STATE.origin
+    try:
+        with no_grad(), phase("backward"):
+            for fn in order:
+                # the ops of this backward belong to the module, and the op, whose forward they differentiate
+                STATE.scope, STATE.origin = fn.scope, fn.name
+                g = grads.pop(fn)
+                if fn.retained is not None and fn.retained() is not None:
+                    _accumulate(fn.retained(), g)
+                for edge, eg in zip(fn.edges, fn.backward(g)):
+                    if edge is None or eg is None:
+                        continue
+                    if isinstance(edge, Function):
+                        grads[edge] = eg if edge not in grads else _sum_paths(grads[edge], eg, edge.scope)
+                    else:
+                        _accumulate(edge, eg)
+                if not retain_graph:
+                    fn.release()
+    finally:
+        STATE.scope, STATE.origin = outer
+
+
+def _sum_paths(a, b, scope: tuple = ()):
+    """A tensor that fed several ops receives the sum of their gradients: where the paths meet (counted and
+    drawn in the scope of the op that made the tensor, e.g. a residual add)."""
+    prev, (STATE.origin, STATE.scope) = (STATE.origin, STATE.scope), ("accumulate", scope)
+    try:
+        return a + b
+    finally:
+        STATE.origin, STATE.scope = prev
 
 
 def _accumulate(t, g) -> None:
-    t.grad = g if t.grad is None else t.grad + g
+    t.grad = g if t.grad is None else _sum_paths(t.grad, g)

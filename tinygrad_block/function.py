@@ -22,6 +22,7 @@ class _State:
     observers: tuple = ()
     phase = "forward"
     scope: tuple = ()
+    origin = ""  # in backward: the forward op being differentiated ('accumulate' where gradients sum)
 
 
 STATE = _State()

@@ -1,0 +1,135 @@
+"""Computation graphs drawn from the real computation: every primitive call, forward and backward, recorded at
+the choke point with its module scope, then emitted as DOT at any depth and rendered with graphviz.
+
+    with record_graph(block) as g:
+        block(x).backward(dout)
+    g.to_dot(depth=1)                  # norm1 -> attn -> (+) -> norm2 -> ffn -> (+), the residual highway straight
+    g.render("block.svg", depth=2)     # attention and FFN opened into their projections
+    g.render("grads.svg", backward=True)
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .function import STATE, observe
+
+
+@dataclass
+class Node:
+    """A primitive call ('op') or a tensor that no recorded op made ('param', 'input', 'const')."""
+    kind: str
+    label: str                      # op name, parameter name, or 'input' / 'const'
+    shape: tuple
+    dtype: str
+    scope: tuple = ()
+    phase: str = "forward"
+    origin: str = ""                # backward ops: the forward op they differentiate
+    flops: int = 0
+    inputs: list = field(default_factory=list)    # node indices
+    tensor: object = None           # the output, for value summaries (kept alive while recording)
+
+
+class Graph:
+    """The recorded computation. Observer of every primitive call while `record_graph` is active."""
+
+    def __init__(self, names: dict | None = None):
+        self.nodes: list[Node] = []
+        self._made_by: dict = {}                  # id(array) -> node index
+        self._names = names or {}                 # id(array) -> (kind, name, scope): params, buffers, inputs
+        self._alive: list = []                    # arrays whose ids are keys above
+
+    def _node_of(self, t, phase: str) -> int:
+        """The node of an op's input; a tensor no recorded op made becomes a source node: a named parameter,
+        buffer or input; the gradient backward() starts from; an input that requires grad; or a constant
+        made inside the module that uses it (an arange, a mask), which belongs to that module's scope."""
+        key = id(t.data)
+        if key not in self._made_by:
+            kind, name, scope = self._names.get(key, (None, None, ()))
+            if kind is None and phase == "backward" and t.ndim:
+                kind, name = "input", "∂ output"
+            elif kind is None:
+                kind, name, scope = ("input", "input", ()) if t.requires_grad else ("const", "const", STATE.scope)
+            self.nodes.append(Node(kind, name, t.shape, str(t.dtype), scope, phase, tensor=t))
+            self._made_by[key] = len(self.nodes) - 1
+            self._alive.append(t.data)
+        return self._made_by[key]
+
+    def __call__(self, fn, inputs, out, phase):
+        ins = [self._node_of(t, phase) for t in inputs]
+        flops = fn.flops(out.shape, *[t.shape for t in inputs])
+        origin = STATE.origin if phase == "backward" else ""
+        self.nodes.append(Node("op", fn.name, out.shape, str(out.dtype), STATE.scope, phase, origin, flops, ins, out))
+        self._made_by[id(out.data)] = len(self.nodes) - 1
+        self._alive.append(out.data)
+
+    def ops(self, phase: str | None = None) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.kind == "op" and (phase is None or n.phase == phase)]
+
+    def grad_of(self, t) -> int | None:
+        """The node that made a tensor (e.g. a parameter's .grad), if it was recorded."""
+        return self._made_by.get(id(t.data)) if t is not None else None
+
+    def to_dot(self, depth: int | None = None, *, backward: bool = False, values: bool = False,
+               title: str | None = None) -> str:
+        """DOT text: the forward graph, or with `backward=True` the gradient flow. Scopes deeper than `depth`
+        below the root collapse into one box each (None: every primitive). Deterministic."""
+        from .graph_dot import emit
+        return emit(self, depth, "backward" if backward else "forward", values, title)
+
+    def render(self, path, depth: int | None = None, *, backward: bool = False, values: bool = False,
+               title: str | None = None) -> Path:
+        """Write the graph as svg, png or pdf (from the path's extension) with graphviz's `dot`."""
+        return render(self.to_dot(depth, backward=backward, values=values, title=title), path)
+
+
+def _names(module, root: str, inputs) -> dict:
+    """id(array) -> (kind, dotted name, scope) for a module's parameters and tensor buffers (e.g. RoPE tables),
+    and for the given inputs."""
+    from .nn.module import Module, Parameter
+    from .tensor import Tensor
+    names = {}
+    for prefix, m in module.named_modules():
+        scope = tuple(filter(None, (root, *prefix.split(".")))) if prefix else (root,)
+        for attr, value in vars(m).items():
+            if isinstance(value, Tensor) and not isinstance(value, Module):
+                kind = "param" if isinstance(value, Parameter) else "const"
+                names[id(value.data)] = (kind, ".".join((*scope, attr)), scope)
+    for i, t in enumerate(inputs):
+        names[id(t.data)] = ("input", "input" if len(inputs) == 1 else f"input {i}", ())
+    return names
+
+
+@contextmanager
+def record_graph(module=None, *inputs):
+    """Record every primitive call run inside (forward and backward) into a Graph; parameters and buffers of
+    `module` are named (block.attn.q_proj.weight), and so are the `inputs` given."""
+    root = (module.scope_name or type(module).__name__.lower()) if module is not None else ""
+    graph = Graph(_names(module, root, inputs) if module is not None else None)
+    with observe(graph):
+        yield graph
+
+
+FORMATS = ("svg", "png", "pdf")
+
+
+def render(dot: str, path, format: str | None = None) -> Path:
+    """Render DOT text to `path` (svg, png or pdf, from the extension unless `format` is given)."""
+    path = Path(path)
+    fmt = format or path.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"render: unsupported format {fmt!r} for {path}; expected one of {', '.join(FORMATS)}")
+    try:
+        import graphviz
+    except ImportError:
+        raise RuntimeError("render: the graphviz Python package is missing; install the 'viz' extra: "
+                           "pip install 'tinygrad_block[viz]'") from None
+    try:
+        data = graphviz.Source(dot).pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        raise RuntimeError("render: graphviz's `dot` program was not found on PATH; install it "
+                           "(Debian/Ubuntu: apt-get install graphviz)") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
