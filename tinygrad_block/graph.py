@@ -34,7 +34,8 @@ class Node:
 class Graph:
     """The recorded computation. Observer of every primitive call while `record_graph` is active."""
 
-    def __init__(self, names: dict | None = None):
+    def __init__(self, names: dict | None = None, retain_grads: bool = False):
+        self.retain_grads = retain_grads
         self.nodes: list[Node] = []
         self._made_by: dict = {}                  # id(array) -> node index
         self._names = names or {}                 # id(array) -> (kind, name, scope): params, buffers, inputs
@@ -63,6 +64,8 @@ class Graph:
         self.nodes.append(Node("op", fn.name, out.shape, str(out.dtype), STATE.scope, phase, origin, flops, ins, out))
         self._made_by[id(out.data)] = len(self.nodes) - 1
         self._alive.append(out.data)
+        if self.retain_grads and phase == "forward" and out.requires_grad:
+            out.retain_grad()
 
     def ops(self, phase: str | None = None) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.kind == "op" and (phase is None or n.phase == phase)]
@@ -102,11 +105,12 @@ def _names(module, root: str, inputs) -> dict:
 
 
 @contextmanager
-def record_graph(module=None, *inputs):
+def record_graph(module=None, *inputs, retain_grads: bool = False):
     """Record every primitive call run inside (forward and backward) into a Graph; parameters and buffers of
-    `module` are named (block.attn.q_proj.weight), and so are the `inputs` given."""
+    `module` are named (block.attn.q_proj.weight), and so are the `inputs` given. With `retain_grads`, every
+    intermediate keeps its gradient, for `to_dot(values=True)` summaries after backward."""
     root = (module.scope_name or type(module).__name__.lower()) if module is not None else ""
-    graph = Graph(_names(module, root, inputs) if module is not None else None)
+    graph = Graph(_names(module, root, inputs) if module is not None else None, retain_grads)
     with observe(graph):
         yield graph
 

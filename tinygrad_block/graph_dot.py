@@ -34,12 +34,17 @@ def _summary(t) -> str:
     """mean and std of a tensor's values (and of its .grad), if it has values."""
     if t is None or t.device == "meta":
         return ""
-    v = t.numpy()
-    text = f"\\nvalue mean {v.mean():.3g} std {v.std():.3g}" if v.size else ""
+    v = t.numpy().astype("float64")
+    text = f"\\nvalue mean {_finite(v).mean():.3g} std {_finite(v).std():.3g}" if v.size else ""
     if t.grad is not None and t.grad.device != "meta":
         gv = t.grad.numpy()
         text += f"\\ngrad mean {gv.mean():.3g} std {gv.std():.3g}"
     return text
+
+
+def _finite(v):
+    """The finite entries (masked attention scores hold -inf)."""
+    return v[(v == v) & (abs(v) != float("inf"))]
 
 
 class _Emitter:
@@ -74,18 +79,17 @@ class _Emitter:
 
     def op_label(self, i) -> tuple[str, str]:
         n = self.g.nodes[i]
-        scalars = [self.g.nodes[j] for j in n.inputs if self.g.nodes[j].kind == "const" and not self.g.nodes[j].shape]
+        summary = _summary(n.tensor) if self.values else ""
+        if n.phase == "backward" and n.origin == "accumulate":
+            return "+\\npaths meet" + summary, "accumulate"
+        if n.phase == "forward" and n.label == "add" and len(n.scope) == 1:
+            return f"+\\nresidual\\n{_shape(n.shape)}" + summary, "residual"
+        scalars = [j for j in n.inputs if self.g.nodes[j].kind == "const" and not self.g.nodes[j].shape]
         extra = " (with a scalar)" if scalars else ""
-        style = "op"
         if n.phase == "backward":
-            if n.origin == "accumulate":
-                return "+\\npaths meet", "accumulate"
             extra += f"\\nbackward of {n.origin}" + (": copies add up" if n.origin == "expand" else "")
-        elif n.label == "add" and len(n.scope) == 1:
-            return f"+\\nresidual\\n{_shape(n.shape)}", "residual"
         flops = f"\\n{n.flops:,} FLOPs" if n.flops else ""
-        return f"{n.label}{extra}\\n{_shape(n.shape)} {n.dtype}{flops}" + (
-            _summary(n.tensor) if self.values else ""), style
+        return f"{n.label}{extra}\\n{_shape(n.shape)} {n.dtype}{flops}" + summary, "op"
 
     def node_line(self, key) -> str:
         name = self.name(key)
