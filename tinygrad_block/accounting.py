@@ -1,0 +1,370 @@
+"""Closed-form accounting for a block and the LM around it: parameters, FLOPs (exactly what `count_flops`
+measures, forward and backward, matmuls alone or every op), and the curriculum's back-of-envelope rules
+(2N per token, 6N per trained token, Chinchilla's 20 tokens per parameter, KV cache, training memory).
+
+Names: d_model, n_heads, n_kv_heads, d_head, d_ff, vocab V; B sequences of L tokens, N = B*L token rows;
+T = B*n_heads*L*L attention scores and R = B*n_heads*L score rows. Python ints throughout: nothing overflows.
+"""
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+from typing import NamedTuple
+
+from .nn.config import BlockConfig
+
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+FFN = ("gate_proj", "up_proj", "down_proj")
+
+
+# ---------------------------------------------------------------- parameters
+def _shapes(cfg: BlockConfig) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each projection of a block, in the order the block builds them."""
+    d, d_kv, d_ff = cfg.d_model, cfg.n_kv_heads * cfg.d_head, cfg.d_ff
+    shapes = {"q_proj": (d, d), "k_proj": (d, d_kv), "v_proj": (d, d_kv), "o_proj": (d, d)}
+    if cfg.ffn == "swiglu":
+        shapes["gate_proj"] = (d, d_ff)
+    return shapes | {"up_proj": (d, d_ff), "down_proj": (d_ff, d)}
+
+
+def _rank(cfg: BlockConfig, name: str) -> int:
+    """LoRA rank of projection `name` (0: no adapter)."""
+    return cfg.lora_rank if name in cfg.lora_targets else 0
+
+
+def _projection_params(cfg: BlockConfig, names: tuple) -> int:
+    """Weights, biases and LoRA adapters of the projections `names`:  sum of d_in*d_out (+ d_out) (+ r*(d_in+d_out))."""
+    shapes = _shapes(cfg)
+    return sum(i * o + cfg.bias * o + _rank(cfg, n) * (i + o) for n, (i, o) in shapes.items() if n in names)
+
+
+def _norm_params(cfg: BlockConfig) -> int:
+    """One norm: a gain of d_model, plus a shift of d_model for LayerNorm with biases."""
+    return cfg.d_model * (1 + (cfg.norm == "layer" and cfg.bias))
+
+
+def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
+    """Rows W_Q, W_K, W_V, W_O, [W_gate], W_up, W_down, [biases], norms, [lora]; they sum to params_per_block.
+
+    Llama: W_Q = W_O = d_model^2, W_K = W_V = d_model * n_kv_heads * d_head, each FFN matrix d_model * d_ff,
+    norms 2 d_model. LoRA of rank r adds r * (d_in + d_out) per targeted projection."""
+    label = {"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "o_proj": "W_O", "gate_proj": "W_gate",
+             "up_proj": "W_up", "down_proj": "W_down"}
+    shapes = _shapes(cfg)
+    rows = {label[n]: i * o for n, (i, o) in shapes.items()}
+    if cfg.bias:
+        rows["biases"] = sum(o for _, o in shapes.values())
+    rows["norms"] = 2 * _norm_params(cfg)
+    if cfg.lora_rank:
+        rows["lora"] = sum(_rank(cfg, n) * (i + o) for n, (i, o) in shapes.items())
+    return rows
+
+
+def params_per_block(cfg: BlockConfig) -> int:
+    """Llama family: 2 d_model^2 + 2 d_model n_kv_heads d_head + 3 d_model d_ff + 2 d_model; GPT-2 and BERT
+    add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d."""
+    return sum(block_param_breakdown(cfg).values())
+
+
+def model_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
+    """embedding V*d_model, [position_embedding max_seq_len*d_model without RoPE], blocks, final_norm and
+    lm_head (V*d_model; 0 when tied to the embedding)."""
+    d = cfg.d_model
+    rows = {"embedding": cfg.vocab_size * d}
+    if not cfg.rope:
+        rows["position_embedding"] = cfg.max_seq_len * d
+    rows |= {"blocks": cfg.n_layers * params_per_block(cfg), "final_norm": _norm_params(cfg),
+             "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * d}
+    return rows
+
+
+def total_params(cfg: BlockConfig) -> int:
+    """Everything nn.LM(cfg) holds: the sum of model_param_breakdown (equals LM.num_parameters())."""
+    return sum(model_param_breakdown(cfg).values())
+
+
+class Shares(NamedTuple):
+    """(attention, ffn) fractions; a plain tuple that also reads as .attention and .ffn."""
+    attention: float
+    ffn: float
+
+
+def attention_ffn_shares(cfg: BlockConfig) -> Shares:
+    """(attention, ffn): the fractions of a block's parameters in Q, K, V, O and in the FFN (biases and LoRA
+    adapters go with their projection; the norms' small rest makes the two sum to just under 1)."""
+    total = params_per_block(cfg)
+    return Shares(_projection_params(cfg, ATTENTION) / total, _projection_params(cfg, FFN) / total)
+
+
+# ---------------------------------------------------------------- FLOPs: the pieces
+@dataclass(frozen=True)
+class Cost:
+    """FLOPs of one piece of the graph: forward and backward, matmuls and every other op (elementwise,
+    reductions, scatter-adds), by the rules of function.py."""
+    fwd_matmul: int = 0
+    fwd_other: int = 0
+    bwd_matmul: int = 0
+    bwd_other: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def __mul__(self, n: int) -> Cost:
+        return Cost(*(a * n for a in astuple(self)))
+
+    def forward(self, matmul_only: bool) -> int:
+        return self.fwd_matmul + (0 if matmul_only else self.fwd_other)
+
+    def backward(self, matmul_only: bool) -> int:
+        return self.bwd_matmul + (0 if matmul_only else self.bwd_other)
+
+
+def _matmul(M: int, K: int, N: int, *, da: bool, db: bool) -> Cost:
+    """(M, K) @ (K, N): 2 M K N forward; backward dA = g B^T and dB = A^T g, 2 M K N each, where wanted."""
+    return Cost(fwd_matmul=2 * M * K * N, bwd_matmul=2 * M * K * N * (da + db))
+
+
+def _fan_out(size: int, uses: int, wanted: bool) -> Cost:
+    """A tensor read by `uses` ops gets `uses` gradients in backward: (uses - 1) * size adds, if it wants one."""
+    return Cost(bwd_other=(uses - 1) * size if wanted else 0)
+
+
+def _linear(N: int, d_in: int, d_out: int, *, dx: bool, train: bool, bias: bool, rank: int) -> tuple[Cost, bool]:
+    """y = x W^T (+ b) (+ s (x A^T) B^T) on N rows: the matmuls; the bias add (N d_out) and its gradient, a sum
+    over the rows (N d_out - d_out); LoRA's scale and add (2 N d_out), the scale's backward (N d_out) and x
+    read twice. `dx`: x wants a gradient; `train`: W and b do. Returns the cost and whether y wants one."""
+    cost = _matmul(N, d_in, d_out, da=dx, db=train)
+    if bias:
+        cost += Cost(fwd_other=N * d_out, bwd_other=N * d_out - d_out if train else 0)
+    if rank:
+        cost += _matmul(N, d_in, rank, da=dx, db=True) + _matmul(N, rank, d_out, da=True, db=True)
+        cost += Cost(fwd_other=2 * N * d_out, bwd_other=N * d_out) + _fan_out(N * d_in, 2, dx)
+    return cost, dx or train or bool(rank)
+
+
+def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bool]:
+    d_in, d_out = _shapes(cfg)[name]
+    return _linear(N, d_in, d_out, dx=dx, train=not cfg.lora_rank, bias=cfg.bias, rank=_rank(cfg, name))
+
+
+def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, bool]:
+    """RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward 4 N d + 3 N (x*x, sum, /d, +eps, sqrt, 1/, two muls);
+    backward 8 N d + 5 N to x (x read three times), 2 N d - d to g.
+    LayerNorm  (x - mean) * rsqrt(mean(c*c) + eps) * g (+ b):  forward 7 N d + 3 N (+ N d); backward
+    11 N d + 5 N to x, 2 N d - d to g (and N d - d to b). Subtraction is a Neg and an Add (2 per element)."""
+    d = cfg.d_model
+    if cfg.norm == "rms":
+        fwd, to_x, to_params = 4 * N * d + 3 * N, 8 * N * d + 5 * N, 2 * N * d - d
+    else:
+        fwd, to_x, to_params = 7 * N * d + 3 * N, 11 * N * d + 5 * N, 2 * N * d - d
+        if cfg.bias:
+            fwd, to_params = fwd + N * d, to_params + N * d - d
+    return Cost(fwd_other=fwd, bwd_other=to_x * dx + to_params * train), dx or train
+
+
+def _rope(size: int, wanted: bool) -> Cost:
+    """x cos + rotate_half(x) sin on `size` elements: Neg of half, two Muls, an Add: 3.5 per element forward;
+    backward g cos, g sin, -g on half, and x read three times (two slices and the Mul): 4.5 per element."""
+    return Cost(fwd_other=7 * size // 2, bwd_other=9 * size // 2 if wanted else 0)
+
+
+def _softmax(T: int, R: int, wanted: bool) -> Cost:
+    """e = exp(s - max s); e / sum e over rows: max T - R, Neg and Add T each, exp T, sum T - R, div T
+    forward (6 T - 2 R; the max is held constant); backward 8 T - R: div 5 T (g/b, and -(g a)/(b b)), sum
+    back T - R, e read twice T, exp T."""
+    return Cost(fwd_other=6 * T - 2 * R, bwd_other=8 * T - R if wanted else 0)
+
+
+def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
+    """Projections; RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model); GQA's expand of k
+    and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores q k^T and
+    weights @ v (2 B n_heads L^2 d_head each); the causal mask (built per call: a compare and a where on
+    L x L, then added: 2 L^2 + T); softmax; o_proj. x feeds q, k and v."""
+    N, d, H, d_head = B * L, cfg.d_model, cfg.n_heads, cfg.d_head
+    T, R, d_kv = B * H * L * L, B * H * L, cfg.n_kv_heads * d_head
+    q, q_grad = _projection(cfg, "q_proj", N, dx)
+    k, k_grad = _projection(cfg, "k_proj", N, dx)
+    v, v_grad = _projection(cfg, "v_proj", N, dx)
+    cost = q + k + v + _fan_out(N * d, 3, dx)
+    if cfg.rope:
+        cost += _rope(N * d, q_grad) + _rope(N * d_kv, k_grad)
+    cost += Cost(fwd_other=N * d, bwd_other=N * d if q_grad else 0)                       # q / sqrt(d_head)
+    repeat = B * L * d_head * (H - cfg.n_kv_heads)
+    cost += Cost(bwd_other=repeat * k_grad + repeat * v_grad)                             # GQA expand
+    cost += _matmul(B * H * L, d_head, L, da=q_grad, db=k_grad)                           # q k^T
+    scores_grad = q_grad or k_grad
+    if cfg.causal:
+        cost += Cost(fwd_other=2 * L * L + T)
+    cost += _softmax(T, R, scores_grad) + _matmul(B * H * L, L, d_head, da=scores_grad, db=v_grad)
+    o, o_grad = _projection(cfg, "o_proj", N, scores_grad or v_grad)
+    return cost + o, o_grad
+
+
+def _activation(kind: str, n: int, wanted: bool) -> Cost:
+    """An FFN activation on n elements. sigmoid, stable (compare, neg, where, exp, where, add, div): 7n
+    forward, 12n backward. SiLU x*sigmoid(x): 8n / 15n. ReLU where(x > 0, x, 0): 2n / n. GELU
+    x*0.5*(erf(x/sqrt 2) + 1): 5n / 10n. GELU-tanh x*0.5*(tanh(c (x + 0.044715 x^3)) + 1) with
+    tanh z = 2 sigmoid(2z) - 1: 18n + 1 forward (the 1: negating the 0-d constant 1.0), 27n backward."""
+    fwd, bwd = {"swiglu": (8 * n, 15 * n), "relu": (2 * n, n), "gelu": (5 * n, 10 * n),
+                "gelu_tanh": (18 * n + 1, 27 * n)}[kind]
+    return Cost(fwd_other=fwd, bwd_other=bwd if wanted else 0)
+
+
+def _ffn(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
+    """SwiGLU down(silu(gate(x)) * up(x)): x feeds gate and up; the product is N d_ff forward and N d_ff
+    per wanted factor backward. MLP down(act(up(x)))."""
+    n = N * cfg.d_ff
+    up, up_grad = _projection(cfg, "up_proj", N, dx)
+    if cfg.ffn == "swiglu":
+        gate, gate_grad = _projection(cfg, "gate_proj", N, dx)
+        cost = gate + up + _fan_out(N * cfg.d_model, 2, dx) + _activation("swiglu", n, gate_grad)
+        cost += Cost(fwd_other=n, bwd_other=n * gate_grad + n * up_grad)
+        hidden_grad = gate_grad or up_grad
+    else:
+        cost, hidden_grad = up + _activation(cfg.ffn, n, up_grad), up_grad
+    down, out_grad = _projection(cfg, "down_proj", N, hidden_grad)
+    return cost + down, out_grad
+
+
+def _block(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
+    """One TransformerBlock: two residual adds (2 N d_model) and the gradient adds where the stream forks.
+    Under LoRA every base weight and norm gain is frozen."""
+    N, d, train = B * L, cfg.d_model, not cfg.lora_rank
+    residuals = Cost(fwd_other=2 * N * d)
+    if cfg.parallel:                              # x + attn(norm1(x)) + ffn(norm2(x))
+        n1, n1_grad = _norm(cfg, N, dx=dx, train=train)
+        attn, attn_grad = _attention(cfg, B, L, n1_grad)
+        n2, n2_grad = _norm(cfg, N, dx=dx, train=train)
+        ffn, ffn_grad = _ffn(cfg, N, n2_grad)
+        return residuals + _fan_out(N * d, 3, dx) + n1 + attn + n2 + ffn, dx or attn_grad or ffn_grad
+    if cfg.norm_position == "post":               # h = norm1(x + attn(x)); norm2(h + ffn(h))
+        attn, attn_grad = _attention(cfg, B, L, dx)
+        n1, h_grad = _norm(cfg, N, dx=dx or attn_grad, train=train)
+        ffn, ffn_grad = _ffn(cfg, N, h_grad)
+        n2, out_grad = _norm(cfg, N, dx=h_grad or ffn_grad, train=train)
+        return residuals + _fan_out(N * d, 2, dx) + _fan_out(N * d, 2, h_grad) + attn + n1 + ffn + n2, out_grad
+    n1, n1_grad = _norm(cfg, N, dx=dx, train=train)   # h = x + attn(norm1(x)); h + ffn(norm2(h))
+    attn, attn_grad = _attention(cfg, B, L, n1_grad)
+    h_grad = dx or attn_grad
+    n2, n2_grad = _norm(cfg, N, dx=h_grad, train=train)
+    ffn, ffn_grad = _ffn(cfg, N, n2_grad)
+    return residuals + _fan_out(N * d, 2, dx) + _fan_out(N * d, 2, h_grad) + n1 + attn + n2 + ffn, h_grad or ffn_grad
+
+
+def _model(cfg: BlockConfig, B: int, L: int) -> Cost:
+    """nn.LM: the embedding gather (0; backward scatter-adds N d_model); without RoPE, + position embeddings
+    (N d forward; backward sums over the batch, (B - 1) L d, and scatter-adds L d); n_layers blocks; the final
+    norm; the head, 2 N d_model V each way. A tied head's gradient adds into the embedding's (V d_model)."""
+    N, d, V = B * L, cfg.d_model, cfg.vocab_size
+    cost = Cost(bwd_other=N * d)
+    if not cfg.rope:
+        cost += Cost(fwd_other=N * d, bwd_other=(B - 1) * L * d + L * d)
+    cost += _block(cfg, B, L, True)[0] * cfg.n_layers + _norm(cfg, N, dx=True, train=True)[0]
+    cost += _matmul(N, d, V, da=True, db=True)
+    if cfg.tie_embeddings:
+        cost += Cost(bwd_other=V * d)
+    return cost
+
+
+# ---------------------------------------------------------------- FLOPs: the public counts
+def block_forward_flops(cfg: BlockConfig, seq_len: int, batch: int = 1, *, matmul_only: bool = True) -> int:
+    """FLOPs count_flops measures for one TransformerBlock forward on x (batch, seq_len, d_model).
+    Matmuls: 2 B L (matmul weights, LoRA adapters included) + 4 B n_heads L^2 d_head."""
+    return _block(cfg, batch, seq_len, True)[0].forward(matmul_only)
+
+
+def block_backward_flops(cfg: BlockConfig, seq_len: int, batch: int = 1, *, matmul_only: bool = True,
+                         input_requires_grad: bool = True) -> int:
+    """FLOPs count_flops measures for one block's backward from a gradient on its output. Matmuls: twice the
+    forward, less the dX matmuls nobody needs (input without grad, post-norm: q, k, v read x directly) and the
+    dW of frozen weights (LoRA). 0 when nothing in the block wants a gradient."""
+    cost, out_grad = _block(cfg, batch, seq_len, input_requires_grad)
+    return cost.backward(matmul_only) if out_grad else 0
+
+
+def model_forward_flops(cfg: BlockConfig, seq_len: int, batch: int = 1, *, matmul_only: bool = True) -> int:
+    """FLOPs count_flops measures for nn.LM(cfg) on ids (batch, seq_len): blocks, final norm, the head's
+    2 B L d_model V (position-embedding add without RoPE; the gather costs 0)."""
+    return _model(cfg, batch, seq_len).forward(matmul_only)
+
+
+def model_backward_flops(cfg: BlockConfig, seq_len: int, batch: int = 1, *, matmul_only: bool = True) -> int:
+    """FLOPs count_flops measures for nn.LM's backward from a gradient on the logits, embeddings trained."""
+    return _model(cfg, batch, seq_len).backward(matmul_only)
+
+
+def flops_per_token(cfg: BlockConfig, seq_len: int) -> dict[str, int]:
+    """Forward FLOPs per block per token: 'static' = 2 x the block's matmul parameters (weights and LoRA
+    adapters), 'attention' = 4 seq_len n_heads d_head (scores and weights @ V over a context of seq_len;
+    4 seq_len d_model for the usual d_model = n_heads d_head), 'total'. B L 'total' = the forward matmuls."""
+    static = 2 * sum(i * o + _rank(cfg, n) * (i + o) for n, (i, o) in _shapes(cfg).items())
+    attention = 4 * seq_len * cfg.n_heads * cfg.d_head
+    return {"static": static, "attention": attention, "total": static + attention}
+
+
+# ---------------------------------------------------------------- compute rules of thumb
+def training_flops(n_params: int, tokens: int) -> int:
+    """The 6N rule: 6 N D (2 N forward + 4 N backward per token)."""
+    return 6 * int(n_params) * int(tokens)
+
+
+def chinchilla_tokens(n_params: int) -> int:
+    """Compute-optimal data for N parameters (Hoffmann et al. 2022): D = 20 N."""
+    return 20 * int(n_params)
+
+
+def training_days(total_flops: float, n_gpus: int, peak_flops_per_gpu: float, utilization: float) -> float:
+    """Wall-clock days = FLOPs / (n_gpus * peak * utilization * 86400 s)."""
+    return total_flops / (n_gpus * peak_flops_per_gpu * utilization * 86400)
+
+
+def inference_tokens_per_second(n_params: int, peak_flops: float, utilization: float = 1.0) -> float:
+    """Upper bound for one accelerator: peak * utilization / 2N (2N FLOPs per token; attention and memory
+    bandwidth ignored)."""
+    return peak_flops * utilization / (2 * n_params)
+
+
+# ---------------------------------------------------------------- memory
+def kv_cache_bytes(cfg: BlockConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2) -> int:
+    """K and V of every layer: 2 n_layers B L n_kv_heads d_head bytes_per_element."""
+    return 2 * cfg.n_layers * batch * seq_len * cfg.n_kv_heads * cfg.d_head * bytes_per_element
+
+
+def activation_bytes_per_token_per_layer(cfg: BlockConfig, bytes_per_element: int = 2) -> int:
+    """The curriculum's estimate (002, "Memory accounting"), with FlashAttention and a fused SwiGLU:
+    5 d_model elements per token per layer, i.e. 10 d_model bytes in bf16 (80 KiB at d_model = 8192):
+    residual x, norm output, Q and K, attention output, FFN hidden, each taken as 2 d_model bytes.
+
+    002's own rows do not add up to that subtotal: they list the FFN hidden as 2 d_ff bytes (its "44 KB" is
+    2 * 8/3 * 8192; Llama-2-70B's d_ff = 28672 gives 56 KiB), so the rows sum to 8 d_model + 2 d_ff bytes
+    (109 KB at d_ff = 8d/3; 120 KiB for Llama-2-70B), not 10 d_model. The 25 GB figure uses 10 d_model."""
+    return 5 * cfg.d_model * bytes_per_element
+
+
+def _trainable_params(cfg: BlockConfig) -> int:
+    """Parameters nn.LM trains: all of them, or under LoRA all but the blocks' frozen base weights."""
+    if not cfg.lora_rank:
+        return total_params(cfg)
+    frozen = params_per_block(cfg) - block_param_breakdown(cfg)["lora"]
+    return total_params(cfg) - cfg.n_layers * frozen
+
+
+def training_memory(cfg: BlockConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2,
+                    optimizer_bytes_per_param: int = 16) -> dict[str, int]:
+    """Bytes to train nn.LM(cfg) with Adam, 002's convention: 16 bytes per trained parameter in all: the
+    weights (2, bf16) + their gradients (2) + Adam's fp32 master copy, first and second moments (4 + 4 + 4).
+    So 'parameters' = P bytes_per_element, 'gradients' and 'optimizer' = the rest of the 16 (12 bytes: the
+    "Adam state" proper), per trained parameter; the three together are 16 P (1.1 TB for 70B).
+    'activations' = activation_bytes_per_token_per_layer * B L n_layers. 'total' = those four. 'kv_cache'
+    (kv_cache_bytes) is what inference at this length holds, for comparison: training keeps K and V among
+    the activations, so it is not part of 'total'."""
+    extra = optimizer_bytes_per_param - 2 * bytes_per_element
+    if extra < 0:
+        raise ValueError(f"training_memory: optimizer_bytes_per_param={optimizer_bytes_per_param} counts weights, "
+                         f"gradients and optimizer state, so it must be at least 2 * bytes_per_element "
+                         f"= {2 * bytes_per_element}")
+    trained = _trainable_params(cfg)
+    rows = {"parameters": total_params(cfg) * bytes_per_element, "gradients": trained * bytes_per_element,
+            "optimizer": trained * extra,
+            "activations": activation_bytes_per_token_per_layer(cfg, bytes_per_element) * batch * seq_len
+            * cfg.n_layers}
+    return rows | {"kv_cache": kv_cache_bytes(cfg, seq_len, batch, bytes_per_element), "total": sum(rows.values())}
