@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import cli
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tinygrad_block",
@@ -11,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", metavar="<command>")
     commands.add_parser("tour", help="the tiny block forward and backward: autograd vs hand-derived vs finite "
                                      "differences")
+    cli.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -18,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tour":
         from .tour import run
         return 0 if run()["ok"] else 1
+    if args.command in cli.COMMANDS:
+        return cli.run(args)
     return 2
 
 

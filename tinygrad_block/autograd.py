@@ -40,6 +40,7 @@ def backward(root, grad, retain_graph: bool = False) -> None:
         return
     order = toposort(root._ctx)
     grads = {root._ctx: grad}
+    meet = {}  # edge -> the innermost module scope holding every op whose gradient flowed into it so far
     outer = STATE.scope, STATE.origin
     try:
         with no_grad(), phase("backward"):
@@ -52,19 +53,28 @@ def backward(root, grad, retain_graph: bool = False) -> None:
                 for edge, eg in zip(fn.edges, fn.backward(g)):
                     if edge is None or eg is None:
                         continue
+                    meet[edge] = where = _common(meet.get(edge, fn.scope), fn.scope)
                     if isinstance(edge, Function):
-                        grads[edge] = eg if edge not in grads else _sum_paths(grads[edge], eg, edge.scope)
+                        grads[edge] = eg if edge not in grads else _sum_paths(grads[edge], eg, where)
                     else:
-                        _accumulate(edge, eg)
+                        _accumulate(edge, eg, where)
                 if not retain_graph:
                     fn.release()
     finally:
         STATE.scope, STATE.origin = outer
 
 
+def _common(a: tuple, b: tuple) -> tuple:
+    """The innermost scope containing both: ('block', 'norm2') and ('block',) -> ('block',)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
 def _sum_paths(a, b, scope: tuple = ()):
     """A tensor that fed several ops receives the sum of their gradients: where the paths meet (counted and
-    drawn in the scope of the op that made the tensor, e.g. a residual add)."""
+    drawn in the innermost module holding those ops: a block, for its input's residual fork)."""
     prev, (STATE.origin, STATE.scope) = (STATE.origin, STATE.scope), ("accumulate", scope)
     try:
         return a + b
@@ -72,5 +82,5 @@ def _sum_paths(a, b, scope: tuple = ()):
         STATE.origin, STATE.scope = prev
 
 
-def _accumulate(t, g) -> None:
-    t.grad = g if t.grad is None else _sum_paths(t.grad, g)
+def _accumulate(t, g, scope: tuple = ()) -> None:
+    t.grad = g if t.grad is None else _sum_paths(t.grad, g, scope)

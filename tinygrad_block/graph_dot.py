@@ -6,6 +6,8 @@ own ops (the residual adds) one by one; depth 2 opens attn and ffn; depth None s
 """
 from __future__ import annotations
 
+from collections import Counter
+
 STYLE = {
     "op": 'shape=box, style="rounded,filled", fillcolor="#e8eef7", color="#5b7db1"',
     "box": 'shape=box, style="filled,bold", fillcolor="#dfeedd", color="#4c8a46", penwidth=2',
@@ -53,6 +55,7 @@ class _Emitter:
         self.keys: dict = {}          # shown key -> DOT name, in order of appearance
         self.members: dict = {}       # box key -> node indices inside
         self.lines, self.edges = [], []
+        self.uses = Counter(j for i in graph.ops(phase) for j in graph.nodes[i].inputs)
 
     def collapsed(self, scope) -> bool:
         return self.depth is not None and len(scope) - 1 >= self.depth and len(scope) > 0
@@ -66,8 +69,8 @@ class _Emitter:
             return ("box", n.scope[:self.depth + 1]) if n.kind == "op" else None
         if self.depth is not None and n.origin == "accumulate":
             first = self.g.nodes[n.inputs[0]]
-            if first.kind == "op" and first.origin == "accumulate" and first.scope == n.scope:
-                return self.key(n.inputs[0])    # one node where all the paths into a tensor meet
+            if first.origin == "accumulate" and first.scope == n.scope and self.uses[n.inputs[0]] == 1:
+                return self.key(n.inputs[0])    # a partial sum: one node where all the paths into a tensor meet
         if n.kind == "const" and not n.shape:
             return None               # scalars appear in their op's label
         return ("node", i)

@@ -1,0 +1,296 @@
+"""The counting commands (cli.py): each table and JSON against the closed forms of `accounting`, against the
+engine's own counts, and against numbers worked by hand; bad arguments exit 2 with a message that helps."""
+import json
+import subprocess
+import sys
+import time
+from argparse import Namespace
+
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import accounting, cli, nn
+from tinygrad_block.__main__ import main as package_main
+from tinygrad_block.counting import count_flops, count_saved_bytes
+
+PHASES = ("forward_matmul", "forward_all", "backward_matmul", "backward_all")
+
+
+def run(capsys, *argv) -> str:
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def run_json(capsys, *argv) -> dict:
+    return json.loads(run(capsys, *argv, "--json"))
+
+
+def meta_model(cfg, dtype=tb.float32):
+    return nn.LM(cfg, generator=tb.Generator(0), dtype=dtype, device="meta")
+
+
+# ---------------------------------------------------------------- presets
+def test_presets_json_totals_are_the_closed_form_and_the_built_model(capsys):
+    data = run_json(capsys, "presets")
+    assert [p["name"] for p in data["presets"]] == list(nn.PRESETS)
+    for p in data["presets"]:
+        cfg = nn.preset(p["name"])
+        assert p["total_params"] == accounting.total_params(cfg) == meta_model(cfg).num_parameters()
+        assert (p["d_model"], p["n_heads"], p["n_kv_heads"], p["d_head"], p["d_ff"], p["n_layers"], p["vocab_size"],
+                p["context"], p["tied"]) == (cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_ff,
+                                             cfg.n_layers, cfg.vocab_size, cfg.max_seq_len, cfg.tie_embeddings)
+
+
+def test_presets_table_reads_in_human_units(capsys):
+    lines = run(capsys, "presets").splitlines()
+    llama = next(line for line in lines if line.split()[:1] == ["llama2-7b"])
+    assert llama.split() == ["llama2-7b", "4,096", "32", "32", "128", "11,008", "32", "32,000", "4,096", "rms",
+                             "(pre)", "swiglu", "no", "6.74", "B"]
+    assert "134.52 M" in next(line for line in lines if line.split()[:1] == ["smollm-135m"])
+
+
+def test_presets_runs_as_a_module():
+    done = subprocess.run([sys.executable, "-m", "tinygrad_block", "presets"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "llama2-70b" in done.stdout and "68.98 B" in done.stdout
+
+
+def test_package_main_keeps_tour_and_adds_the_counting_commands(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        package_main(["--help"])
+    assert exit_.value.code == 0
+    helptext = capsys.readouterr().out
+    assert all(name in helptext for name in ("tour", "presets", "params", "flops", "walk", "memory"))
+    assert package_main(["params", "--preset", "tiny", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == accounting.total_params(nn.preset("tiny"))
+
+
+# ---------------------------------------------------------------- params
+@pytest.mark.parametrize("name", ["llama2-7b", "llama2-70b", "smollm-135m", "gpt2-small", "bert-base"])
+def test_params_rows_equal_the_closed_form_and_the_built_model(capsys, name):
+    cfg = nn.preset(name)
+    data = run_json(capsys, "params", "--preset", name)
+    block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
+    assert data["per_block"] == accounting.params_per_block(cfg) == block.num_parameters()
+    assert data["total"] == accounting.total_params(cfg) == meta_model(cfg).num_parameters()
+    assert data["closed_form"] == {"per_block": data["per_block"], "total": data["total"]}
+    for part, closed in (("block", accounting.block_param_breakdown(cfg)),
+                         ("model", accounting.model_param_breakdown(cfg))):
+        assert {k: r["measured"] for k, r in data[part].items()} == closed
+    shares = accounting.attention_ffn_shares(cfg)
+    assert data["shares"]["measured"] == pytest.approx({"attention": shares.attention, "ffn": shares.ffn})
+
+
+def test_params_llama2_7b_by_hand(capsys):
+    """000, "Parameter budget per block": 4 d^2 + 3 d d_ff + 2 d, about 202 M; the model 6.74 B."""
+    d, d_ff, V = 4096, 11008, 32000
+    data = run_json(capsys, "params", "--preset", "llama2-7b")
+    assert data["per_block"] == 4 * d * d + 3 * d * d_ff + 2 * d == 202_383_360
+    assert data["total"] == 32 * data["per_block"] + 2 * V * d + d
+    assert data["block"]["W_gate"]["shapes"] == [[d_ff, d]]
+    assert data["block"]["norms"]["shapes"] == [[d], [d]]
+    text = run(capsys, "params", "--preset", "llama2-7b")
+    assert "202,383,360" in text and "6,738,415,616" in text and "6.74 B" in text and "202.38 M" in text
+    assert "attention (Q, K, V, O) 33.16%, FFN 66.84%" in text
+
+
+def test_params_groups_biases_and_lora(capsys):
+    cfg = nn.preset("gpt2-small").with_(lora_rank=8)
+    data = cli.params_data(Namespace(preset=cfg))
+    assert {k: r["measured"] for k, r in data["block"].items()} == accounting.block_param_breakdown(cfg)
+    assert data["block"]["lora"]["measured"] == 2 * 8 * (768 + 768)           # q_proj and v_proj, A and B
+    assert data["block"]["biases"]["measured"] == 4 * 768 + 3072 + 768
+    tied = run(capsys, "params", "--preset", "gpt2-small")
+    assert "tied: reuses the embedding" in tied
+
+
+# ---------------------------------------------------------------- flops
+def engine_flops(cfg, L, B):
+    """The engine's own count, independently of the CLI: forward, then backward from zeros on the logits."""
+    model = meta_model(cfg)                                   # built outside: its RoPE tables are not the run
+    with count_flops() as fc:
+        logits = model(tb.zeros(B, L, dtype=tb.int64, device="meta"))
+        logits.backward(tb.zeros(*logits.shape, device="meta"))
+    return {scope: {f"{ph}_{kind}": fc.total(ph, scope=scope, matmul_only=kind == "matmul")
+                    for ph in ("forward", "backward") for kind in ("matmul", "all")}
+            for scope in ("model.layers.0", "")}
+
+
+@pytest.mark.parametrize("name, L, B", [("tiny", 16, 2), ("llama3-8b", 6, 2), ("smollm-135m", 5, 3),
+                                        ("gpt2-small", 7, 2), ("bert-base", 9, 1)])
+def test_flops_equal_the_closed_form_and_the_engine(capsys, name, L, B):
+    cfg = nn.preset(name)
+    data = run_json(capsys, "flops", "--preset", name, "--seq-len", str(L), "--batch", str(B))
+    closed = {"per_block": {p: getattr(accounting, f"block_{p.split('_')[0]}_flops")(
+        cfg, L, B, matmul_only=p.endswith("matmul")) for p in PHASES},
+        "model": {p: getattr(accounting, f"model_{p.split('_')[0]}_flops")(
+            cfg, L, B, matmul_only=p.endswith("matmul")) for p in PHASES}}
+    engine = engine_flops(cfg, L, B)
+    assert data["per_block"] == closed["per_block"] == engine["model.layers.0"]
+    assert data["model"] == closed["model"] == engine[""]
+    assert data["closed_form"] == closed
+    assert all(v == 0 for part in data["difference"].values() for v in part.values())
+    disjoint = [k for k in data["modules"] if k not in ("model", "block") and not k.startswith("block.")]
+    for p in PHASES:
+        assert sum(data["modules"][k][p] for k in disjoint) == data["model"][p]
+        assert sum(data["modules"][k][p] for k in data["modules"] if k.startswith("block.")) == data["per_block"][p]
+        assert data["per_block"][p] > 0 and data["model"][p] >= data["modules"]["blocks"][p]
+    # every block costs the same: gradient sums where a tensor forks count where the paths meet (a block sums
+    # the gradients of its own input's residual fork)
+    for p in PHASES:
+        assert data["modules"]["blocks"][p] == cfg.n_layers * data["per_block"][p]
+
+
+def test_flops_table_shows_every_module_and_zero_differences(capsys):
+    lines = run(capsys, "flops", "--preset", "gpt2-small", "--seq-len", "8").splitlines()
+    text = "\n".join(lines)
+    for label in ("embedding", "position embedding", "norm1", "attn", "norm2", "ffn", "residual adds",
+                  "block 0 total", "all 12 blocks", "final norm", "LM head",
+                  "model's own ops (position add, tied gradients summed)", "model total"):
+        assert label in text
+    compare = [line for line in lines if line.strip().startswith(("one block,", "model,"))]
+    assert len(compare) == 8 and all(line.split()[-1] == "0" for line in compare)
+
+
+def test_flops_llama2_70b_at_4096_is_fast_and_matches_the_rule(capsys):
+    """Matmuls of one block forward: 2 L (matmul parameters) + 4 L^2 d_model (scores and weights @ V)."""
+    d, d_kv, d_ff, L = 8192, 1024, 28672, 4096
+    start = time.perf_counter()
+    data = run_json(capsys, "flops", "--preset", "llama2-70b", "--seq-len", str(L))
+    assert time.perf_counter() - start < 5.0
+    weights = 2 * d * d + 2 * d * d_kv + 3 * d * d_ff
+    assert data["per_block"]["forward_matmul"] == 2 * L * weights + 4 * L * L * d
+    assert data["per_block"]["backward_matmul"] == 2 * data["per_block"]["forward_matmul"]
+    assert data["model"]["forward_matmul"] == 80 * data["per_block"]["forward_matmul"] + 2 * L * d * 32000
+    assert data["difference"]["model"] == dict.fromkeys(PHASES, 0)
+
+
+# ---------------------------------------------------------------- walk
+LLAMA_STEPS = ["input x", "RMSNorm (norm1)", "Q projection", "K projection", "V projection", "RoPE on q, k",
+               "scores q k^T / sqrt(d_head)", "causal mask", "softmax", "weights @ V", "O projection", "residual add",
+               "RMSNorm (norm2)", "gate projection", "SiLU(gate)", "up projection", "SiLU(gate) * up",
+               "down projection", "residual add"]
+
+
+def test_walk_llama2_7b_is_the_curriculum_table(capsys):
+    """000, "Walking the tensor": 2 d^2 per attention projection, 2 d d_ff per FFN projection, 404 M in all."""
+    d, d_ff = 4096, 11008
+    data = run_json(capsys, "walk", "--preset", "llama2-7b")
+    steps = {s["operation"]: s for s in data["steps"]}
+    assert [s["operation"] for s in data["steps"]] == LLAMA_STEPS
+    assert [s["step"] for s in data["steps"]] == list(range(len(LLAMA_STEPS)))
+    for name in ("Q projection", "K projection", "V projection", "O projection"):
+        assert steps[name]["matmul_flops"] == steps[name]["flops"] == 2 * d * d == 33_554_432
+    for name in ("gate projection", "up projection", "down projection"):
+        assert steps[name]["matmul_flops"] == 2 * d * d_ff == 90_177_536
+    assert steps["Q projection"]["shape"] == [1, 32, 1, 128] and steps["up projection"]["shape"] == [1, 1, d_ff]
+    assert steps["residual add"]["shape"] == [1, 1, d] and steps["residual add"]["flops"] == d
+    assert steps["weights @ V"]["shape"] == [1, 1, d]                   # heads merged back
+    assert data["total"]["matmul"] == 4 * 2 * d * d + 3 * 2 * d * d_ff + 4 * d == 404_766_720
+    text = run(capsys, "walk", "--preset", "llama2-7b")
+    assert "33.55 M" in text and "90.18 M" in text and "404.77 M" in text and "(1, 32, 1, 128)" in text
+
+
+@pytest.mark.parametrize("name", list(nn.PRESETS))
+def test_walk_totals_equal_the_closed_form_and_the_engine(capsys, name):
+    cfg = nn.preset(name)
+    data = run_json(capsys, "walk", "--preset", name)
+    block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
+    with count_flops() as fc:
+        block(tb.zeros(1, 1, cfg.d_model, device="meta"))
+    assert data["total"] == {"matmul": fc.total("forward", matmul_only=True), "all": fc.total("forward")}
+    assert data["closed_form"] == {"matmul": accounting.block_forward_flops(cfg, 1, 1, matmul_only=True),
+                                   "all": accounting.block_forward_flops(cfg, 1, 1, matmul_only=False)}
+    assert data["difference"] == {"matmul": 0, "all": 0}
+    assert sum(s["ops"].get("matmul", 0) for s in data["steps"]) == 7 + 2 - (cfg.ffn != "swiglu")
+
+
+def test_walk_gqa_and_post_norm(capsys):
+    llama70 = [s for s in run_json(capsys, "walk", "--preset", "llama2-70b")["steps"]]
+    by_name = {s["operation"]: s for s in llama70}
+    assert by_name["K projection"]["shape"] == [1, 8, 1, 128]             # 8 KV heads
+    assert by_name["repeat K, V heads (GQA)"]["shape"] == [1, 64, 1, 128]  # shared by groups of 8 query heads
+    assert by_name["repeat K, V heads (GQA)"]["flops"] == 0
+    bert = [s["operation"] for s in run_json(capsys, "walk", "--preset", "bert-base")["steps"]]
+    assert bert == ["input x", "Q projection", "K projection", "V projection", "scores q k^T / sqrt(d_head)",
+                    "softmax", "weights @ V", "O projection", "residual add", "LayerNorm (norm1)", "up projection",
+                    "GELU (erf)", "down projection", "residual add", "LayerNorm (norm2)"]
+
+
+# ---------------------------------------------------------------- memory
+def test_memory_llama2_70b_is_the_curriculum_estimate(capsys):
+    """002's 25 GB of activations for Llama-2-70B at 4096 tokens in bf16, beside the engine's measurement."""
+    cfg = nn.preset("llama2-70b")
+    data = run_json(capsys, "memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
+    assert data["estimate"] == accounting.training_memory(cfg, 4096, 1, bytes_per_element=2)
+    assert data["estimate"]["activations"] == 25 * 2**30
+    assert data["kv_cache"] == accounting.kv_cache_bytes(cfg, 4096, 1, 2) == 2 * 80 * 4096 * 8 * 128 * 2
+    probabilities = 64 * 4096 * 4096 * 2                                   # the L x L softmax output, per layer
+    assert data["measured_activations"]["per_layer"] > probabilities
+    assert data["measured_over_estimate"] > 10
+    text = run(capsys, "memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
+    assert "25.00 GiB" in text and "FlashAttention" in text and "L x L attention probabilities" in text
+
+
+@pytest.mark.parametrize("name, L, B", [("tiny", 32, 2), ("gpt2-small", 16, 1), ("smollm-135m", 8, 3)])
+def test_memory_measures_the_engine_in_each_dtype(capsys, name, L, B):
+    cfg = nn.preset(name)
+    got = {dtype: run_json(capsys, "memory", "--preset", name, "--seq-len", str(L), "--batch", str(B),
+                           "--dtype", dtype) for dtype in ("bf16", "fp16", "fp32")}
+    for dtype, data in got.items():
+        size = data["bytes_per_element"]
+        assert size == (4 if dtype == "fp32" else 2)
+        assert data["estimate"] == accounting.training_memory(cfg, L, B, bytes_per_element=size)
+        assert data["kv_cache"] == accounting.kv_cache_bytes(cfg, L, B, size)
+        assert data["activation_estimate"]["per_layer"] == accounting.activation_bytes_per_token_per_layer(
+            cfg, size) * B * L
+        model = meta_model(cfg, tb.float32 if size == 4 else tb.float16)
+        with count_saved_bytes() as saved:
+            model(tb.zeros(B, L, dtype=tb.int64, device="meta"))
+        measured = data["measured_activations"]
+        assert measured["per_layer"] == saved.total("model.layers.0")
+        assert measured["layers"] == cfg.n_layers * measured["per_layer"]
+        assert measured["model"] == saved.total() > measured["layers"] - measured["per_layer"]
+    assert got["bf16"]["measured_activations"] == got["fp16"]["measured_activations"]
+    assert got["fp32"]["measured_activations"]["per_layer"] == 2 * got["fp16"]["measured_activations"]["per_layer"]
+
+
+def test_memory_scales_with_the_batch(capsys):
+    one, two = (run_json(capsys, "memory", "--preset", "tiny", "--seq-len", "24", "--batch", b) for b in "12")
+    assert two["measured_activations"]["per_layer"] == 2 * one["measured_activations"]["per_layer"]
+    assert two["estimate"]["activations"] == 2 * one["estimate"]["activations"]
+
+
+# ---------------------------------------------------------------- bad arguments
+@pytest.mark.parametrize("argv, message", [
+    (["params", "--preset", "llama9"], "unknown preset 'llama9'; expected one of llama2-7b, llama2-13b"),
+    (["walk"], "the following arguments are required: --preset"),
+    (["flops", "--preset", "tiny"], "the following arguments are required: --seq-len"),
+    (["flops", "--preset", "tiny", "--seq-len", "0"], "--seq-len: must be a positive integer, got '0'"),
+    (["flops", "--preset", "tiny", "--seq-len", "-4"], "--seq-len: must be a positive integer, got '-4'"),
+    (["flops", "--preset", "tiny", "--seq-len", "ten"], "--seq-len: must be a positive integer, got 'ten'"),
+    (["flops", "--preset", "tiny", "--seq-len", "8", "--batch", "0"], "--batch: must be a positive integer"),
+    (["flops", "--preset", "llama2-7b", "--seq-len", "4097"],
+     "--seq-len 4,097 exceeds the context of llama2-7b: 4,096 tokens"),
+    (["memory", "--preset", "tiny", "--seq-len", "129"], "--seq-len 129 exceeds the context of tiny: 128 tokens"),
+    (["memory", "--preset", "tiny", "--seq-len", "8", "--dtype", "int8"], "invalid choice: 'int8'"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+])
+def test_bad_arguments_exit_2_with_a_helpful_message(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cfg, expected", [
+    (nn.preset("tiny").with_(parallel=True), "SiLU(gate) * up"),
+    (nn.preset("tiny").with_(lora_rank=4), "Q projection"),
+    (nn.preset("gpt2-small").with_(ffn="relu", n_kv_heads=4), "ReLU"),
+])
+def test_walk_variants_beyond_the_presets(cfg, expected):
+    data = cli.walk_data(Namespace(preset=cfg))
+    assert data["difference"] == {"matmul": 0, "all": 0}
+    assert expected in [s["operation"] for s in data["steps"]]
+    assert not any(s["operation"].startswith("attention ") for s in data["steps"])   # every op has a named step
