@@ -294,3 +294,43 @@ def test_walk_variants_beyond_the_presets(cfg, expected):
     assert data["difference"] == {"matmul": 0, "all": 0}
     assert expected in [s["operation"] for s in data["steps"]]
     assert not any(s["operation"].startswith("attention ") for s in data["steps"])   # every op has a named step
+
+
+# ---------------------------------------------------------------- graph
+@pytest.mark.parametrize("fmt, magic", [("svg", b"<?xml"), ("png", b"\x89PNG"), ("pdf", b"%PDF"), ("dot", b"digraph")])
+def test_graph_writes_each_format(capsys, tmp_path, fmt, magic):
+    out = tmp_path / f"block.{fmt}"
+    data = json.loads(run(capsys, "graph", "--preset", "tiny", "--depth", "1", "--out", str(out), "--json"))
+    assert out.read_bytes().startswith(magic) and data["path"] == str(out) and data["format"] == fmt
+    assert data["nodes"] == 7 and data["edges"] == 8     # input, norm1, attn, +, norm2, ffn, +; the block's edges
+
+
+def test_graph_of_a_70b_block_at_full_depth_goes_through_the_shape_only_device(capsys, tmp_path):
+    from tinygrad_block.graph import record_graph
+    out = tmp_path / "block.dot"
+    data = json.loads(run(capsys, "graph", "--preset", "llama2-70b", "--backward", "--out", str(out), "--json"))
+    cfg = nn.preset("llama2-70b")
+    blk = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
+    x = tb.randn(1, 16, cfg.d_model, generator=tb.Generator(0), device="meta", requires_grad=True)
+    with record_graph(blk, x) as graph:
+        out_t = blk(x)
+        out_t.backward(tb.ones_like(out_t))
+    assert data["backward"] and out.read_text().count(' [label="') >= len(graph.ops("backward"))
+
+
+def test_graph_of_the_whole_model_at_depth_1_has_a_box_per_layer(capsys, tmp_path):
+    out = tmp_path / "model.dot"
+    run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--out", str(out))
+    text = out.read_text()
+    assert all(f'label="layers.{i}\\n' in text for i in range(32)) and 'label="lm_head\\n' in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "tiny", "--out", "x.gif"], "extension must be one of svg, png, pdf, dot"),
+    (["--preset", "llama2-7b", "--values", "--out", "x.svg"], "--values needs real numbers"),
+    (["--preset", "tiny", "--depth", "-1", "--out", "x.svg"], "must be an integer >= 0"),
+])
+def test_graph_rejects_bad_arguments(capsys, argv, message):
+    with pytest.raises(SystemExit) as err:
+        cli.main(["graph", *argv])
+    assert err.value.code == 2 and message in capsys.readouterr().err

@@ -11,6 +11,7 @@ import pytest
 
 import tinygrad_block as tb
 from tinygrad_block import function as F
+from tinygrad_block import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tinygrad_block"
@@ -104,17 +105,25 @@ def run_cli(*args):
                           cwd=ROOT, timeout=120)
 
 
-def test_tour_runs_and_checks_itself():
-    result = run_cli("tour")
+def test_tour_runs_and_checks_itself(tmp_path):
+    result = run_cli("tour", "--out-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "autograd, hand-derived and finite differences agree" in result.stdout
     assert "ffn.down_proj.weight" in result.stdout and "backward:" in result.stdout
+    assert "counted FLOPs equal the closed forms (difference 0)" in result.stdout
+    for name in ("tiny_block_forward_depth2.svg", "tiny_block_backward.svg"):
+        assert f"{tmp_path / name}" in result.stdout and (tmp_path / name).read_bytes().startswith(b"<?xml")
 
 
-def test_tour_numbers():
+def test_tour_numbers(tmp_path):
+    from tinygrad_block import accounting
     from tinygrad_block.tour import run
     lines = []
-    numbers = run(out=lines.append)
+    numbers = run(out=lines.append, out_dir=tmp_path)
+    cfg, fc = nn.preset("tiny"), numbers["flops"]
+    assert fc.total("forward", scope="block") == accounting.block_forward_flops(cfg, 8, 2, matmul_only=False)
+    assert fc.total("backward", scope="block", matmul_only=True) == 2 * fc.total("forward", matmul_only=True)
+    assert f"{fc.total('forward', scope='block'):,}" in "\n".join(lines)
     assert numbers["ok"] and numbers["worst"]["manual"] < 1e-13 and numbers["worst"]["fd"] < 1e-10
     # q, k, v, o projections, scores, weights @ v, gate, up, down: 9 matmuls; each needs 2 in backward
     assert numbers["calls"]["forward"]["matmul"] == 9

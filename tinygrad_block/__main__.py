@@ -11,8 +11,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tinygrad_block",
                                      description="Learn how a transformer block computes by running it.")
     commands = parser.add_subparsers(dest="command", metavar="<command>")
-    commands.add_parser("tour", help="the tiny block forward and backward: autograd vs hand-derived vs finite "
-                                     "differences")
+    tour = commands.add_parser("tour", help="the tiny block forward and backward: autograd vs hand-derived vs "
+                                            "finite differences, its FLOPs and its graphs")
+    tour.add_argument("--out-dir", default="tinygrad_block_tour", metavar="DIR",
+                      help="where the graph drawings go (default: ./tinygrad_block_tour)")
     cli.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command is None:
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "tour":
         from .tour import run
-        return 0 if run()["ok"] else 1
+        return 0 if run(out_dir=args.out_dir)["ok"] else 1
     if args.command in cli.COMMANDS:
         return cli.run(args)
     return 2

@@ -1,4 +1,4 @@
-"""The counting commands of `python -m tinygrad_block`: presets, params, flops, walk, memory.
+"""The counting and drawing commands of `python -m tinygrad_block`: presets, params, flops, walk, memory, graph.
 
 Each one measures with the engine (a model built on the shape-only 'meta' device, counted through the one
 choke point every primitive passes) and prints the closed form of `accounting` beside it. `--json` prints
@@ -9,15 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from collections import Counter
+from pathlib import Path
 
 from . import accounting
 from .backend import Generator, float16, float32, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
+from .accounting import params_per_block, total_params
 from .function import STATE, observe
+from .graph import record_graph, render
 from .nn import LM, PRESETS, BlockConfig, TransformerBlock, preset
-from .tensor import Tensor, zeros
+from .tensor import Tensor, ones_like, randn, zeros
 
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
 PHASES = ("forward_matmul", "forward_all", "backward_matmul", "backward_all")
@@ -425,6 +429,68 @@ def memory_text(data: dict) -> list[str]:
             "assumes FlashAttention and fused kernels"]
 
 
+# ---------------------------------------------------------------- graph
+GRAPH_FORMATS = ("svg", "png", "pdf", "dot")
+VALUES_LIMIT = 50_000_000  # parameters: value summaries need real numbers, so a model this small runs on the CPU
+
+
+def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool):
+    """Run one block (or the whole model) forward (and backward) under record_graph; shape-only unless values
+    are asked for."""
+    device = "cpu" if values else "meta"
+    g = Generator(0)
+    module = LM(cfg, generator=g, device=device) if whole_model else TransformerBlock(cfg, generator=g, device=device)
+    x = zeros(B, L, dtype=int64, device=device) if whole_model else \
+        randn(B, L, cfg.d_model, generator=g, device=device, requires_grad=True)
+    with record_graph(module, x, retain_grads=values) as graph:
+        out = module(x)
+        if backward:
+            out.backward(ones_like(out))
+    return graph
+
+
+def graph_data(args: argparse.Namespace) -> dict:
+    cfg, path = args.preset, Path(args.out)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in GRAPH_FORMATS:
+        args.parser.error(f"--out {path}: the extension must be one of {', '.join(GRAPH_FORMATS)}")
+    size = total_params(cfg) if args.model else params_per_block(cfg)
+    if args.values and size > VALUES_LIMIT:
+        args.parser.error(f"--values needs real numbers, but {cfg.name} has {size:,} parameters "
+                          f"(more than {VALUES_LIMIT:,}); drop --values to draw it on the shape-only device")
+    start = time.perf_counter()
+    graph = record(cfg, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward,
+                   values=args.values)
+    title = (f"{cfg.name} {'model' if args.model else 'block'}, x {(args.batch, args.seq_len)}"
+             f"{', backward' if args.backward else ''}{f', depth {args.depth}' if args.depth is not None else ''}")
+    dot = graph.to_dot(args.depth, backward=args.backward, values=args.values, title=title)
+    if fmt == "dot":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dot)
+    else:
+        render(dot, path)
+    return {"command": "graph", "preset": cfg.name, "model": args.model, "depth": args.depth,
+            "backward": args.backward, "seq_len": args.seq_len, "batch": args.batch, "path": str(path),
+            "format": fmt, "nodes": len(re.findall(r"^  \w+ \[label=", dot, re.M)),
+            "edges": len(re.findall(r"^  \w+ -> ", dot, re.M)),
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def graph_text(data: dict) -> list[str]:
+    what = "the model" if data["model"] else "one block"
+    view = "backward (the gradient flow)" if data["backward"] else "forward"
+    depth = "every primitive" if data["depth"] is None else f"depth {data['depth']}"
+    return [f"graph: {data['preset']}, {what}, {view}, {depth}: wrote {data['path']} "
+            f"({data['nodes']:,} nodes, {data['edges']:,} edges, {data['seconds']:.2f} s)"]
+
+
+def _depth(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return int(text)
+
+
 # ---------------------------------------------------------------- argument parsing
 def _preset(name: str) -> BlockConfig:
     """argparse type: a preset's config, or an error that lists the presets."""
@@ -454,6 +520,8 @@ COMMANDS = {
     "walk": ("one token through one block, step by step: shapes and FLOPs", walk_data, walk_text),
     "memory": ("training memory: parameters, gradients, Adam, activations (estimated and measured), KV cache",
                memory_data, memory_text),
+    "graph": ("draw the computation graph of a block (or the model), forward or backward, as svg/png/pdf/dot",
+              graph_data, graph_text),
 }
 
 
@@ -469,6 +537,16 @@ def add_commands(commands) -> None:
             p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
         if name == "memory":
             p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
+        if name == "graph":
+            p.add_argument("--out", required=True, metavar="FILE", help="output file: .svg, .png, .pdf or .dot")
+            p.add_argument("--depth", type=_depth, default=None, metavar="N",
+                           help="collapse modules below this depth into boxes (default: every primitive)")
+            p.add_argument("--backward", action="store_true", help="draw the gradient flow instead of the forward")
+            p.add_argument("--model", action="store_true", help="the whole model, not one block")
+            p.add_argument("--seq-len", type=_positive, default=16, metavar="L", help="tokens (default 16)")
+            p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
+            p.add_argument("--values", action="store_true",
+                           help="value and gradient summaries on the nodes (runs on the CPU: small presets)")
         p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
         p.set_defaults(parser=p)
 

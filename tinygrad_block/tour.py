@@ -3,13 +3,16 @@ computed three ways — autograd, the hand-derived backward pass, finite differe
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
-from . import manual
+from . import accounting, manual
 from .backend import Generator, float64
+from .counting import count_flops
 from .function import observe
 from .gradcheck import numerical_grad
+from .graph import record_graph, render
 from .nn import TransformerBlock, preset
 from .tensor import Tensor, randn
 
@@ -37,7 +40,42 @@ def _fd_entries(block, x: Tensor, dout: Tensor, name: str, rng) -> tuple[list, n
         target.data = saved
 
 
-def run(out=print) -> dict:
+def _flop_table(fc, cfg, B, L, out) -> int:
+    """FLOPs per module and phase, counted, beside the closed forms of `accounting`; returns the difference."""
+    out("  FLOPs, counted by the engine's rules (matmul 2MNK, 1 per elementwise op; see function.py)")
+    out(f"  {'module':<14}{'fwd matmul':>14}{'fwd all':>14}{'bwd matmul':>14}{'bwd all':>14}")
+    for scope, name in [("block.norm1", "norm1"), ("block.attn", "attn"), ("block.norm2", "norm2"),
+                        ("block.ffn", "ffn"), ("block", "block total")]:
+        row = [fc.total(ph, scope=scope, matmul_only=mm) for ph in ("forward", "backward") for mm in (True, False)]
+        out(f"  {name:<14}" + "".join(f"{n:>14,}" for n in row))
+    closed = [accounting.block_forward_flops(cfg, L, B, matmul_only=True),
+              accounting.block_forward_flops(cfg, L, B, matmul_only=False),
+              accounting.block_backward_flops(cfg, L, B, matmul_only=True),
+              accounting.block_backward_flops(cfg, L, B, matmul_only=False)]
+    out(f"  {'closed form':<14}" + "".join(f"{n:>14,}" for n in closed))
+    counted = [fc.total(ph, scope="block", matmul_only=mm) for ph in ("forward", "backward") for mm in (True, False)]
+    return sum(abs(a - b) for a, b in zip(counted, closed))
+
+
+def _graphs(graph, out_dir: Path, out) -> list[Path]:
+    """The forward graph at depth 2 and the gradient flow at depth 1, as SVG (DOT text if `dot` is missing)."""
+    views = [("tiny_block_forward_depth2", dict(depth=2), "forward, depth 2"),
+             ("tiny_block_backward", dict(depth=1, backward=True), "backward (the gradient flow), depth 1")]
+    paths = []
+    for name, kwargs, what in views:
+        dot = graph.to_dot(**kwargs, title=f"tiny block, {what}")
+        try:
+            paths.append(render(dot, out_dir / f"{name}.svg"))
+        except RuntimeError as err:
+            out(f"  ({err}; writing DOT text instead)")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            paths.append(out_dir / f"{name}.dot")
+            paths[-1].write_text(dot)
+        out(f"  graph, {what}: {paths[-1]}")
+    return paths
+
+
+def run(out=print, out_dir="tinygrad_block_tour") -> dict:
     """Run the tour; returns the numbers it printed (the tests check them)."""
     cfg = preset("tiny")
     g, rng = Generator(0), np.random.default_rng(0)
@@ -46,7 +84,8 @@ def run(out=print) -> dict:
     x = randn(B, L, cfg.d_model, generator=g, dtype=float64, requires_grad=True)
     dout = randn(B, L, cfg.d_model, generator=g, dtype=float64)
     calls = {"forward": Counter(), "backward": Counter()}
-    with observe(lambda fn, inputs, result, phase: calls[phase].update([fn.name])):
+    with observe(lambda fn, inputs, result, phase: calls[phase].update([fn.name])), count_flops() as fc, \
+            record_graph(block, x) as graph:
         y = block(x)
         y.backward(dout)
 
@@ -72,8 +111,12 @@ def run(out=print) -> dict:
         rel_fd = _rel(*picked)
         worst["manual"], worst["fd"] = max(worst["manual"], rel_manual), max(worst["fd"], rel_fd)
         out(f"  {name:<26}{str(auto.shape):>12}{np.abs(auto).max():>12.4f}{rel_manual:>11.1e}{rel_fd:>16.1e}")
-    ok = worst["manual"] <= 1e-10 and worst["fd"] <= 1e-8
-    out(f"  autograd, hand-derived and finite differences {'agree' if ok else 'DISAGREE'}: worst relative "
+    agree = worst["manual"] <= 1e-10 and worst["fd"] <= 1e-8
+    out(f"  autograd, hand-derived and finite differences {'agree' if agree else 'DISAGREE'}: worst relative "
         f"difference {worst['manual']:.1e} to the manual pairs (bound 1e-10), {worst['fd']:.1e} to finite "
         f"differences (bound 1e-8)")
-    return {"worst": worst, "ok": ok, "calls": calls, "out": y}
+    flop_gap = _flop_table(fc, cfg, B, L, out)
+    out(f"  counted FLOPs {'equal' if flop_gap == 0 else 'DIFFER FROM'} the closed forms (difference {flop_gap})")
+    paths = _graphs(graph, Path(out_dir), out)
+    return {"worst": worst, "ok": agree and flop_gap == 0, "calls": calls, "out": y, "flops": fc,
+            "graphs": paths}
