@@ -17,6 +17,7 @@ from pathlib import Path
 from . import accounting
 from .backend import Generator, float16, float32, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
+from .curriculum import notes_for
 from .accounting import params_per_block, total_params
 from .function import STATE, observe
 from .graph import record_graph, render
@@ -558,8 +559,19 @@ def run(args: argparse.Namespace, out=print) -> int:
                           f"{args.preset.max_seq_len:,} tokens")
     _, collect, render = COMMANDS[args.command]
     data = collect(args)
-    out(json.dumps(data, indent=2) if args.json else "\n".join(render(data)))
+    notes = notes_for(args.command, args.preset.name) if hasattr(args, "preset") else []
+    if notes:
+        data["curriculum"] = notes
+    out(json.dumps(data, indent=2) if args.json else "\n".join(render(data) + curriculum_text(notes)))
     return 0
+
+
+def curriculum_text(notes: list[dict]) -> list[str]:
+    """Where a curriculum document states another figure: both, and why."""
+    lines = ["  where the curriculum's documents differ:"] if notes else []
+    for n in notes:
+        lines += [f"    {n['what']}: {n['document']}; exact: {n['exact']}", f"      ({n['why']})"]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
