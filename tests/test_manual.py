@@ -182,12 +182,10 @@ def test_sigmoid_does_not_overflow():
 
 
 # ------------------------------------------------------------------ FFNs
-def ffn_params(rng, d_model: int, d_ff: int, names=("gate_proj", "up_proj", "down_proj"), bias=False,
-               lora=(), r: int = 2) -> dict:
-    shapes = {"gate_proj": (d_ff, d_model), "up_proj": (d_ff, d_model), "down_proj": (d_model, d_ff)}
+def proj_params(rng, shapes: dict, bias=False, lora=(), r: int = 2) -> dict:
+    """Random weights (and biases, LoRA adapters) for projections {name: (d_out, d_in)}."""
     p = {}
-    for name in names:
-        d_out, d_in = shapes[name]
+    for name, (d_out, d_in) in shapes.items():
         p[f"{name}.weight"] = normal(rng, d_out, d_in, scale=d_in ** -0.5)
         if bias:
             p[f"{name}.bias"] = normal(rng, d_out, scale=0.1)
@@ -195,6 +193,12 @@ def ffn_params(rng, d_model: int, d_ff: int, names=("gate_proj", "up_proj", "dow
             p[f"{name}.lora_A"] = normal(rng, r, d_in, scale=d_in ** -0.5)
             p[f"{name}.lora_B"] = normal(rng, d_out, r, scale=0.5)
     return p
+
+
+def ffn_params(rng, d_model: int, d_ff: int, names=("gate_proj", "up_proj", "down_proj"), bias=False,
+               lora=(), r: int = 2) -> dict:
+    shapes = {"gate_proj": (d_ff, d_model), "up_proj": (d_ff, d_model), "down_proj": (d_model, d_ff)}
+    return proj_params(rng, {name: shapes[name] for name in names}, bias, lora, r)
 
 
 def with_x(backward):
@@ -313,15 +317,7 @@ def attn_params(rng, d_model, n_heads, n_kv_heads, bias=False, lora=(), r=2) -> 
     d_head = d_model // n_heads
     shapes = {"q_proj": (n_heads * d_head, d_model), "k_proj": (n_kv_heads * d_head, d_model),
               "v_proj": (n_kv_heads * d_head, d_model), "o_proj": (d_model, n_heads * d_head)}
-    p = {}
-    for name, (d_out, d_in) in shapes.items():
-        p[f"{name}.weight"] = normal(rng, d_out, d_in, scale=d_in ** -0.5)
-        if bias:
-            p[f"{name}.bias"] = normal(rng, d_out, scale=0.1)
-        if name in lora:
-            p[f"{name}.lora_A"] = normal(rng, r, d_in, scale=d_in ** -0.5)
-            p[f"{name}.lora_B"] = normal(rng, d_out, r, scale=0.5)
-    return p
+    return proj_params(rng, shapes, bias, lora, r)
 
 
 def torch_attention(proj, x, n_heads, n_kv_heads, causal, rope_theta, offset):
