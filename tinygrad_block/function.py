@@ -92,9 +92,6 @@ class Function:
     def __init_subclass__(cls):
         cls.name = cls.__name__.lower()
 
-    def forward(self, *inputs, **params):  # abstract; every primitive below overrides it
-        raise NotImplementedError(f"{type(self).__name__} defines no forward")
-
     def flops(self, out_shape, *in_shapes) -> int:
         return 0
 
