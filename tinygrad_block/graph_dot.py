@@ -54,7 +54,7 @@ class _Emitter:
         self.g, self.depth, self.phase, self.values = graph, depth, phase, values
         self.keys: dict = {}          # shown key -> DOT name, in order of appearance
         self.members: dict = {}       # box key -> node indices inside
-        self.lines, self.edges = [], []
+        self.edges = []
         self.uses = Counter(j for i in graph.ops(phase) for j in graph.nodes[i].inputs)
 
     def collapsed(self, scope) -> bool:
