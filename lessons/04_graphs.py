@@ -265,7 +265,8 @@ def depth2_forward(graph) -> dict:
 # **What a circle stands for.** Inside `norm2`, $h$ is used three more times ($h \cdot h$ twice for the mean
 # square, $h \cdot \mathrm{rstd}$ once), so four gradients arrive at $h$ and need three adds. Each "paths meet"
 # circle at depth 1 is those three adds (the block's own scope holds 6 such calls, 512 FLOPs each), merged into
-# one node where the two routes join. The same goes for $x$ and `norm1`.
+# one node where the two routes join, labelled with their 1,536 FLOPs together. The same goes for $x$ and
+# `norm1`.
 
 
 # %%
@@ -274,7 +275,7 @@ def depth1_backward(graph) -> dict:
     names = short_names(dot)
     own = [graph.nodes[i] for i in graph.ops("backward") if graph.nodes[i].scope == ("block",)]
     return {"dot": dot, "nodes": list(names.values()), "edges": readable_edges(dot),
-            "meets": sum(label == "+\\npaths meet" for label in nodes(dot).values()),
+            "meets": sum(label.startswith("+\\npaths meet") for label in nodes(dot).values()),
             "own": [(n.origin, n.flops) for n in own]}          # the block's own backward calls
 
 
@@ -314,10 +315,10 @@ def two_routes(block, x, dout, graph) -> tuple[float, float]:
 # shape before the expand, at 256 FLOPs each (one add for each of the $2 \cdot 8 \cdot 16$ = 256 entries). The
 # K sum leads down to `attn.k_proj′`, the V sum to `attn.v_proj′`.
 #
-# The same label appears 7 more times at depth 2, wherever something else was broadcast: each norm's gain
-# (64,) over all 8 tokens (a sum and a reshape), each norm's $1/\mathrm{rms}$ (1, 8, 1) over the 64 features,
-# and the softmax denominator (1, 4, 8, 1) over the 8 keys. With one KV head per query head (MHA,
-# `n_kv_heads=4`) there is no expand for K and V, so no group sum: only those 7 remain.
+# The same label appears 5 more times at depth 2, wherever something else was broadcast: each norm's gain
+# (64,) over all 8 tokens (a sum to (1, 1, 64), then a reshape to (64,)), each norm's $1/\mathrm{rms}$
+# (1, 8, 1) over the 64 features, and the softmax denominator (1, 4, 8, 1) over the 8 keys. With one KV head
+# per query head (MHA, `n_kv_heads=4`) there is no expand for K and V, so no group sum: only those 5 remain.
 
 
 # %%
@@ -367,7 +368,7 @@ def first_box(dot: str, start: str, names: dict[str, str]) -> str:
 # | norm2 | 2,072 | 2.07 kFLOPs |
 # | ffn | 540,768 | 540.77 kFLOPs |
 #
-# Add the two residual adds (512 each; the circles do not print their FLOPs) and you get 763,984, exactly
+# Add the two residual adds (the green circles, 512 FLOPs each) and you get 763,984, exactly
 # `count_flops().total("forward")`. The biggest box is the FFN: **70.8 %** of the block, against 28.5 % for
 # attention. Its three $64 \times 172$ matmuls cost $2 \cdot 8 \cdot 64 \cdot 172$ = 176,128 each, 528,384 of
 # its 540,768. Attention's four projections cost 196,608 (65,536 each for q and o, 32,768 each for the narrower
@@ -509,12 +510,12 @@ def main():
     # 5. depth 2, backward: the GQA group sum
     gs = group_sums(graph)
     assert gs["groups"] == 2 and gs["incoming"] == {'" (1, 2, 2, 8, 16)"'} and gs["flops"] == {"256 FLOPs"}
-    assert 2 * 8 * 16 == 256 and sum(gs["copies"].values()) == 2 + 7
-    assert gs["copies"] == {"(1, 2, 1, 8, 16)": 2, "(1, 1, 64)": 2, "(64,)": 2, "(1, 8, 1)": 2, "(1, 4, 8, 1)": 1}
+    assert 2 * 8 * 16 == 256 and sum(gs["copies"].values()) == 2 + 5
+    assert gs["copies"] == {"(1, 2, 1, 8, 16)": 2, "(1, 1, 64)": 2, "(1, 8, 1)": 2, "(1, 4, 8, 1)": 1}
     assert gs["reaches"] == ["attn.k_proj′ (backward)", "attn.v_proj′ (backward)"]
     assert d2["attn"][3] == ("permute", "(1, 2, 8, 16)") and d2["attn"][26:29] == [
         ("reshape", "(1, 2, 1, 8, 16)"), ("expand", "(1, 2, 2, 8, 16)"), ("reshape", "(1, 4, 8, 16)")]
-    assert (CFG.n_heads, CFG.n_kv_heads) == (4, 2) and mha_copies() == 7
+    assert (CFG.n_heads, CFG.n_kv_heads) == (4, 2) and mha_copies() == 5
     print(f"depth 2, backward: {gs['groups']} group sums (1, 2, 2, 8, 16) -> (1, 2, 1, 8, 16), 256 FLOPs each, "
           f"leading to {gs['reaches']}; 'copies add up' nodes by shape: {dict(gs['copies'])}")
 

@@ -53,7 +53,7 @@ class _Emitter:
     def __init__(self, graph, depth, phase, values):
         self.g, self.depth, self.phase, self.values = graph, depth, phase, values
         self.keys: dict = {}          # shown key -> DOT name, in order of appearance
-        self.members: dict = {}       # box key -> node indices inside
+        self.members: dict = {}       # box key, or a merged "paths meet" node -> the node indices inside
         self.edges = []
         self.uses = Counter(j for i in graph.ops(phase) for j in graph.nodes[i].inputs)
 
@@ -83,15 +83,17 @@ class _Emitter:
     def op_label(self, i) -> tuple[str, str]:
         n = self.g.nodes[i]
         summary = _summary(n.tensor) if self.values else ""
+        flops = sum(self.g.nodes[j].flops for j in self.members.get(("node", i), [i]))   # merged sums add up
+        flops = f"\\n{flops:,} FLOPs" if flops else ""
         if n.phase == "backward" and n.origin == "accumulate":
-            return "+\\npaths meet" + summary, "accumulate"
+            return f"+\\npaths meet\\n{_shape(n.shape)}{flops}" + summary, "accumulate"
         if n.phase == "forward" and n.label == "add" and len(n.scope) == 1:
-            return f"+\\nresidual\\n{_shape(n.shape)}" + summary, "residual"
+            return f"+\\nresidual\\n{_shape(n.shape)}{flops}" + summary, "residual"
         scalars = [j for j in n.inputs if self.g.nodes[j].kind == "const" and not self.g.nodes[j].shape]
         extra = " (with a scalar)" if scalars else ""
         if n.phase == "backward":
-            extra += f"\\nbackward of {n.origin}" + (": copies add up" if n.origin == "expand" else "")
-        flops = f"\\n{n.flops:,} FLOPs" if n.flops else ""
+            adds_copies = n.origin == "expand" and n.label == "sum"
+            extra += f"\\nbackward of {n.origin}" + (": copies add up" if adds_copies else "")
         return f"{n.label}{extra}\\n{_shape(n.shape)} {n.dtype}{flops}" + summary, "op"
 
     def node_line(self, key) -> str:
@@ -109,19 +111,22 @@ class _Emitter:
         elif n.kind == "param":
             label, style = f"{n.label}\\n{_shape(n.shape)}", "param"
         else:
-            label, style = f"{n.label}\\n{_shape(n.shape)} {n.dtype}", n.kind
+            style = "grad" if n.phase == "backward" else n.kind      # the gradient backward() starts from
+            label = f"{n.label}\\n{_shape(n.shape)} {n.dtype}"
         return f'  {name} [label="{label}", {STYLE[style]}];'
 
     def highway(self, src, dst) -> bool:
-        """Residual stream: an edge between the root's own nodes (the input and the residual adds)."""
+        """Residual stream: an edge between the root's own nodes (the input and the residual adds; backward: the
+        gradient backward() starts from, and the sums where the paths meet)."""
         ends = [self.g.nodes[k[1]] for k in (src, dst) if k[0] == "node"]
-        return len(ends) == 2 and all(len(n.scope) <= 1 and n.label in ("add", "input") for n in ends)
+        return len(ends) == 2 and all(len(n.scope) <= 1 and (n.kind == "input" or n.label == "add" or
+                                                             n.origin == "accumulate") for n in ends)
 
     def collect(self):
         for i in self.g.ops(self.phase):
             dst = self.key(i)
-            if dst[0] == "box":
-                self.members.setdefault(dst, []).append(i)
+            if dst[0] == "box" or dst[1] != i:           # inside a box, or a partial sum merged into a node
+                self.members.setdefault(dst, [dst[1]] if dst[0] == "node" else []).append(i)
             self.name(dst)
             for j in self.g.nodes[i].inputs:
                 src = self.key(j)
@@ -171,7 +176,7 @@ def emit(graph, depth, phase, values, title) -> str:
             f'  labelloc=t; label="{title or phase}";']
     edges = []
     for src, dst in e.edges:
-        attrs = [HIGHWAY] if phase == "forward" and e.highway(src, dst) else []
+        attrs = [HIGHWAY] if e.highway(src, dst) else []
         if depth is not None:
             shape = (e.g.nodes[e.members[src][-1]] if src[0] == "box" else e.g.nodes[src[1]]).shape
             attrs.append(f'label=" {_shape(shape)}"')
