@@ -5,7 +5,7 @@ from ..backend import float32
 from ..tensor import Tensor
 from .attention import Attention
 from .config import BlockConfig
-from .layers import LayerNorm, RMSNorm, projection
+from .layers import norm, projection
 from .module import Module
 
 
@@ -49,20 +49,14 @@ class TransformerBlock(Module):
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
-        self.norm1 = self._norm(cfg, dtype, device)
+        self.norm1 = norm(cfg, dtype=dtype, device=device)
         self.attn = Attention(cfg, generator=generator, dtype=dtype, device=device)
-        self.norm2 = self._norm(cfg, dtype, device)
+        self.norm2 = norm(cfg, dtype=dtype, device=device)
         ffn = SwiGLU if cfg.ffn == "swiglu" else MLP
         self.ffn = ffn(cfg, generator=generator, dtype=dtype, device=device)
         if cfg.lora_rank:
             for name, p in self.named_parameters():
                 p.requires_grad = name.endswith(("lora_A", "lora_B"))
-
-    @staticmethod
-    def _norm(cfg, dtype, device):
-        if cfg.norm == "rms":
-            return RMSNorm(cfg.d_model, cfg.norm_eps, dtype=dtype, device=device)
-        return LayerNorm(cfg.d_model, cfg.norm_eps, bias=cfg.bias, dtype=dtype, device=device)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
         if x.ndim != 3 or x.shape[-1] != self.cfg.d_model:

@@ -80,3 +80,10 @@ class LayerNorm(Module):
         rstd = ((centered * centered).mean(axis=-1, keepdims=True) + self.eps).rsqrt()   # (..., 1)
         y = centered * rstd * self.weight
         return y + self.bias if self.bias is not None else y
+
+
+def norm(cfg, *, dtype=float32, device="cpu") -> RMSNorm | LayerNorm:
+    """The norm a config asks for: RMSNorm, or LayerNorm (with a shift when the config has biases)."""
+    if cfg.norm == "rms":
+        return RMSNorm(cfg.d_model, cfg.norm_eps, dtype=dtype, device=device)
+    return LayerNorm(cfg.d_model, cfg.norm_eps, bias=cfg.bias, dtype=dtype, device=device)

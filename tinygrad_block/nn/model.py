@@ -6,7 +6,7 @@ from ..function import scope
 from ..tensor import Tensor, arange
 from .block import TransformerBlock
 from .config import BlockConfig
-from .layers import Embedding, Linear
+from .layers import Embedding, Linear, norm
 from .module import Module
 
 
@@ -23,7 +23,7 @@ class LM(Module):
         if not cfg.rope:
             self.pos_embed = Embedding(cfg.max_seq_len, cfg.d_model, **make)
         self.layers = [TransformerBlock(cfg, **make) for _ in range(cfg.n_layers)]
-        self.norm = TransformerBlock._norm(cfg, dtype, device)
+        self.norm = norm(cfg, dtype=dtype, device=device)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, generator=generator, dtype=dtype, device=device)
 
