@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tinygrad_block as tb
 from tinygrad_block import nn
-from tinygrad_block.graph import record_graph, render
+from tinygrad_block.cli import record
+from tinygrad_block.graph import render
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 VIEWS = {"tiny_block_forward_depth2": dict(depth=2, title="tiny block, forward, depth 2"),
@@ -18,13 +18,7 @@ VIEWS = {"tiny_block_forward_depth2": dict(depth=2, title="tiny block, forward, 
 
 def dot_sources() -> dict[str, str]:
     """DOT text of each README view, from one forward and backward of the tiny block (B=1, L=8)."""
-    cfg = nn.preset("tiny")
-    g = tb.Generator(0)
-    block = nn.TransformerBlock(cfg, generator=g)
-    x = tb.randn(1, 8, cfg.d_model, generator=g, requires_grad=True)
-    with record_graph(block, x) as graph:
-        out = block(x)
-        out.backward(tb.ones_like(out))
+    graph = record(nn.preset("tiny"), whole_model=False, B=1, L=8, backward=True, values=False)
     return {name: graph.to_dot(**view) for name, view in VIEWS.items()}
 
 
