@@ -1,14 +1,19 @@
 """The backend seam: every array operation the engine performs is a method of a backend object.
 
-`ArrayBackend` runs the primitive ops on an array module `xp` (numpy on the CPU; cupy, with the same code, on
-the GPU). `MetaBackend` runs them on shapes alone: it carries (shape, dtype) and computes nothing, so a 70B
-model's FLOPs can be counted on a laptop. Nothing outside this file (and the test tool `gradcheck`) imports
-numpy: ops, composites and modules call `tensor.backend.<op>(...)`.
+`ArrayBackend` runs the primitive ops on an array module `xp`: numpy on the CPU ('cpu'), and the same code
+with CuPy on an NVIDIA GPU ('cuda', 'cuda:N'; `cuda.py` adds only what differs there) or with the strict
+arrays of `strict.py` ('strict': numpy behind a wall that refuses every implicit trip to the host, so CPU
+tests catch what would stall a GPU). `MetaBackend` runs the ops on shapes alone: it carries (shape, dtype) and
+computes nothing, so a 70B model's FLOPs can be counted on a laptop. Only the backends (this file, cuda.py,
+strict.py) and the test tool `gradcheck` import numpy: ops, composites and modules call
+`tensor.backend.<op>(...)`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -83,8 +88,24 @@ class Generator:
         return f"Generator(seed={self.seed})"
 
 
+def on_device(method):
+    """Run a backend method with the backend's GPU current (`active`; a no-op on the CPU)."""
+    @functools.wraps(method)
+    def run(self, *args):
+        with self.active:
+            return method(self, *args)
+    return run
+
+
 class ArrayBackend:
-    """The primitive ops on a real array module. One method per primitive, plus creation and transfer."""
+    """The primitive ops on a real array module. One method per primitive, plus creation and transfer.
+
+    `active` is a context manager that makes this backend's device current (Function.apply runs every
+    primitive inside it; on the CPU it does nothing). `host_reads` counts the values read back to the host
+    (`to_numpy`, index bounds checks): on a GPU each one waits for the queued work, a sync."""
+
+    active = nullcontext()
+    host_reads = 0
 
     def __init__(self, name: str, xp):
         self.name, self.xp = name, xp
@@ -102,9 +123,11 @@ class ArrayBackend:
             return int64
         return as_dtype(arr.dtype, "tensor")
 
+    @on_device
     def asarray(self, value, dtype):
         return self.xp.asarray(value, dtype=dtype)
 
+    @on_device
     def from_host(self, host_array, dtype):
         return self.xp.asarray(host_array, dtype=dtype)
 
@@ -113,36 +136,50 @@ class ArrayBackend:
         return self.from_host(getattr(generator, kind)(*args, shape), dtype)
 
     def to_numpy(self, x):
-        """A read-only numpy view: tensors are immutable, so their data must not be edited in place."""
-        out = np.asarray(x).view()
+        """The values as a read-only numpy array (tensors are immutable, so their data must not be edited in
+        place): the one explicit way to the host, counted in `host_reads`."""
+        self.host_reads += 1
+        out = self.host(x).view()
         out.flags.writeable = False
         return out
 
+    def host(self, x):
+        """`x` as a numpy array (a copy from device memory where the device has its own)."""
+        return np.asarray(x)
+
+    @on_device
     def full(self, shape, value, dtype):
         return self.xp.full(shape, value, dtype=dtype)
 
     def constant(self, value, dtype):
-        """A 0-d array holding a Python number: the operand of `x * 2.0`."""
-        return self.xp.asarray(value, dtype=dtype)
+        """A numpy scalar holding a Python number, the operand of `x * 2.0`: every array module takes it as
+        a kernel argument, so it never becomes an array of its own (on a GPU: no host-to-device copy)."""
+        return dtype.type(value)
 
+    @on_device
     def arange(self, start, stop, step, dtype):
         return self.xp.arange(start, stop, step, dtype=dtype)
 
+    @on_device
     def eye(self, n, m, dtype):
         return self.xp.eye(n, m, dtype=dtype)
 
     def format(self, x) -> str:
-        return np.array2string(np.asarray(x), separator=", ", precision=4, prefix="Tensor(")
+        return np.array2string(self.to_numpy(x), separator=", ", precision=4, prefix="Tensor(")
 
     # ---- integer index helpers (not ops: no gradient, no FLOPs) ----
+    @on_device
     def index_range(self, idx):
-        """(min, max) of an integer index array, for bounds checks; None for an empty one."""
-        return (int(idx.min()), int(idx.max())) if idx.size else None
+        """(min, max) of an integer index array, for bounds checks; None for an empty one. One read back
+        to the host: on a GPU, the one place indexing waits for the device."""
+        return tuple(self.to_numpy(self.xp.stack([idx.min(), idx.max()])).tolist()) if idx.size else None
 
+    @on_device
     def index_wrap(self, idx, size):
         """Negative indices counted from the end, as in numpy."""
         return self.xp.where(idx < 0, idx + size, idx)
 
+    @on_device
     def index_flat(self, idxs, dims):
         """Flat index into the merged axes `dims` for the broadcast integer arrays `idxs` (row-major)."""
         flat = self.xp.zeros(self.xp.broadcast_shapes(*[i.shape for i in idxs]), dtype=int64)
@@ -177,7 +214,7 @@ class ArrayBackend:
         return np.asarray(np.frompyfunc(math.erf, 1, 1)(a), dtype=a.dtype)
 
     def pow(self, a, exponent: float):
-        return self.xp.power(a, self.xp.asarray(exponent, dtype=a.dtype))
+        return self.xp.power(a, self.constant(exponent, a.dtype))
 
     def cast(self, a, dtype):
         return a.astype(dtype)
@@ -202,7 +239,9 @@ class ArrayBackend:
 
     # ---- reductions ----
     def sum(self, a, axes, keepdims):
-        return self.xp.sum(a, axis=axes, keepdims=keepdims, dtype=a.dtype)
+        """float16 sums accumulate in float32 and round once at the end, on every device."""
+        wide = float32 if a.dtype == float16 else a.dtype
+        return self.xp.sum(a, axis=axes, keepdims=keepdims, dtype=wide).astype(a.dtype, copy=False)
 
     def max(self, a, axes, keepdims):
         return self.xp.max(a, axis=axes, keepdims=keepdims)
@@ -229,6 +268,7 @@ class ArrayBackend:
     def gather(self, a, idx, axis):
         return self.xp.take(a, idx, axis=axis)
 
+    @on_device
     def scatter_add(self, g, idx, axis, size):
         shape = g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
         out = self.xp.zeros(shape, dtype=g.dtype)
@@ -257,6 +297,8 @@ class MetaBackend:
     """The same primitive ops on shapes alone ("meta" device): every method returns a MetaArray."""
 
     name = "meta"
+    active = nullcontext()
+    host_reads = 0
 
     def __repr__(self):
         return "<MetaBackend device='meta'>"
@@ -363,13 +405,35 @@ class MetaBackend:
         return MetaArray(a.shape[:-1] + b.shape[-1:], a.dtype)
 
 
-BACKENDS = {"cpu": ArrayBackend("cpu", np), "meta": MetaBackend()}
+BACKENDS = {"cpu": ArrayBackend("cpu", np), "meta": MetaBackend()}  # the GPUs and 'strict' join on first use
 
 
 def get_backend(device) -> ArrayBackend | MetaBackend:
-    """The backend for a device name ('cpu', 'meta'), or raise ValueError naming the known devices."""
+    """The backend for a device name: 'cpu', 'cuda' (= 'cuda:0'), 'cuda:N', 'meta' or 'strict'. CuPy is imported
+    only when a 'cuda' device is first asked for; a missing CuPy or GPU raises RuntimeError saying which."""
     if isinstance(device, (ArrayBackend, MetaBackend)):
         return device
-    if device not in BACKENDS:
-        raise ValueError(f"unknown device {device!r}; expected one of {', '.join(map(repr, BACKENDS))}")
-    return BACKENDS[device]
+    name = "cuda:0" if device == "cuda" else device
+    if name not in BACKENDS and isinstance(name, str) and name.startswith("cuda:"):
+        from .cuda import cuda_backend
+        BACKENDS[name] = cuda_backend(name)
+    elif name == "strict" and name not in BACKENDS:
+        from .strict import StrictBackend
+        BACKENDS[name] = StrictBackend()
+    if name not in BACKENDS:
+        raise ValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' (N a GPU index), 'meta' "
+                         "or 'strict'")
+    return BACKENDS[name]
+
+
+def array_backend(x) -> ArrayBackend:
+    """The backend whose arrays `x` is one of (numpy, cupy or strict): the hand-derived pairs in manual/ ask it
+    for their array module and erf."""
+    if isinstance(x, np.ndarray | np.generic):
+        return BACKENDS["cpu"]
+    if type(x).__module__.split(".")[0] == "cupy":
+        return get_backend(f"cuda:{x.device.id}")
+    from .strict import StrictArray
+    if isinstance(x, StrictArray):
+        return get_backend("strict")
+    raise TypeError(f"expected a numpy, cupy or strict array, got {type(x).__name__}")

@@ -110,7 +110,8 @@ class Function:
         fn = cls()
         fn.be = be
         fn.needs_grad = needs = tuple([STATE.grad_enabled and t._requires_grad for t in inputs])
-        data = fn.forward(*inputs, **params)
+        with be.active:  # the backend's GPU is current while it runs (a no-op on the CPU)
+            data = fn.forward(*inputs, **params)
         out = Tensor._make(data, fn.be)  # fn.be: Transfer's forward switches it to the target device
         if True in needs and data.dtype.kind == "f":
             out._requires_grad, out._ctx, fn.scope = True, fn, STATE.scope

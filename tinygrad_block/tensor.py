@@ -375,10 +375,14 @@ class Tensor:
 
     @_torch_names
     def mean(self, axis=None, keepdims: bool = False) -> Tensor:
-        """sum / n"""
+        """sum / n (float16 sums and divides in float32, then rounds once: its sum could overflow)"""
         self._need_float("mean")
         n = math.prod(self.shape[a] for a in _axes(axis, self.ndim, "mean"))
-        return self.sum(axis, keepdims) / n
+        return (self.wide().sum(axis, keepdims) / n).to(self.dtype)
+
+    def wide(self) -> Tensor:
+        """float16 as float32, where sums and statistics of float16 accumulate; other dtypes as they are."""
+        return self.to(float32) if self.dtype == float16 else self
 
     @_torch_names
     def var(self, axis=None, keepdims: bool = False, correction: int = 0) -> Tensor:
@@ -386,8 +390,9 @@ class Tensor:
         and what LayerNorm uses); PyTorch's var defaults to correction=1."""
         self._need_float("var")
         n = math.prod(self.shape[a] for a in _axes(axis, self.ndim, "var"))
-        d = self - self.mean(axis, keepdims=True)
-        return (d * d).sum(axis, keepdims) / (n - correction)
+        x = self.wide()
+        d = x - x.mean(axis, keepdims=True)
+        return ((d * d).sum(axis, keepdims) / (n - correction)).to(self.dtype)
 
     @_torch_names
     def logsumexp(self, axis=-1, keepdims: bool = False) -> Tensor:

@@ -1,29 +1,23 @@
 """The two things every manual pair needs from an array library: its module, and erf.
 
 Everything else in `manual/` is written with array methods and operators, so the same code runs on numpy
-arrays (CPU) and cupy arrays (GPU). This is the only file in `manual/` that imports numpy.
+arrays (CPU), cupy arrays (GPU) and the strict arrays of device 'strict'. Both come from the engine's backend
+for that kind of array, so erf is written once per device.
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-_erf_float = np.frompyfunc(math.erf, 1, 1)
+from ..backend import array_backend
 
 
 def xp_of(x):
-    """The array module that `x` belongs to (numpy for a numpy array, cupy for a cupy array)."""
-    return x.__array_namespace__()
+    """The array module that `x` belongs to: numpy, cupy, or tinygrad_block.strict."""
+    return array_backend(x).xp
 
 
 def erf(x):
-    """erf(x) elementwise, same array module and dtype as `x`: math.erf on numpy (which has no erf ufunc;
-    correctly rounded in float64), cupyx.scipy.special.erf on cupy (imported only when a cupy array comes)."""
-    if isinstance(x, np.ndarray | np.generic):
-        return np.asarray(_erf_float(x), dtype=x.dtype)
-    from cupyx.scipy.special import erf as cupy_erf
-    return cupy_erf(x)
+    """erf(x) elementwise, same array module and dtype as `x` (the backend's erf: correctly rounded on numpy,
+    cupyx.scipy.special.erf on cupy)."""
+    return array_backend(x).erf(x)
 
 
 def sum_to_last(t):

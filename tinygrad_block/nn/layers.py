@@ -61,8 +61,9 @@ class RMSNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.d:
             raise ValueError(f"RMSNorm: expected input (..., {self.d}), got shape {x.shape}")
-        rstd = ((x * x).mean(axis=-1, keepdims=True) + self.eps).rsqrt()   # (..., 1)
-        return x * rstd * self.weight
+        xw = x.wide()                                                      # float16's statistics in float32
+        rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()  # (..., 1)
+        return x * rstd.to(x.dtype) * self.weight
 
 
 class LayerNorm(Module):
@@ -76,9 +77,10 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.d:
             raise ValueError(f"LayerNorm: expected input (..., {self.d}), got shape {x.shape}")
-        centered = x - x.mean(axis=-1, keepdims=True)
+        xw = x.wide()                                                      # float16's statistics in float32
+        centered = xw - xw.mean(axis=-1, keepdims=True)
         rstd = ((centered * centered).mean(axis=-1, keepdims=True) + self.eps).rsqrt()   # (..., 1)
-        y = centered * rstd * self.weight
+        y = (centered * rstd).to(x.dtype) * self.weight
         return y + self.bias if self.bias is not None else y
 
 

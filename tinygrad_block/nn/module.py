@@ -1,7 +1,7 @@
 """Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
 from __future__ import annotations
 
-from ..backend import Generator, as_dtype
+from ..backend import Generator, as_dtype, get_backend, names_a_dtype
 from ..function import scope
 from ..tensor import Tensor, randn
 
@@ -91,15 +91,24 @@ class Module:
         for name, p in own.items():
             p.data = state[name].data
 
-    def to(self, dtype) -> Module:
-        """Cast every parameter and buffer (such as RoPE tables) to `dtype` in place; gradients are dropped."""
-        dtype = as_dtype(dtype, "Module.to")
+    def to(self, target) -> Module:
+        """Cast every parameter and floating-point buffer (such as RoPE tables) to a dtype (`tb.float16`), or
+        move every parameter and buffer to a device ('cuda', 'cpu', ...), in place: Parameters stay the same
+        objects, so references to them stay valid. Gradients are dropped."""
+        is_dtype = not isinstance(target, str) or names_a_dtype(target)
+        if is_dtype:
+            target = as_dtype(target, "Module.to")
+        else:
+            get_backend(target)  # a clear error for an unknown device, a missing GPU or CuPy, before anything moves
         for _, module in self.named_modules():
             for name, value in vars(module).items():
+                if not isinstance(value, Tensor) or (is_dtype and value.dtype.kind != "f"):
+                    continue
+                moved = value.detach().to(target)
                 if isinstance(value, Parameter):
-                    value.data, value.grad = value.detach().to(dtype).data, None
-                elif isinstance(value, Tensor) and value.dtype.kind == "f":
-                    setattr(module, name, value.to(dtype))
+                    value.data, value.backend, value.grad = moved.data, moved.backend, None
+                else:
+                    setattr(module, name, moved)
         return self
 
     def freeze(self) -> Module:
