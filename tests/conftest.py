@@ -1,4 +1,9 @@
-"""Shared test settings: a hypothesis profile sized for CI on a 2-core machine, and small helpers."""
+"""Shared test settings: a hypothesis profile sized for CI on a 2-core machine, the devices every device-aware
+test runs on, and small helpers.
+
+A test that takes a `device` argument runs on 'cpu' (numpy), on 'strict' (numpy arrays that refuse every
+implicit read back to the host, so code that would stall or fail on a GPU fails here, on the CPU) and on
+'cuda' (marked `gpu`; skipped, with the reason, where CuPy or a GPU is missing)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -8,6 +13,34 @@ import tinygrad_block as tb
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
+
+
+def cuda_missing() -> str | None:
+    """Why device 'cuda' cannot run here (CuPy or a GPU missing), or None when it can."""
+    try:
+        tb.get_backend("cuda")
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+CUDA_MISSING = cuda_missing()
+GPU = [pytest.mark.gpu, pytest.mark.skipif(CUDA_MISSING is not None,
+                                           reason=f"no GPU here: {(CUDA_MISSING or '').split(';')[0]}")]
+DEVICES = ["cpu", "strict", pytest.param("cuda", marks=GPU)]
+
+
+def needs_gpu(test):
+    """Mark a test `gpu` and skip it, saying why, where CuPy or a GPU is missing."""
+    for mark in GPU:
+        test = mark(test)
+    return test
+
+
+def pytest_generate_tests(metafunc):
+    if "device" in metafunc.fixturenames and not any(m.name == "parametrize" and "device" in m.args[0]
+                                                      for m in metafunc.definition.iter_markers()):
+        metafunc.parametrize("device", DEVICES)
 
 
 @pytest.fixture

@@ -10,40 +10,40 @@ import tinygrad_block as tb
 from tinygrad_block.autograd import toposort
 
 
-def leaf(values):
-    return tb.tensor(np.asarray(values, dtype=np.float64), requires_grad=True)
+def leaf(values, device="cpu"):
+    return tb.tensor(np.asarray(values, dtype=np.float64), requires_grad=True, device=device)
 
 
-def test_reuse_accumulates_x_times_x():
-    x = leaf([1.5, -2.0, 3.0])
+def test_reuse_accumulates_x_times_x(device):
+    x = leaf([1.5, -2.0, 3.0], device=device)
     (x * x).sum().backward()                       # d/dx sum x^2 = 2x
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, -4.0, 6.0])
 
 
-def test_reuse_accumulates_x_plus_x():
-    x = leaf([1.5, -2.0])
+def test_reuse_accumulates_x_plus_x(device):
+    x = leaf([1.5, -2.0], device=device)
     (x + x + x).sum().backward()                   # d/dx 3x = 3
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
 
 
-def test_diamond():
+def test_diamond(device):
     # y = 2x feeds two branches, z = y*y + exp(y): dz/dx = 2 * (2y + e^y)
-    x = leaf([0.3, -0.7])
+    x = leaf([0.3, -0.7], device=device)
     y = x * 2.0
     (y * y + y.exp()).sum().backward()
     yv = 2 * np.array([0.3, -0.7])
     np.testing.assert_allclose(x.grad.numpy(), 2 * (2 * yv + np.exp(yv)), rtol=1e-15)
 
 
-def test_two_leaves_share_a_graph():
-    a, b = leaf([2.0]), leaf([5.0])
+def test_two_leaves_share_a_graph(device):
+    a, b = leaf([2.0], device=device), leaf([5.0], device=device)
     (a * b + a).sum().backward()                   # d/da = b + 1, d/db = a
     assert a.grad.item() == 6.0 and b.grad.item() == 2.0
 
 
-def test_broadcast_gradient_sums_over_expanded_axes():
-    w = leaf([[1.0, 2.0, 3.0]])                    # (1, 3), broadcast over 4 rows
-    x = leaf(np.arange(12.0).reshape(4, 3))
+def test_broadcast_gradient_sums_over_expanded_axes(device):
+    w = leaf([[1.0, 2.0, 3.0]], device=device)                    # (1, 3), broadcast over 4 rows
+    x = leaf(np.arange(12.0).reshape(4, 3), device=device)
     (x * w).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), x.numpy().sum(axis=0, keepdims=True))
     np.testing.assert_array_equal(x.grad.numpy(), np.broadcast_to(w.numpy(), (4, 3)))
@@ -58,9 +58,9 @@ def test_deep_chain_of_100k_ops_has_no_recursion_limit():
     assert x.grad.item() == 1.0
 
 
-def test_toposort_is_deterministic_and_ordered():
+def test_toposort_is_deterministic_and_ordered(device):
     def graph():
-        x = leaf([1.0, 2.0])
+        x = leaf([1.0, 2.0], device=device)
         a, b = x.exp(), x.sin()
         return (a * b + a.log()).sum()
     names = [[fn.name for fn in toposort(graph()._ctx)] for _ in range(3)]
@@ -74,8 +74,8 @@ def test_toposort_is_deterministic_and_ordered():
                 assert position[fn] < position[edge]
 
 
-def test_no_grad_records_nothing():
-    x = leaf([1.0, 2.0])
+def test_no_grad_records_nothing(device):
+    x = leaf([1.0, 2.0], device=device)
     with tb.no_grad():
         y = (x * 3.0).exp()
         with tb.enable_grad():
@@ -86,22 +86,22 @@ def test_no_grad_records_nothing():
     assert w.requires_grad
 
 
-def test_detach_stops_the_gradient():
-    x = leaf([2.0])
+def test_detach_stops_the_gradient(device):
+    x = leaf([2.0], device=device)
     y = x * x
     (y.detach() * x).sum().backward()              # the detached factor is a constant 4
     assert x.grad.item() == 4.0
     assert not y.detach().requires_grad
 
 
-def test_leaf_without_requires_grad_gets_no_grad():
-    x, c = leaf([1.0]), tb.tensor([3.0], dtype=tb.float64)
+def test_leaf_without_requires_grad_gets_no_grad(device):
+    x, c = leaf([1.0], device=device), tb.tensor([3.0], dtype=tb.float64, device=device)
     (x * c).sum().backward()
     assert c.grad is None and x.grad.item() == 3.0
 
 
-def test_grads_accumulate_across_backward_calls_until_reset():
-    x = leaf([1.0, 2.0])
+def test_grads_accumulate_across_backward_calls_until_reset(device):
+    x = leaf([1.0, 2.0], device=device)
     (x * 3.0).sum().backward()
     (x * 4.0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [7.0, 7.0])
@@ -110,8 +110,8 @@ def test_grads_accumulate_across_backward_calls_until_reset():
     np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])
 
 
-def test_backward_twice_raises_once_the_graph_is_freed():
-    x = leaf([1.0, 2.0])
+def test_backward_twice_raises_once_the_graph_is_freed(device):
+    x = leaf([1.0, 2.0], device=device)
     y = (x * x).sum()
     y.backward()
     with pytest.raises(RuntimeError, match="retain_graph=True"):
@@ -119,16 +119,16 @@ def test_backward_twice_raises_once_the_graph_is_freed():
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])   # the failed call changed nothing
 
 
-def test_backward_twice_with_retain_graph_accumulates():
-    x = leaf([1.0, 2.0])
+def test_backward_twice_with_retain_graph_accumulates(device):
+    x = leaf([1.0, 2.0], device=device)
     y = (x * x).sum()
     y.backward(retain_graph=True)
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0])
 
 
-def test_backward_releases_saved_tensors_and_edges():
-    x = leaf([1.0, 2.0])
+def test_backward_releases_saved_tensors_and_edges(device):
+    x = leaf([1.0, 2.0], device=device)
     y = x.exp()
     fn = y._ctx
     assert [t.shape for t in fn.saved()] == [(2,)]   # Exp saved its output
@@ -136,8 +136,8 @@ def test_backward_releases_saved_tensors_and_edges():
     assert fn.edges is None and fn.saved() == []
 
 
-def test_graph_does_not_hold_intermediates_that_no_backward_needs():
-    x = leaf(np.ones(4))
+def test_graph_does_not_hold_intermediates_that_no_backward_needs(device):
+    x = leaf(np.ones(4), device=device)
     h = x * 2.0                 # Mul by a constant saves only the constant
     h_ref = weakref.ref(h)
     y = (h + 1.0).sum()         # Add saves nothing
@@ -147,29 +147,29 @@ def test_graph_does_not_hold_intermediates_that_no_backward_needs():
     np.testing.assert_array_equal(x.grad.numpy(), [2.0] * 4)
 
 
-def test_retain_grad_keeps_an_intermediate_gradient():
-    x = leaf([1.0, 2.0])
+def test_retain_grad_keeps_an_intermediate_gradient(device):
+    x = leaf([1.0, 2.0], device=device)
     h = (x * 3.0).retain_grad()
     (h * h).sum().backward()
     np.testing.assert_array_equal(h.grad.numpy(), 2 * h.numpy())
     np.testing.assert_array_equal(x.grad.numpy(), 6 * h.numpy())
 
 
-def test_backward_with_explicit_grad_on_non_scalar():
-    x = leaf([1.0, 2.0, 3.0])
+def test_backward_with_explicit_grad_on_non_scalar(device):
+    x = leaf([1.0, 2.0, 3.0], device=device)
     y = x * x
-    y.backward(tb.tensor([1.0, 0.5, 0.0], dtype=tb.float64))
+    y.backward(tb.tensor([1.0, 0.5, 0.0], dtype=tb.float64, device=device))
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0, 0.0])
 
 
-def test_backward_on_a_leaf():
-    x = leaf([1.0, 2.0])
-    x.backward(tb.tensor([3.0, 4.0], dtype=tb.float64))
+def test_backward_on_a_leaf(device):
+    x = leaf([1.0, 2.0], device=device)
+    x.backward(tb.tensor([3.0, 4.0], dtype=tb.float64, device=device))
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
 
 
-def test_gradients_keep_the_dtype_float32_by_default():
-    x = tb.tensor([1.0, 2.0], requires_grad=True)
+def test_gradients_keep_the_dtype_float32_by_default(device):
+    x = tb.tensor([1.0, 2.0], requires_grad=True, device=device)
     assert x.dtype == tb.float32
     (x * x).sum().backward()
     assert x.grad.dtype == tb.float32 and not x.grad.requires_grad
@@ -207,11 +207,11 @@ def test_memory_is_flat_over_a_training_loop():
     assert after_1500 - warm < 4 * 1024, (warm, after_1500)
 
 
-def test_composite_gradient_matches_hand_derivation():
+def test_composite_gradient_matches_hand_derivation(device):
     # softmax cross-entropy: d loss / d logits = (softmax - onehot) / N
-    logits = leaf([[2.0, 1.0, 0.1], [0.5, 2.5, -1.0]])
+    logits = leaf([[2.0, 1.0, 0.1], [0.5, 2.5, -1.0]], device=device)
     target = [0, 1]
-    logits.cross_entropy(tb.tensor(target)).backward()
+    logits.cross_entropy(tb.tensor(target, device=device)).backward()
     z = logits.numpy()
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
@@ -219,8 +219,8 @@ def test_composite_gradient_matches_hand_derivation():
     np.testing.assert_allclose(logits.grad.numpy(), p / 2, rtol=1e-13)
 
 
-def test_gradcheck_reports_the_worst_element():
-    x = leaf([0.5, 1.0, 2.0])
+def test_gradcheck_reports_the_worst_element(device):
+    x = leaf([0.5, 1.0, 2.0], device=device)
 
     class WrongSquare(tb.Function):
         """x^2 with a deliberately wrong backward: 3x instead of 2x"""
@@ -236,8 +236,8 @@ def test_gradcheck_reports_the_worst_element():
     assert "autograd 6.0 vs finite differences 3.99999999999" in str(err.value)
 
 
-def test_gradcheck_passes_on_a_correct_function_and_leaves_grads_alone():
-    x = leaf([0.3, 0.9])
-    x.grad = tb.tensor([7.0, 7.0], dtype=tb.float64)
+def test_gradcheck_passes_on_a_correct_function_and_leaves_grads_alone(device):
+    x = leaf([0.3, 0.9], device=device)
+    x.grad = tb.tensor([7.0, 7.0], dtype=tb.float64, device=device)
     assert tb.gradcheck(lambda t: (t.sin() * t.exp()).sum() + t.sum() ** 2.0, x)
     np.testing.assert_array_equal(x.grad.numpy(), [7.0, 7.0])

@@ -1,10 +1,12 @@
 """Autograd == the hand-derived pairs (relative error <= 1e-10, float64), for every component and the whole
-block across its variants; and the four pitfalls of the curriculum, each disagreeing with autograd."""
+block across its variants, on every device (the manual pairs run on that device's arrays too); and the four
+pitfalls of the curriculum, each disagreeing with autograd."""
 import numpy as np
 import pytest
 
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
+from tinygrad_block.backend import array_backend
 from tinygrad_block.manual import pitfalls
 
 from conftest import rel_err
@@ -34,9 +36,21 @@ CONFIGS = {
 }
 
 
-def random_block(cfg, seed=0):
+def on(device, a):
+    """A float64 numpy array as an array of `device` (numpy, strict or cupy): what the manual pairs run on."""
+    return tb.tensor(a, dtype=tb.float64, device=device).data
+
+
+def host(a):
+    """A device array (or a dict of them) back as numpy, explicitly."""
+    if isinstance(a, dict):
+        return {k: host(v) for k, v in a.items()}
+    return array_backend(a).to_numpy(a)
+
+
+def random_block(cfg, seed=0, device="cpu"):
     """A float64 block whose every parameter is random (gains near 1, biases and LoRA B nonzero), so every
-    gradient path carries signal."""
+    gradient path carries signal; built on the CPU, then moved to `device` (Module.to)."""
     g = tb.Generator(seed)
     block = nn.TransformerBlock(cfg, generator=g, dtype=tb.float64)
     rng = np.random.default_rng(seed)
@@ -46,13 +60,13 @@ def random_block(cfg, seed=0):
         value = 1 + 0.2 * noise if name.startswith("norm") and name.endswith("weight") else p.numpy() + 0.3 * noise
         state[name] = tb.tensor(value)
     block.load_state_dict(state)
-    return block
+    return block.to(device)
 
 
-def autograd_run(block, x_np, dout_np, offset=0):
-    x = tb.tensor(x_np, requires_grad=True)
+def autograd_run(block, x_np, dout_np, offset=0, device="cpu"):
+    x = tb.tensor(x_np, requires_grad=True, device=device)
     out = block(x, offset)
-    out.backward(tb.tensor(dout_np))
+    out.backward(tb.tensor(dout_np, device=device))
     grads = {n: p.grad.numpy() for n, p in block.named_parameters() if p.grad is not None}
     return out.numpy(), x.grad.numpy(), grads
 
@@ -63,14 +77,15 @@ def inputs(cfg, seed=1):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_block_autograd_equals_manual(name):
+def test_block_autograd_equals_manual(name, device):
     cfg = CONFIGS[name]
-    block, (x, dout) = random_block(cfg), inputs(cfg)
+    block, (x, dout) = random_block(cfg, device=device), inputs(cfg)
     offset = 3 if cfg.rope else 0
-    out, dx, grads = autograd_run(block, x, dout, offset)
-    params = {n: p.numpy() for n, p in block.named_parameters()}
-    m_out, cache = manual.block_forward(x, params, cfg, offset)
-    m_dx, m_grads = manual.block_backward(dout, cache)
+    out, dx, grads = autograd_run(block, x, dout, offset, device)
+    params = {n: p.data for n, p in block.named_parameters()}                  # the device's own arrays
+    m_out, cache = manual.block_forward(on(device, x), params, cfg, offset)
+    m_dx, m_grads = manual.block_backward(on(device, dout), cache)
+    m_out, m_dx, m_grads = host(m_out), host(m_dx), host(m_grads)
     assert rel_err(out, m_out) <= TOL and rel_err(dx, m_dx) <= TOL
     assert set(grads) == set(m_grads)
     if cfg.lora_rank:
@@ -95,29 +110,32 @@ def rand(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape)
 
 
-def backprop(fn, *arrays):
+def backprop(fn, *arrays, device="cpu"):
     """Autograd output and gradients of sum(fn(*tensors) * dout) for float64 arrays; dout random."""
-    ts = [tb.tensor(a, requires_grad=True) for a in arrays]
+    ts = [tb.tensor(a, requires_grad=True, device=device) for a in arrays]
     out = fn(*ts)
     dout = rand(*out.shape, seed=9)
-    out.backward(tb.tensor(dout))
+    out.backward(tb.tensor(dout, device=device))
     return out.numpy(), dout, [None if t.grad is None else t.grad.numpy() for t in ts]
 
 
 def close(a, b):
+    """Relative error <= TOL; a manual result on a device array is read back to the host first."""
+    a, b = (x if isinstance(x, np.ndarray) else host(x) for x in (a, b))
     assert rel_err(a, b) <= TOL
 
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("lora", [False, True])
-def test_linear(bias, lora):
+def test_linear(bias, lora, device):
     x, w, b, A, Bm = rand(B, L, 6), rand(5, 6, seed=1), rand(5, seed=2), rand(2, 6, seed=3), rand(5, 2, seed=4)
     scale = 1.5
 
     def f(x, w, b, A, Bm):
         y = x @ w.T + (b if bias else 0.0)
         return y + (x @ A.T) @ Bm.T * scale if lora else y
-    out, dout, (dx, dw, db, dA, dB) = backprop(f, x, w, b, A, Bm)
+    out, dout, (dx, dw, db, dA, dB) = backprop(f, x, w, b, A, Bm, device=device)
+    x, w, b, A, Bm, dout = (on(device, a) for a in (x, w, b, A, Bm, dout))
     m_out, cache = manual.linear_forward(x, w, b if bias else None, A if lora else None, Bm if lora else None,
                                          scale if lora else None)
     m_dx, g = manual.linear_backward(dout, cache)
@@ -131,9 +149,11 @@ def test_linear(bias, lora):
             close(db, g["bias"])
 
 
-def test_rmsnorm_and_layernorm():
+def test_rmsnorm_and_layernorm(device):
     x, w, b = rand(B, L, 8), 1 + 0.1 * rand(8, seed=1), rand(8, seed=2)
-    out, dout, (dx, dw) = backprop(lambda x, w: nn.RMSNorm(8, 1e-5, dtype=tb.float64).forward(x) * w, x, w)
+    rmsnorm = nn.RMSNorm(8, 1e-5, dtype=tb.float64, device=device)
+    out, dout, (dx, dw) = backprop(lambda x, w: rmsnorm(x) * w, x, w, device=device)
+    x, w, b, dout = (on(device, a) for a in (x, w, b, dout))
     m_out, cache = manual.rmsnorm_forward(x, w, 1e-5)
     m_dx, g = manual.rmsnorm_backward(dout, cache)
     close(out, m_out), close(dx, m_dx), close(dw, g["weight"])
@@ -141,9 +161,9 @@ def test_rmsnorm_and_layernorm():
     def layernorm(x, w, b):
         centered = x - x.mean(-1, keepdims=True)
         return centered * ((centered * centered).mean(-1, keepdims=True) + 1e-5).rsqrt() * w + b
-    out, dout, (dx, dw, db) = backprop(layernorm, x, w, b)
+    out, dout, (dx, dw, db) = backprop(layernorm, *(host(a) for a in (x, w, b)), device=device)
     m_out, cache = manual.layernorm_forward(x, w, b, 1e-5)
-    m_dx, g = manual.layernorm_backward(dout, cache)
+    m_dx, g = manual.layernorm_backward(on(device, dout), cache)
     close(out, m_out), close(dx, m_dx), close(dw, g["weight"]), close(db, g["bias"])
 
 
@@ -153,29 +173,30 @@ def test_rmsnorm_and_layernorm():
     ("gelu", lambda t: t.gelu(), (manual.gelu_forward, manual.gelu_backward)),
     ("gelu_tanh", lambda t: t.gelu("tanh"), (manual.gelu_tanh_forward, manual.gelu_tanh_backward)),
 ])
-def test_activations(name, fn, pair):
+def test_activations(name, fn, pair, device):
     z = rand(B, L, 7)
-    out, dout, (dz,) = backprop(fn, z)
-    m_out, cache = pair[0](z)
-    close(out, m_out), close(dz, pair[1](dout, cache))
+    out, dout, (dz,) = backprop(fn, z, device=device)
+    m_out, cache = pair[0](on(device, z))
+    close(out, m_out), close(dz, pair[1](on(device, dout), cache))
 
 
-def test_rope():
+def test_rope(device):
     d_head, theta, offset = 8, 10000.0, 4
     x = rand(B, 3, L, d_head)
-    cos, sin = nn.rope_tables(offset + L, d_head, theta, tb.float64, "cpu")
-    out, dout, (dx,) = backprop(lambda t: nn.apply_rope(t, cos[offset:], sin[offset:]), x)
-    m_out, cache = manual.rope_forward(x, theta, offset)
-    close(out, m_out), close(dx, manual.rope_backward(dout, cache))
+    cos, sin = nn.rope_tables(offset + L, d_head, theta, tb.float64, device)
+    out, dout, (dx,) = backprop(lambda t: nn.apply_rope(t, cos[offset:], sin[offset:]), x, device=device)
+    m_out, cache = manual.rope_forward(on(device, x), theta, offset)
+    close(out, m_out), close(dx, manual.rope_backward(on(device, dout), cache))
 
 
 @pytest.mark.parametrize("name", ["gqa2", "swiglu_bias", "gelu", "relu", "lora_all"])
-def test_ffn(name):
+def test_ffn(name, device):
     cfg = CONFIGS[name]
-    block = random_block(cfg)
+    block = random_block(cfg, device=device)
     x = rand(B, L, cfg.d_model)
-    out, dout, (dx,) = backprop(block.ffn, x)
-    params = {n.removeprefix("ffn."): p.numpy() for n, p in block.named_parameters() if n.startswith("ffn.")}
+    out, dout, (dx,) = backprop(block.ffn, x, device=device)
+    x, dout = on(device, x), on(device, dout)
+    params = {n.removeprefix("ffn."): p.data for n, p in block.named_parameters() if n.startswith("ffn.")}
     scale = cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else None
     if cfg.ffn == "swiglu":
         m_out, cache = manual.swiglu_forward(x, params, scale)
@@ -190,12 +211,13 @@ def test_ffn(name):
 
 
 @pytest.mark.parametrize("name", ["mha", "gqa2", "gqa4", "mqa", "bert_like", "lora_all"])
-def test_attention(name):
+def test_attention(name, device):
     cfg = CONFIGS[name]
-    block = random_block(cfg)
+    block = random_block(cfg, device=device)
     x, offset = rand(B, L, cfg.d_model), 2
-    out, dout, (dx,) = backprop(lambda t: block.attn(t, offset), x)
-    params = {n.removeprefix("attn."): p.numpy() for n, p in block.named_parameters() if n.startswith("attn.")}
+    out, dout, (dx,) = backprop(lambda t: block.attn(t, offset), x, device=device)
+    x, dout = on(device, x), on(device, dout)
+    params = {n.removeprefix("attn."): p.data for n, p in block.named_parameters() if n.startswith("attn.")}
     scale = cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else None
     m_out, cache = manual.attention_forward(x, params, cfg.n_heads, cfg.n_kv_heads, cfg.causal,
                                             cfg.rope_theta if cfg.rope else None, offset, scale)

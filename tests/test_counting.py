@@ -112,13 +112,13 @@ def test_by_scope_depth_sums_subtrees_and_totals_agree():
 
 @pytest.mark.parametrize("changes", [{}, {"norm": "layer", "bias": True, "ffn": "gelu"}, {"parallel": True},
                                      {"lora_rank": 2}, {"norm_position": "post", "causal": False, "rope": False}])
-def test_meta_counts_equal_numpy_counts(changes):
-    cfg, cpu = tiny_block(**changes)
+def test_counts_are_the_same_on_every_device_and_on_meta(changes, device):
+    cfg, block = tiny_block(device, **changes)
     _, meta = tiny_block("meta", **changes)
-    fc_cpu, sb_cpu = run_block(cpu, cfg)
+    fc, sb = run_block(block, cfg, device)
     fc_meta, sb_meta = run_block(meta, cfg, "meta")
-    assert fc_cpu.flops == fc_meta.flops and fc_cpu.calls == fc_meta.calls
-    assert sb_cpu.bytes == sb_meta.bytes
+    assert fc.flops == fc_meta.flops and fc.calls == fc_meta.calls
+    assert sb.bytes == sb_meta.bytes
 
 
 # ---------------------------------------------------------------- saved activations

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import CUDA_MISSING, GPU
 
 import tinygrad_block as tb
 from tinygrad_block import function as F
@@ -15,9 +16,9 @@ from tinygrad_block import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tinygrad_block"
-# the only files that may touch numpy: the backend seam itself; host-side checking (finite differences, the
-# tour's comparison tables); and manual/common.py, which picks numpy or cupy for the hand-derived pairs
-NUMPY_ALLOWED = {"backend.py", "cuda.py", "strict.py", "gradcheck.py", "tour.py"}  # the backends, and tools
+# the only files that may touch numpy: the backends (the seam, the GPU's, the strict arrays) and host-side
+# checking (finite differences, the tour's comparison tables)
+NUMPY_ALLOWED = {"backend.py", "cuda.py", "strict.py", "gradcheck.py", "tour.py"}
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
               "mul", "div", "maximum", "compare", "where", "sum", "max", "reshape", "permute", "expand", "slice",
               "pad", "concat", "gather", "scatteradd", "matmul"}
@@ -115,11 +116,13 @@ def test_tour_runs_and_checks_itself(tmp_path):
         assert f"{tmp_path / name}" in result.stdout and (tmp_path / name).read_bytes().startswith(b"<?xml")
 
 
-def test_tour_numbers(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "strict", pytest.param("cuda", marks=GPU)])
+def test_tour_numbers(tmp_path, device):
     from tinygrad_block import accounting
     from tinygrad_block.tour import run
     lines = []
-    numbers = run(out=lines.append, out_dir=tmp_path)
+    numbers = run(out=lines.append, out_dir=tmp_path, device=device)
+    assert lines[0].endswith(f"float64, on {tb.get_backend(device).name}")
     cfg, fc = nn.preset("tiny"), numbers["flops"]
     assert fc.total("forward", scope="block") == accounting.block_forward_flops(cfg, 8, 2, matmul_only=False)
     assert fc.total("backward", scope="block", matmul_only=True) == 2 * fc.total("forward", matmul_only=True)
@@ -129,6 +132,19 @@ def test_tour_numbers(tmp_path):
     assert numbers["calls"]["forward"]["matmul"] == 9
     assert numbers["calls"]["backward"]["matmul"] == 18
     assert len([line for line in lines if "proj.weight" in line]) == 7
+
+
+@pytest.mark.parametrize("device, fragments", [("tpu", ["unknown device 'tpu'", "'cuda:N'"]),
+                                               ("meta", ["'meta' holds shapes but no values"]),
+                                               ("cuda:7", ["'cuda:7'"])])
+def test_tour_on_a_device_it_cannot_use_says_why_in_one_line(device, fragments):
+    result = run_cli("tour", "--device", device)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("python -m tinygrad_block tour: error: argument --device:")
+    assert all(f in error for f in fragments), error
+    if device == "cuda:7" and CUDA_MISSING:
+        assert CUDA_MISSING.replace("cuda:0", "cuda:7").split(";")[0] in error
 
 
 def test_cli_without_a_command_prints_help_and_fails():

@@ -152,16 +152,16 @@ UNARY_IDS = [u[0] for u in UNARY]
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,fn,ref,domain", UNARY, ids=UNARY_IDS)
-def test_unary_forward(name, fn, ref, domain, dtype):
+def test_unary_forward(name, fn, ref, domain, dtype, device):
     x = DOMAINS[domain]((3, 4), seed=1).astype(dtype)
-    check(fn(T(x, dtype)), ref(x.astype(F64)), dtype)
+    check(fn(T(x, dtype, device=device)), ref(x.astype(F64)), dtype)
 
 
 @pytest.mark.parametrize("name,fn,ref,domain", UNARY, ids=UNARY_IDS)
-def test_unary_forward_0d(name, fn, ref, domain):
+def test_unary_forward_0d(name, fn, ref, domain, device):
     """0-d inputs give 0-d outputs with the same values."""
     x = np.asarray(DOMAINS[domain]((1,), seed=2)[0])
-    check(fn(T(x)), ref(x), F64)
+    check(fn(T(x, device=device)), ref(x), F64)
 
 
 F16_OPS = [u for u in UNARY if u[0] in
@@ -170,9 +170,9 @@ F16_OPS = [u for u in UNARY if u[0] in
 
 
 @pytest.mark.parametrize("name,fn,ref,domain", F16_OPS, ids=[u[0] for u in F16_OPS])
-def test_unary_forward_float16(name, fn, ref, domain):
+def test_unary_forward_float16(name, fn, ref, domain, device):
     x = DOMAINS[domain]((3, 4), seed=3).astype(F16)
-    out = fn(T(x, F16))
+    out = fn(T(x, F16, device=device))
     assert out.dtype == tb.float16
     check(out, ref(x.astype(F64)), F16)
 
@@ -181,55 +181,56 @@ def test_unary_forward_float16(name, fn, ref, domain):
                                     (operator.truediv, np.divide), (operator.sub, np.subtract),
                                     (tb.maximum, np.maximum), (tb.minimum, np.minimum)],
                          ids=["add", "mul", "div", "sub", "maximum", "minimum"])
-def test_binary_forward_float16(op, ref):
+def test_binary_forward_float16(op, ref, device):
     a, b = positive((2, 3), seed=4).astype(F16), positive((3,), seed=5).astype(F16)
-    out = op(T(a, F16), T(b, F16))
+    out = op(T(a, F16, device=device), T(b, F16, device=device))
     check(out, ref(a.astype(F64), b.astype(F64)), F16)
 
 
-def test_erf_matches_math_erf_elementwise():
+@pytest.mark.parametrize("device", ["cpu", "strict"])  # bit-exact: numpy's erf is math.erf itself
+def test_erf_matches_math_erf_elementwise(device):
     xs = np.array([-4.0, -2.0, -1.0, -0.3, 0.0, 1e-9, 0.3, 0.5, 1.0, 1.7, 3.0, 6.0])
-    out = T(xs).erf().numpy()
+    out = T(xs, device=device).erf().numpy()
     assert out.dtype == F64
     for x, y in zip(xs, out, strict=True):
         assert y == math.erf(x)  # float64: computed by math.erf itself, so equal to the last bit
-    out32 = T(xs, F32).erf().numpy()
+    out32 = T(xs, F32, device=device).erf().numpy()
     assert out32.dtype == F32
     np.testing.assert_allclose(out32, [math.erf(float(np.float32(x))) for x in xs], rtol=1e-7, atol=1e-30)
 
 
-def test_erf_0d():
-    check(T(np.asarray(0.5)).erf(), math.erf(0.5), F64)
+def test_erf_0d(device):
+    check(T(np.asarray(0.5), device=device).erf(), math.erf(0.5), F64)
 
 
 # ---------------------------------------------------------------- cast
 @pytest.mark.parametrize("src,target", [(F32, tb.float64), (F64, tb.float32), (F64, tb.float16), (F32, tb.int64),
                                         (F64, tb.int32), (np.int64, tb.float32), (np.int64, "float64"),
                                         (F32, tb.bool_), (F32, "float64"), (F16, "float32"), (F64, np.float32)])
-def test_cast_forward(src, target):
+def test_cast_forward(src, target, device):
     dst = np.dtype(target)
     x = np.array([[-2.7, -0.5, 0.0], [0.4, 1.5, 3.9]]).astype(src)
-    t = T(x, src, grad=np.dtype(src).kind == "f")
+    t = T(x, src, grad=np.dtype(src).kind == "f", device=device)
     out = t.to(target)
     assert out.dtype == dst
     np.testing.assert_array_equal(out.numpy(), x.astype(dst))
     assert out.requires_grad == (np.dtype(src).kind == "f" and dst.kind == "f")
 
 
-def test_cast_shorthands():
+def test_cast_shorthands(device):
     x = np.array([1.25, -2.5])
-    assert T(x).float().dtype == tb.float32
-    assert T(x, F32).double().dtype == tb.float64
-    assert T(x).half().dtype == tb.float16
-    np.testing.assert_array_equal(T(x).half().numpy(), x.astype(F16))
+    assert T(x, device=device).float().dtype == tb.float32
+    assert T(x, F32, device=device).double().dtype == tb.float64
+    assert T(x, device=device).half().dtype == tb.float16
+    np.testing.assert_array_equal(T(x, device=device).half().numpy(), x.astype(F16))
 
 
 @pytest.mark.parametrize("src,dst", [(F32, F64), (F64, F32), (F32, F16), (F16, F64)])
-def test_cast_backward_casts_grad_back(src, dst):
+def test_cast_backward_casts_grad_back(src, dst, device):
     """d(x.to(dst) * w)/dx = w cast back to x's dtype (hand derivation)."""
-    x = T(np.array([0.5, -1.0, 2.0]), src, grad=True)
+    x = T(np.array([0.5, -1.0, 2.0]), src, grad=True, device=device)
     w = np.array([1.5, -2.0, 0.25])
-    (x.to(dst) * T(w, dst)).sum().backward()
+    (x.to(dst) * T(w, dst, device=device)).sum().backward()
     assert x.grad.dtype == np.dtype(src)
     np.testing.assert_array_equal(x.grad.numpy(), w.astype(dst).astype(src))
 
@@ -264,11 +265,11 @@ def binary_inputs(shape_a, shape_b, domain, seed=0):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,op,ref,domain", BINARY, ids=[b[0] for b in BINARY])
-def test_binary_forward(name, op, ref, domain, dtype):
+def test_binary_forward(name, op, ref, domain, dtype, device):
     for sa, sb in [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 3), ())]:
         a, b = binary_inputs(sa, sb, domain, seed=7)
         a, b = a.astype(dtype), b.astype(dtype)
-        check(op(T(a, dtype), T(b, dtype)), ref(a.astype(F64), b.astype(F64)), dtype)
+        check(op(T(a, dtype, device=device), T(b, dtype, device=device)), ref(a.astype(F64), b.astype(F64)), dtype)
 
 
 COMPARISONS = [(operator.lt, np.less), (operator.le, np.less_equal), (operator.gt, np.greater),
@@ -277,11 +278,11 @@ COMPARISONS = [(operator.lt, np.less), (operator.le, np.less_equal), (operator.g
 
 @pytest.mark.parametrize("dtype", [F32, F64, np.int64], ids=["f32", "f64", "i64"])
 @pytest.mark.parametrize("op,ref", COMPARISONS, ids=["lt", "le", "gt", "ge", "eq", "ne"])
-def test_comparisons(op, ref, dtype):
+def test_comparisons(op, ref, dtype, device):
     a = np.array([[1, 2, 3, 4], [4, 3, 2, 1], [0, 2, 2, 5]]).astype(dtype)  # includes ties
     b = np.array([[1, 3, 2, 4], [0, 3, 5, 1], [0, 1, 2, 6]]).astype(dtype)
     grad = np.dtype(dtype).kind == "f"
-    ta, tb_ = T(a, dtype, grad=grad), T(b, dtype, grad=grad)
+    ta, tb_ = T(a, dtype, grad=grad, device=device), T(b, dtype, grad=grad, device=device)
     for out, expected in [(op(ta, tb_), ref(a, b)), (op(ta, 2), ref(a, 2)),
                           (op(ta, tb_[1]), ref(a, b[1])), (op(ta[:, :1], tb_), ref(a[:, :1], b))]:
         assert out.dtype == tb.bool_
@@ -290,25 +291,25 @@ def test_comparisons(op, ref, dtype):
         np.testing.assert_array_equal(out.numpy(), expected)
 
 
-def test_comparison_with_float_scalar():
+def test_comparison_with_float_scalar(device):
     a = np.array([-1.0, 0.25, 0.5, 2.0])
     for op, ref in COMPARISONS:
-        out = op(T(a, F32, grad=True), 0.5)
+        out = op(T(a, F32, grad=True, device=device), 0.5)
         assert out.dtype == tb.bool_ and not out.requires_grad
         np.testing.assert_array_equal(out.numpy(), ref(a, 0.5))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
-def test_where_forward(dtype):
+def test_where_forward(dtype, device):
     a, b = anyval((3, 4), 8).astype(dtype), anyval((3, 4), 9).astype(dtype)
     cond = a > b
-    ta, tbb = T(a, dtype), T(b, dtype)
+    ta, tbb = T(a, dtype, device=device), T(b, dtype, device=device)
     tc = ta > tbb
     check(tb.where(tc, ta, tbb), np.where(cond, a, b).astype(F64), dtype)
     check(tb.where(tc, ta, 0.5), np.where(cond, a, 0.5), dtype)
     check(tb.where(tc, -1.0, tbb), np.where(cond, -1.0, b), dtype)
     check(tb.where(tc[:, :1], ta[0], tbb), np.where(cond[:, :1], a[0], b), dtype)  # broadcast all three
-    check(tb.where(T(np.array(True), np.bool_), ta, tbb[0]), a.astype(F64), dtype)
+    check(tb.where(T(np.array(True), np.bool_, device=device), ta, tbb[0]), a.astype(F64), dtype)
 
 
 # ---------------------------------------------------------------- reductions
@@ -322,10 +323,10 @@ def np_axis(axis):
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("axis", AXES, ids=[str(a) for a in AXES])
-def test_reductions_forward(axis, keepdims, dtype):
+def test_reductions_forward(axis, keepdims, dtype, device):
     x = distinct((2, 3, 4), seed=10).astype(dtype)
     x64, ax = x.astype(F64), np_axis(axis)
-    t = T(x, dtype)
+    t = T(x, dtype, device=device)
     check(t.sum(axis, keepdims=keepdims), x64.sum(ax, keepdims=keepdims), dtype)
     check(t.max(axis, keepdims=keepdims), x64.max(ax, keepdims=keepdims), dtype)
     check(t.min(axis, keepdims=keepdims), x64.min(ax, keepdims=keepdims), dtype)
@@ -337,47 +338,48 @@ def test_reductions_forward(axis, keepdims, dtype):
         check(t.logsumexp(axis, keepdims=keepdims), np_logsumexp(x64, ax, keepdims), dtype)
 
 
-def test_reductions_torch_names_and_0d():
+def test_reductions_torch_names_and_0d(device):
     x = distinct((2, 3), seed=11)
-    t = T(x)
+    t = T(x, device=device)
     check(t.sum(dim=1, keepdim=True), x.sum(1, keepdims=True), F64)
     check(t.max(dim=0), x.max(0), F64)
     check(t.mean(dim=-1, keepdim=True), x.mean(-1, keepdims=True), F64)
-    s = T(np.asarray(1.75))
+    s = T(np.asarray(1.75), device=device)
     check(s.sum(), 1.75, F64)
     check(s.max(), 1.75, F64)
     check(s.min(), 1.75, F64)
     check(s.mean(), 1.75, F64)
 
 
-def test_max_min_with_ties_split_gradient():
+def test_max_min_with_ties_split_gradient(device):
     """max/min share the gradient equally among tied maxima (hand derivation), and maximum splits ties in half."""
-    x = T(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]), grad=True)
+    x = T(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]), grad=True, device=device)
     x.max(axis=1).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-15)
-    y = T(np.array([[1.0, 3.0, 1.0]]), grad=True)
+    y = T(np.array([[1.0, 3.0, 1.0]]), grad=True, device=device)
     y.min().backward()
     np.testing.assert_allclose(y.grad.numpy(), [[0.5, 0, 0.5]], rtol=1e-15)
-    a, b = T(np.array([1.0, 2.0, 3.0]), grad=True), T(np.array([1.0, 5.0, 0.0]), grad=True)
+    a = T(np.array([1.0, 2.0, 3.0]), grad=True, device=device)
+    b = T(np.array([1.0, 5.0, 0.0]), grad=True, device=device)
     a.maximum(b).sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), [0.5, 0.0, 1.0])
     np.testing.assert_array_equal(b.grad.numpy(), [0.5, 1.0, 0.0])
 
 
 # ---------------------------------------------------------------- movement
-def test_reshape_forward():
+def test_reshape_forward(device):
     x = anyval((2, 3, 4), 12)
-    t = T(x)
+    t = T(x, device=device)
     for shape in [(4, -1), (24,), (-1,), (2, 12), (1, 2, 1, 12), (3, 2, 4)]:
         check(t.reshape(shape), x.reshape(shape), F64)
         check(t.reshape(*shape), x.reshape(shape), F64)
-    check(T(np.asarray(2.0)).reshape(1, 1), np.full((1, 1), 2.0), F64)
-    check(T(np.array([2.0])).reshape(()), np.asarray(2.0), F64)
+    check(T(np.asarray(2.0), device=device).reshape(1, 1), np.full((1, 1), 2.0), F64)
+    check(T(np.array([2.0]), device=device).reshape(()), np.asarray(2.0), F64)
 
 
-def test_permute_transpose_forward():
+def test_permute_transpose_forward(device):
     x = anyval((2, 3, 4), 13)
-    t = T(x, F32)
+    t = T(x, F32, device=device)
     for order in [(0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0), (-1, 0, 1)]:
         check(t.permute(order), np.transpose(x, order), F32)
         check(t.permute(*order), np.transpose(x, order), F32)
@@ -385,21 +387,21 @@ def test_permute_transpose_forward():
     check(t.transpose(-1, 1), np.swapaxes(x, -1, 1), F32)
     check(t.T, x.T, F32)
     check(t.mT, np.swapaxes(x, -1, -2), F32)
-    check(T(x[0]).T, x[0].T, F64)
-    check(T(x[0, 0]).T, x[0, 0], F64)
+    check(T(x[0], device=device).T, x[0].T, F64)
+    check(T(x[0, 0], device=device).T, x[0, 0], F64)
 
 
-def test_expand_forward():
+def test_expand_forward(device):
     for src, dst in [((3, 1), (2, 3, 4)), ((), (2, 3)), ((1,), (5,)), ((2, 1, 4), (2, 3, 4)), ((4,), (3, 4))]:
         x = anyval(src, 14)
-        check(T(x).expand(dst), np.broadcast_to(x, dst), F64)
-        check(T(x).expand(*dst), np.broadcast_to(x, dst), F64)
-        check(T(x).broadcast_to(dst), np.broadcast_to(x, dst), F64)
+        check(T(x, device=device).expand(dst), np.broadcast_to(x, dst), F64)
+        check(T(x, device=device).expand(*dst), np.broadcast_to(x, dst), F64)
+        check(T(x, device=device).broadcast_to(dst), np.broadcast_to(x, dst), F64)
 
 
-def test_unsqueeze_squeeze_forward():
+def test_unsqueeze_squeeze_forward(device):
     x = anyval((2, 1, 3, 1), 15)
-    t = T(x)
+    t = T(x, device=device)
     check(t.squeeze(), np.squeeze(x), F64)
     check(t.squeeze(1), np.squeeze(x, 1), F64)
     check(t.squeeze(-1), np.squeeze(x, -1), F64)
@@ -407,7 +409,7 @@ def test_unsqueeze_squeeze_forward():
     check(t.squeeze(dim=1), np.squeeze(x, 1), F64)
     for axis in [0, 2, 4, -1, -5]:
         check(t.unsqueeze(axis), np.expand_dims(x, axis), F64)
-    check(T(np.asarray(3.0)).unsqueeze(0), np.array([3.0]), F64)
+    check(T(np.asarray(3.0), device=device).unsqueeze(0), np.array([3.0]), F64)
 
 
 X3 = anyval((4, 5, 3), 16)
@@ -429,36 +431,36 @@ SLICE_KEYS = [
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("key", [k for _, k in SLICE_KEYS], ids=[n for n, _ in SLICE_KEYS])
-def test_getitem_forward(key, dtype):
+def test_getitem_forward(key, dtype, device):
     x = X3.astype(dtype)
-    check(T(x, dtype)[key], x[key].astype(F64), dtype)
+    check(T(x, dtype, device=device)[key], x[key].astype(F64), dtype)
 
 
-def test_getitem_tensor_index():
+def test_getitem_tensor_index(device):
     x = anyval((5, 3), 17)
     idx = np.array([[4, -1], [0, 2]])
-    check(T(x)[tb.tensor(idx)], x[idx], F64)
-    check(T(x)[tb.tensor(idx.astype(np.int32), dtype=tb.int32)], x[idx], F64)
-    check(T(x)[:, tb.tensor([2, 0])], x[:, [2, 0]], F64)
+    check(T(x, device=device)[tb.tensor(idx, device=device)], x[idx], F64)
+    check(T(x, device=device)[tb.tensor(idx.astype(np.int32), dtype=tb.int32, device=device)], x[idx], F64)
+    check(T(x, device=device)[:, tb.tensor([2, 0], device=device)], x[:, [2, 0]], F64)
 
 
 @pytest.mark.parametrize("widths", [((1, 0), (0, 2)), ((0, 0), (0, 0)), ((2, 3), (1, 1))])
-def test_pad_forward(widths):
+def test_pad_forward(widths, device):
     x = anyval((2, 3), 18).astype(F32)
-    check(T(x, F32).pad(widths), np.pad(x, widths).astype(F64), F32)
-    check(T(x[0], F32).pad(widths[:1]), np.pad(x[0], widths[:1]).astype(F64), F32)
+    check(T(x, F32, device=device).pad(widths), np.pad(x, widths).astype(F64), F32)
+    check(T(x[0], F32, device=device).pad(widths[:1]), np.pad(x[0], widths[:1]).astype(F64), F32)
 
 
-def test_concat_stack_forward():
+def test_concat_stack_forward(device):
     a, b, c = anyval((2, 3), 19), anyval((2, 1), 20), anyval((2, 4), 21)
-    ta, tbb, tc = T(a), T(b), T(c)
+    ta, tbb, tc = T(a, device=device), T(b, device=device), T(c, device=device)
     check(tb.concat([ta, tbb, tc], axis=1), np.concatenate([a, b, c], 1), F64)
     check(tb.cat([ta, tbb, tc], axis=-1), np.concatenate([a, b, c], -1), F64)
     check(tb.concat([ta, ta], dim=0), np.concatenate([a, a], 0), F64)
     check(tb.concat((ta,)), a, F64)
     for axis in [0, 1, 2, -1]:
-        check(tb.stack([ta, T(c[:, :3]), ta], axis=axis), np.stack([a, c[:, :3], a], axis), F64)
-    check(tb.stack([T(np.asarray(1.0)), T(np.asarray(2.0))]), np.array([1.0, 2.0]), F64)
+        check(tb.stack([ta, T(c[:, :3], device=device), ta], axis=axis), np.stack([a, c[:, :3], a], axis), F64)
+    check(tb.stack([T(np.asarray(1.0), device=device), T(np.asarray(2.0), device=device)]), np.array([1.0, 2.0]), F64)
 
 
 # ---------------------------------------------------------------- matmul
@@ -473,19 +475,19 @@ MATMUL_SHAPES = [
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,sa,sb", MATMUL_SHAPES, ids=[m[0] for m in MATMUL_SHAPES])
-def test_matmul_forward(name, sa, sb, dtype):
+def test_matmul_forward(name, sa, sb, dtype, device):
     a, b = anyval(sa, 22).astype(dtype), anyval(sb, 23).astype(dtype)
     expected = np.matmul(a.astype(F64), b.astype(F64))
-    check(T(a, dtype) @ T(b, dtype), expected, dtype)
-    check(T(a, dtype).matmul(T(b, dtype)), expected, dtype)
+    check(T(a, dtype, device=device) @ T(b, dtype, device=device), expected, dtype)
+    check(T(a, dtype, device=device).matmul(T(b, dtype, device=device)), expected, dtype)
 
 
 # ---------------------------------------------------------------- softmax family, cross_entropy
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("axis", [-1, 0, 1])
-def test_softmax_family_forward(axis, dtype):
+def test_softmax_family_forward(axis, dtype, device):
     x = anyval((3, 4, 2), 24, -3, 3).astype(dtype)
-    x64, t = x.astype(F64), T(x, dtype)
+    x64, t = x.astype(F64), T(x, dtype, device=device)
     check(t.softmax(axis), np_softmax(x64, axis), dtype)
     check(t.softmax(dim=axis), np_softmax(x64, axis), dtype)
     check(t.log_softmax(axis), np_log_softmax(x64, axis), dtype)
@@ -494,94 +496,97 @@ def test_softmax_family_forward(axis, dtype):
     np.testing.assert_allclose(t.softmax(axis).numpy().astype(F64).sum(axis), 1.0, rtol=1e-6)
 
 
-def test_logsumexp_default_axis_and_none():
+def test_logsumexp_default_axis_and_none(device):
     x = anyval((2, 3), 25)
-    check(T(x).logsumexp(), np_logsumexp(x, -1), F64)
-    check(T(x).logsumexp(None), np_logsumexp(x, None), F64)
-    check(T(x).logsumexp((0, 1), keepdims=True), np_logsumexp(x, (0, 1), True), F64)
+    check(T(x, device=device).logsumexp(), np_logsumexp(x, -1), F64)
+    check(T(x, device=device).logsumexp(None), np_logsumexp(x, None), F64)
+    check(T(x, device=device).logsumexp((0, 1), keepdims=True), np_logsumexp(x, (0, 1), True), F64)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_forward(reduction, dtype):
+def test_cross_entropy_forward(reduction, dtype, device):
     z2, t2 = anyval((4, 5), 26, -3, 3).astype(dtype), np.array([0, 4, 2, 2])
     z3, t3 = anyval((2, 3, 4), 27, -3, 3).astype(dtype), np.array([[3, 0, 1], [1, 1, 2]])
-    check(T(z2, dtype).cross_entropy(tb.tensor(t2), reduction=reduction), np_cross_entropy(z2, t2, reduction), dtype)
-    check(T(z3, dtype).cross_entropy(tb.tensor(t3), reduction=reduction), np_cross_entropy(z3, t3, reduction), dtype)
-    check(T(z2, dtype).cross_entropy(t2.tolist(), reduction), np_cross_entropy(z2, t2, reduction), dtype)
+    check(T(z2, dtype, device=device).cross_entropy(tb.tensor(t2, device=device), reduction=reduction),
+          np_cross_entropy(z2, t2, reduction), dtype)
+    check(T(z3, dtype, device=device).cross_entropy(tb.tensor(t3, device=device), reduction=reduction),
+          np_cross_entropy(z3, t3, reduction), dtype)
+    check(T(z2, dtype, device=device).cross_entropy(t2.tolist(), reduction), np_cross_entropy(z2, t2, reduction), dtype)
     z1 = z2[0]  # logits (C,) with a 0-d target
-    check(T(z1, dtype).cross_entropy(tb.tensor(3), reduction), np_cross_entropy(z1, np.asarray(3), reduction), dtype)
+    check(T(z1, dtype, device=device).cross_entropy(tb.tensor(3, device=device), reduction),
+          np_cross_entropy(z1, np.asarray(3), reduction), dtype)
 
 
-def test_cross_entropy_default_reduction_is_mean():
+def test_cross_entropy_default_reduction_is_mean(device):
     z, t = anyval((3, 4), 28), np.array([1, 0, 3])
-    check(T(z).cross_entropy(tb.tensor(t)), np_cross_entropy(z, t, "mean"), F64)
+    check(T(z, device=device).cross_entropy(tb.tensor(t, device=device)), np_cross_entropy(z, t, "mean"), F64)
 
 
 # ---------------------------------------------------------------- 2. backward vs finite differences (float64)
-def grad_input(domain, shape, seed):
-    return T(DOMAINS[domain](shape, seed), grad=True)
+def grad_input(domain, shape, seed, device="cpu"):
+    return T(DOMAINS[domain](shape, seed), grad=True, device=device)
 
 
 @pytest.mark.parametrize("name,fn,ref,domain", UNARY, ids=UNARY_IDS)
-def test_unary_gradcheck(name, fn, ref, domain):
-    assert tb.gradcheck(fn, grad_input(domain, (3, 4), 30))
+def test_unary_gradcheck(name, fn, ref, domain, device):
+    assert tb.gradcheck(fn, grad_input(domain, (3, 4), 30, device=device))
 
 
-def test_pow0_gradient_is_zero():
-    x = grad_input("any", (3, 4), 30)
+def test_pow0_gradient_is_zero(device):
+    x = grad_input("any", (3, 4), 30, device=device)
     (x ** 0).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), np.zeros((3, 4)))
 
 
 @pytest.mark.parametrize("name,fn,ref,domain", UNARY, ids=UNARY_IDS)
-def test_unary_gradcheck_0d(name, fn, ref, domain):
-    x = T(np.asarray(DOMAINS[domain]((1,), 31)[0]), grad=True)
+def test_unary_gradcheck_0d(name, fn, ref, domain, device):
+    x = T(np.asarray(DOMAINS[domain]((1,), 31)[0]), grad=True, device=device)
     assert tb.gradcheck(fn, x)
 
 
 @pytest.mark.parametrize("exponent", [2, 3, -1, -2.5, 0.5, 1.5])
-def test_pow_gradcheck_exponents(exponent):
+def test_pow_gradcheck_exponents(exponent, device):
     dom = "positive" if float(exponent) != int(exponent) or exponent < 0 else "any"
-    assert tb.gradcheck(lambda t: t ** exponent, grad_input(dom, (2, 3), 32))
+    assert tb.gradcheck(lambda t: t ** exponent, grad_input(dom, (2, 3), 32, device=device))
 
 
-def test_tensor_pow_tensor_gradcheck():
-    a, p = grad_input("positive", (2, 3), 33), grad_input("any", (2, 3), 34)
+def test_tensor_pow_tensor_gradcheck(device):
+    a, p = grad_input("positive", (2, 3), 33, device=device), grad_input("any", (2, 3), 34, device=device)
     check(a.detach() ** p.detach(), a.numpy() ** p.numpy(), F64)
     assert tb.gradcheck(lambda x, y: x ** y, a, p)
 
 
 @pytest.mark.parametrize("name,op,ref,domain", BINARY, ids=[b[0] for b in BINARY])
-def test_binary_gradcheck(name, op, ref, domain):
+def test_binary_gradcheck(name, op, ref, domain, device):
     for sa, sb in [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 3), ())]:
         a, b = binary_inputs(sa, sb, domain, seed=35)
-        assert tb.gradcheck(op, T(a, grad=True), T(b, grad=True))
+        assert tb.gradcheck(op, T(a, grad=True, device=device), T(b, grad=True, device=device))
 
 
 @pytest.mark.parametrize("name,op,ref,domain", BINARY, ids=[b[0] for b in BINARY])
-def test_binary_gradcheck_one_side_constant(name, op, ref, domain):
+def test_binary_gradcheck_one_side_constant(name, op, ref, domain, device):
     """Only one operand requires grad; the other is a tensor that does not (0-d or full-shaped)."""
     for sa, sb in [((3, 4), ()), ((), (3, 4)), ((3, 4), (3, 4)), ((4,), (3, 4))]:
         a, b = binary_inputs(sa, sb, domain, seed=36)
-        assert tb.gradcheck(op, T(a, grad=True), T(b))
-        assert tb.gradcheck(op, T(a), T(b, grad=True))
+        assert tb.gradcheck(op, T(a, grad=True, device=device), T(b, device=device))
+        assert tb.gradcheck(op, T(a, device=device), T(b, grad=True, device=device))
 
 
-def test_where_gradcheck():
-    cond = T(anyval((3, 4), 37) > 0, np.bool_)
-    a, b = grad_input("any", (3, 4), 38), grad_input("any", (3, 4), 39)
+def test_where_gradcheck(device):
+    cond = T(anyval((3, 4), 37) > 0, np.bool_, device=device)
+    a, b = grad_input("any", (3, 4), 38, device=device), grad_input("any", (3, 4), 39, device=device)
     assert tb.gradcheck(lambda x, y: tb.where(cond, x, y), a, b)
     assert tb.gradcheck(lambda x: tb.where(cond, x, 0.5), a)
     assert tb.gradcheck(lambda y: tb.where(cond, -2.0, y), b)
-    assert tb.gradcheck(lambda x, y: tb.where(cond[:, :1], x, y), grad_input("any", (4,), 40),
-                        grad_input("any", (3, 1), 41))
+    assert tb.gradcheck(lambda x, y: tb.where(cond[:, :1], x, y), grad_input("any", (4,), 40, device=device),
+                        grad_input("any", (3, 1), 41, device=device))
 
 
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("axis", AXES, ids=[str(a) for a in AXES])
-def test_reductions_gradcheck(axis, keepdims):
-    x = T(distinct((2, 3, 4), seed=42, step=0.12), grad=True)
+def test_reductions_gradcheck(axis, keepdims, device):
+    x = T(distinct((2, 3, 4), seed=42, step=0.12), grad=True, device=device)
     assert tb.gradcheck(lambda t: t.sum(axis, keepdims=keepdims), x)
     assert tb.gradcheck(lambda t: t.max(axis, keepdims=keepdims), x)
     assert tb.gradcheck(lambda t: t.min(axis, keepdims=keepdims), x)
@@ -614,58 +619,60 @@ MOVEMENT_GRAD = [
 
 
 @pytest.mark.parametrize("name,shape,fn", MOVEMENT_GRAD, ids=[m[0] for m in MOVEMENT_GRAD])
-def test_movement_gradcheck(name, shape, fn):
-    assert tb.gradcheck(fn, grad_input("any", shape, 43))
+def test_movement_gradcheck(name, shape, fn, device):
+    assert tb.gradcheck(fn, grad_input("any", shape, 43, device=device))
 
 
-def test_concat_gradcheck_several_inputs():
-    a, b, c = grad_input("any", (2, 3), 44), grad_input("any", (2, 1), 45), grad_input("any", (2, 2), 46)
+def test_concat_gradcheck_several_inputs(device):
+    a, b, c = (grad_input("any", shape, seed, device=device) for shape, seed in [((2, 3), 44), ((2, 1), 45),
+                                                                                 ((2, 2), 46)])
     assert tb.gradcheck(lambda x, y, z: tb.concat([x, y, z], axis=-1), a, b, c)
-    assert tb.gradcheck(lambda x, y: tb.stack([x, y], axis=0), a, grad_input("any", (2, 3), 47))
-    assert tb.gradcheck(lambda x: tb.concat([x, T(np.ones((2, 2)))], axis=1), a)  # second input needs no grad
+    assert tb.gradcheck(lambda x, y: tb.stack([x, y], axis=0), a, grad_input("any", (2, 3), 47, device=device))
+    ones = T(np.ones((2, 2)), device=device)
+    assert tb.gradcheck(lambda x: tb.concat([x, ones], axis=1), a)  # second input needs no grad
 
 
-def test_gather_tensor_index_gradcheck():
-    idx = tb.tensor(np.array([[4, -1], [0, 4]]))
-    assert tb.gradcheck(lambda t: t[idx], grad_input("any", (5, 3), 48))
+def test_gather_tensor_index_gradcheck(device):
+    idx = tb.tensor(np.array([[4, -1], [0, 4]]), device=device)
+    assert tb.gradcheck(lambda t: t[idx], grad_input("any", (5, 3), 48, device=device))
 
 
 @pytest.mark.parametrize("name,sa,sb", MATMUL_SHAPES, ids=[m[0] for m in MATMUL_SHAPES])
-def test_matmul_gradcheck(name, sa, sb):
-    a, b = grad_input("any", sa, 49), grad_input("any", sb, 50)
+def test_matmul_gradcheck(name, sa, sb, device):
+    a, b = grad_input("any", sa, 49, device=device), grad_input("any", sb, 50, device=device)
     assert tb.gradcheck(lambda x, y: x @ y, a, b)
     assert tb.gradcheck(lambda x: x @ b.detach(), a)
     assert tb.gradcheck(lambda y: a.detach() @ y, b)
 
 
 @pytest.mark.parametrize("axis", [-1, 0, 1])
-def test_softmax_family_gradcheck(axis):
-    x = grad_input("any", (3, 4, 2), 51)
+def test_softmax_family_gradcheck(axis, device):
+    x = grad_input("any", (3, 4, 2), 51, device=device)
     assert tb.gradcheck(lambda t: t.softmax(axis), x)
     assert tb.gradcheck(lambda t: t.log_softmax(axis), x)
     assert tb.gradcheck(lambda t: t.logsumexp(axis), x)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_gradcheck(reduction):
-    z2, t2 = grad_input("any", (4, 5), 52), tb.tensor(np.array([0, 4, 2, 2]))
-    z3, t3 = grad_input("any", (2, 3, 4), 53), tb.tensor(np.array([[3, 0, 1], [1, 1, 2]]))
+def test_cross_entropy_gradcheck(reduction, device):
+    z2, t2 = grad_input("any", (4, 5), 52, device=device), tb.tensor(np.array([0, 4, 2, 2]), device=device)
+    z3, t3 = grad_input("any", (2, 3, 4), 53, device=device), tb.tensor(np.array([[3, 0, 1], [1, 1, 2]]), device=device)
     assert tb.gradcheck(lambda z: z.cross_entropy(t2, reduction=reduction), z2)
     assert tb.gradcheck(lambda z: z.cross_entropy(t3, reduction=reduction), z3)
 
 
-def test_cross_entropy_gradient_hand_derivation():
+def test_cross_entropy_gradient_hand_derivation(device):
     """d mean CE / dz = (softmax(z) - onehot(t)) / N."""
     z, t = anyval((3, 4), 54), np.array([2, 0, 3])
-    zt = T(z, grad=True)
-    zt.cross_entropy(tb.tensor(t)).backward()
+    zt = T(z, grad=True, device=device)
+    zt.cross_entropy(tb.tensor(t, device=device)).backward()
     expected = (np_softmax(z) - np.eye(4)[t]) / 3
     np.testing.assert_allclose(zt.grad.numpy(), expected, rtol=1e-12, atol=1e-15)
 
 
-def test_composite_expression_gradcheck():
+def test_composite_expression_gradcheck(device):
     """A layer-norm + MLP-ish chain mixing many ops."""
-    x, w = grad_input("any", (2, 3, 4), 55), grad_input("any", (4, 3), 56)
+    x, w = grad_input("any", (2, 3, 4), 55, device=device), grad_input("any", (4, 3), 56, device=device)
 
     def f(x, w):
         h = (x - x.mean(-1, keepdims=True)) * (x.var(-1, keepdims=True) + 1e-5).rsqrt()
@@ -685,29 +692,30 @@ HYP_BINARY = [b for b in BINARY if b[0] in ("add", "mul", "div", "maximum", "sub
 
 @given(shapes=broadcast_pairs, which=st.sampled_from(HYP_BINARY), seed=st.integers(0, 2 ** 16),
        grad_b=st.booleans())
-def test_hyp_binary_broadcast(shapes, which, seed, grad_b):
+def test_hyp_binary_broadcast(shapes, which, seed, grad_b, device):
     name, op, ref, domain = which
     sa, sb = shapes.input_shapes
     a, b = binary_inputs(sa, sb, domain, seed)
-    out = op(T(a), T(b))
+    out = op(T(a, device=device), T(b, device=device))
     assert out.shape == np.broadcast_shapes(sa, sb) == shapes.result_shape
     check(out, ref(a, b), F64)
-    assert tb.gradcheck(op, T(a, grad=True), T(b, grad=grad_b))
+    assert tb.gradcheck(op, T(a, grad=True, device=device), T(b, grad=grad_b, device=device))
 
 
 @given(shapes=broadcast_triples, seed=st.integers(0, 2 ** 16), scalar=st.sampled_from([None, "a", "b"]))
-def test_hyp_where_broadcast(shapes, seed, scalar):
+def test_hyp_where_broadcast(shapes, seed, scalar, device):
     sc, sa, sb = shapes.input_shapes
     r = rng(seed)
     cond = r.random(sc) < 0.5
     a, b = anyval(sa, seed + 1), anyval(sb, seed + 2)
-    tc = T(cond, np.bool_)
+    tc = T(cond, np.bool_, device=device)
+    ta, tbb = T(a, grad=True, device=device), T(b, grad=True, device=device)
     if scalar == "a":
-        fn, args, expected = (lambda y: tb.where(tc, 0.25, y)), (T(b, grad=True),), np.where(cond, 0.25, b)
+        fn, args, expected = (lambda y: tb.where(tc, 0.25, y)), (tbb,), np.where(cond, 0.25, b)
     elif scalar == "b":
-        fn, args, expected = (lambda x: tb.where(tc, x, -0.5)), (T(a, grad=True),), np.where(cond, a, -0.5)
+        fn, args, expected = (lambda x: tb.where(tc, x, -0.5)), (ta,), np.where(cond, a, -0.5)
     else:
-        fn, args, expected = (lambda x, y: tb.where(tc, x, y)), (T(a, grad=True), T(b, grad=True)), np.where(cond, a, b)
+        fn, args, expected = (lambda x, y: tb.where(tc, x, y)), (ta, tbb), np.where(cond, a, b)
     out = fn(*args)
     assert out.shape == expected.shape
     check(out, expected, F64)
@@ -715,12 +723,13 @@ def test_hyp_where_broadcast(shapes, seed, scalar):
 
 
 @given(shapes=broadcast_pairs, seed=st.integers(0, 2 ** 16))
-def test_hyp_broadcast_gradient_sums_over_broadcast_axes(shapes, seed):
+def test_hyp_broadcast_gradient_sums_over_broadcast_axes(shapes, seed, device):
     """d sum((a + b) * w)/db = w summed over b's broadcast axes (hand derivation with numpy)."""
     sa, sb = shapes.input_shapes
     out_shape = shapes.result_shape
-    a, b, w = T(anyval(sa, seed), grad=True), T(anyval(sb, seed + 1), grad=True), anyval(out_shape, seed + 2)
-    ((a + b) * T(w)).sum().backward()
+    a, b = T(anyval(sa, seed), grad=True, device=device), T(anyval(sb, seed + 1), grad=True, device=device)
+    w = anyval(out_shape, seed + 2)
+    ((a + b) * T(w, device=device)).sum().backward()
     for t, s in [(a, sa), (b, sb)]:
         lead = len(out_shape) - len(s)
         g = w.sum(axis=tuple(range(lead))) if lead else w
@@ -755,17 +764,17 @@ REDUCTIONS = {
 
 @given(sa=shape_and_axes(), name=st.sampled_from(sorted(REDUCTIONS)), keepdims=st.booleans(),
        seed=st.integers(0, 2 ** 16))
-def test_hyp_reductions(sa, name, keepdims, seed):
+def test_hyp_reductions(sa, name, keepdims, seed, device):
     shape, axes = sa
     if name in ("mean", "var", "logsumexp") and axes == ():
         axes = None  # an empty reduction divides by zero elements: not meaningful for these
     fn, ref = REDUCTIONS[name]
     x = distinct(shape, seed, step=0.12)
     expected = ref(x, axes, keepdims)
-    out = fn(T(x), axes, keepdims)
+    out = fn(T(x, device=device), axes, keepdims)
     assert out.shape == np.shape(expected)
     check(out, expected, F64)
-    assert tb.gradcheck(lambda t: fn(t, axes, keepdims), T(x, grad=True))
+    assert tb.gradcheck(lambda t: fn(t, axes, keepdims), T(x, grad=True, device=device))
 
 
 # ---------------------------------------------------------------- 4. stability
@@ -773,9 +782,9 @@ Z_EXTREME = np.array([-1e4, -1e3, -50.0, -20.0, 0.0, 20.0, 50.0, 1e3, 1e4])
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
-def test_sigmoid_extreme_values(dtype):
+def test_sigmoid_extreme_values(dtype, device):
     z = Z_EXTREME.astype(dtype)
-    x = T(z, dtype, grad=True)
+    x = T(z, dtype, grad=True, device=device)
     s = x.sigmoid()
     assert s.dtype == np.dtype(dtype)
     assert np.all(np.isfinite(s.numpy()))
@@ -790,12 +799,12 @@ def test_sigmoid_extreme_values(dtype):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
-def test_sigmoid_based_composites_extreme_values(dtype):
+def test_sigmoid_based_composites_extreme_values(dtype, device):
     z = Z_EXTREME.astype(dtype)
     z64 = z.astype(F64)
     for fn, ref in [(lambda t: t.tanh(), np.tanh), (lambda t: t.silu(), lambda v: v * np_sigmoid(v)),
                     (lambda t: t.gelu(), np_gelu), (lambda t: t.gelu(approximate="tanh"), np_gelu_tanh)]:
-        x = T(z, dtype, grad=True)
+        x = T(z, dtype, grad=True, device=device)
         out = fn(x)
         assert np.all(np.isfinite(out.numpy()))
         np.testing.assert_allclose(out.numpy().astype(F64), ref(z64), rtol=TOL[dtype]["rtol"], atol=1e-6)
@@ -803,8 +812,9 @@ def test_sigmoid_based_composites_extreme_values(dtype):
         assert np.all(np.isfinite(x.grad.numpy()))
 
 
-def test_sigmoid_gradcheck_in_far_tails():
-    assert tb.gradcheck(lambda t: t.sigmoid(), T(np.array([-30.0, -8.0, -0.3, 0.3, 8.0, 30.0]), grad=True))
+def test_sigmoid_gradcheck_in_far_tails(device):
+    x = T(np.array([-30.0, -8.0, -0.3, 0.3, 8.0, 30.0]), grad=True, device=device)
+    assert tb.gradcheck(lambda t: t.sigmoid(), x)
 
 
 def extreme_tol(dtype):
@@ -817,10 +827,10 @@ LOGITS = np.array([[1e4, -1e4, 0.0, 1e4 - 1.0], [-1e4, -1e4 + 2.0, -1e4 + 0.5, -
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
-def test_softmax_family_extreme_logits(dtype):
+def test_softmax_family_extreme_logits(dtype, device):
     z = LOGITS.astype(dtype)
     z64 = z.astype(F64)
-    t = T(z, dtype, grad=True)
+    t = T(z, dtype, grad=True, device=device)
     for out, expected in [(t.logsumexp(-1), np_logsumexp(z64)), (t.softmax(-1), np_softmax(z64))]:
         assert np.all(np.isfinite(out.numpy()))
         check(out, expected, dtype)
@@ -837,10 +847,10 @@ def test_softmax_family_extreme_logits(dtype):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_extreme_logits(reduction, dtype):
+def test_cross_entropy_extreme_logits(reduction, dtype, device):
     z, target = LOGITS.astype(dtype), np.array([1, 0, 1])  # row 0 targets the -1e4 logit: loss ~ 2e4
-    t = T(z, dtype, grad=True)
-    out = t.cross_entropy(tb.tensor(target), reduction=reduction)
+    t = T(z, dtype, grad=True, device=device)
+    out = t.cross_entropy(tb.tensor(target, device=device), reduction=reduction)
     assert out.dtype == np.dtype(dtype) and np.all(np.isfinite(out.numpy()))
     expected = np_cross_entropy(z.astype(F64), target, reduction)
     assert out.shape == expected.shape
@@ -1029,49 +1039,49 @@ def test_hyp_meta_reductions(sa, name, keepdims):
 
 
 # ---------------------------------------------------------------- 6. gather's backward scatter-adds
-def test_gather_repeated_indices_accumulate():
-    x = T(np.array([1.0, 2.0, 3.0, 4.0]), grad=True)
+def test_gather_repeated_indices_accumulate(device):
+    x = T(np.array([1.0, 2.0, 3.0, 4.0]), grad=True, device=device)
     y = x[[0, 0, 2]]
     check(y, [1.0, 1.0, 3.0], F64)
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, 1.0, 0.0])
 
 
-def test_gather_repeated_indices_weighted():
-    x = T(np.zeros(4), grad=True)
+def test_gather_repeated_indices_weighted(device):
+    x = T(np.zeros(4), grad=True, device=device)
     w = np.array([1.0, 10.0, 100.0, 1000.0, 0.5])
-    (x[[0, 0, 2, 0, -1]] * T(w)).sum().backward()
+    (x[[0, 0, 2, 0, -1]] * T(w, device=device)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [1.0 + 10.0 + 1000.0, 0.0, 100.0, 0.5])
 
 
-def test_gather_repeated_rows_and_columns():
-    x = T(np.zeros((3, 4)), grad=True)
+def test_gather_repeated_rows_and_columns(device):
+    x = T(np.zeros((3, 4)), grad=True, device=device)
     w = np.arange(1.0, 9.0).reshape(2, 4)
-    (x[[1, 1]] * T(w)).sum().backward()
+    (x[[1, 1]] * T(w, device=device)).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [[0, 0, 0, 0], w.sum(0), [0, 0, 0, 0]])
-    x2 = T(np.zeros((3, 4)), grad=True)
+    x2 = T(np.zeros((3, 4)), grad=True, device=device)
     w2 = np.arange(1.0, 10.0).reshape(3, 3)
-    (x2[:, [2, 0, 2]] * T(w2)).sum().backward()
+    (x2[:, [2, 0, 2]] * T(w2, device=device)).sum().backward()
     expected = np.zeros((3, 4))
     expected[:, 2] = w2[:, 0] + w2[:, 2]
     expected[:, 0] = w2[:, 1]
     np.testing.assert_array_equal(x2.grad.numpy(), expected)
 
 
-def test_gather_multi_array_and_2d_index_accumulate():
-    x = T(np.zeros((3, 4)), grad=True)
+def test_gather_multi_array_and_2d_index_accumulate(device):
+    x = T(np.zeros((3, 4)), grad=True, device=device)
     x[[0, 0, 2, 0], [1, 1, 3, -3]].sum().backward()  # (0,1) three times (the last as -3 -> 1)
     expected = np.zeros((3, 4))
     expected[0, 1], expected[2, 3] = 3.0, 1.0
     np.testing.assert_array_equal(x.grad.numpy(), expected)
-    x2 = T(np.zeros(5), grad=True)
+    x2 = T(np.zeros(5), grad=True, device=device)
     idx = np.array([[4, 4], [1, 4]])
-    (x2[idx] * T(np.array([[1.0, 2.0], [3.0, 4.0]]))).sum().backward()
+    (x2[idx] * T(np.array([[1.0, 2.0], [3.0, 4.0]]), device=device)).sum().backward()
     np.testing.assert_array_equal(x2.grad.numpy(), [0.0, 3.0, 0.0, 0.0, 7.0])
 
 
-def test_gather_backward_through_twice_gathered():
+def test_gather_backward_through_twice_gathered(device):
     """Second-order structure: gather of a gather composes the scatter-adds (hand count)."""
-    x = T(np.zeros(3), grad=True)
+    x = T(np.zeros(3), grad=True, device=device)
     x[[2, 2, 0]][[0, 1, 1, 2]].sum().backward()  # picks x2, x2, x2, x0
     np.testing.assert_array_equal(x.grad.numpy(), [1.0, 0.0, 3.0])

@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "finite differences, its FLOPs and its graphs")
     tour.add_argument("--out-dir", default="tinygrad_block_tour", metavar="DIR",
                       help="where the graph drawings go (default: ./tinygrad_block_tour)")
+    tour.add_argument("--device", type=cli.device_arg, default="cpu", metavar="DEVICE",
+                      help="where the block runs: cpu (default), cuda, cuda:N")
     cli.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command is None:
@@ -22,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "tour":
         from .tour import run
-        return 0 if run(out_dir=args.out_dir)["ok"] else 1
+        return 0 if run(out_dir=args.out_dir, device=args.device)["ok"] else 1
     if args.command in cli.COMMANDS:
         return cli.run(args)
     return 2

@@ -152,9 +152,8 @@ class ArrayBackend:
         return self.xp.full(shape, value, dtype=dtype)
 
     def constant(self, value, dtype):
-        """A numpy scalar holding a Python number, the operand of `x * 2.0`: every array module takes it as
-        a kernel argument, so it never becomes an array of its own (on a GPU: no host-to-device copy)."""
-        return dtype.type(value)
+        """A 0-d array holding a Python number: the operand of `x * 2.0` (on a GPU, a numpy scalar instead)."""
+        return self.xp.asarray(value, dtype=dtype)
 
     @on_device
     def arange(self, start, stop, step, dtype):

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import accounting
-from .backend import Generator, float16, float32, int64
+from .backend import Generator, float16, float32, get_backend, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .curriculum import notes_for
 from .accounting import params_per_block, total_params
@@ -435,10 +435,11 @@ GRAPH_FORMATS = ("svg", "png", "pdf", "dot")
 VALUES_LIMIT = 50_000_000  # parameters: value summaries need real numbers, so a model this small runs on the CPU
 
 
-def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool):
+def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool,
+           device: str = "cpu"):
     """Run one block (or the whole model) forward (and backward) under record_graph; shape-only unless values
-    are asked for."""
-    device = "cpu" if values else "meta"
+    are asked for, then on `device`."""
+    device = device if values else "meta"
     g = Generator(0)
     module = LM(cfg, generator=g, device=device) if whole_model else TransformerBlock(cfg, generator=g, device=device)
     x = zeros(B, L, dtype=int64, device=device) if whole_model else \
@@ -461,7 +462,7 @@ def graph_data(args: argparse.Namespace) -> dict:
                           f"(more than {VALUES_LIMIT:,}); drop --values to draw it on the shape-only device")
     start = time.perf_counter()
     graph = record(cfg, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward,
-                   values=args.values)
+                   values=args.values, device=args.device)
     title = (f"{cfg.name} {'model' if args.model else 'block'}, x {(args.batch, args.seq_len)}"
              f"{', backward' if args.backward else ''}{f', depth {args.depth}' if args.depth is not None else ''}")
     dot = graph.to_dot(args.depth, backward=args.backward, values=args.values, title=title)
@@ -499,6 +500,18 @@ def _preset(name: str) -> BlockConfig:
         return preset(name)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def device_arg(name: str) -> str:
+    """argparse type: a device the engine can run on here ('cpu', 'cuda', 'cuda:N', 'strict'), or an error that
+    says why not (an unknown name, CuPy or a GPU missing)."""
+    try:
+        backend = get_backend(name)
+    except (ValueError, RuntimeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if backend.name == "meta":
+        raise argparse.ArgumentTypeError("'meta' holds shapes but no values; choose cpu, cuda or cuda:N")
+    return name
 
 
 def _positive(text: str) -> int:
@@ -547,7 +560,9 @@ def add_commands(commands) -> None:
             p.add_argument("--seq-len", type=_positive, default=16, metavar="L", help="tokens (default 16)")
             p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
             p.add_argument("--values", action="store_true",
-                           help="value and gradient summaries on the nodes (runs on the CPU: small presets)")
+                           help="value and gradient summaries on the nodes (runs the model: small presets)")
+            p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE",
+                           help="where --values runs: cpu (default), cuda, cuda:N")
         p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
         p.set_defaults(parser=p)
 

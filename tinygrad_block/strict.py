@@ -151,6 +151,9 @@ class StrictBackend(ArrayBackend):
     def __init__(self):
         super().__init__("strict", sys.modules[__name__])
 
+    def constant(self, value, dtype):
+        return dtype.type(value)  # a numpy scalar, as on 'cuda'
+
     def host(self, x):
         return x.a if isinstance(x, StrictArray) else np.asarray(x)
 

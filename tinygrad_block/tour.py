@@ -75,26 +75,28 @@ def _graphs(graph, out_dir: Path, out) -> list[Path]:
     return paths
 
 
-def run(out=print, out_dir="tinygrad_block_tour") -> dict:
-    """Run the tour; returns the numbers it printed (the tests check them)."""
+def run(out=print, out_dir="tinygrad_block_tour", device="cpu") -> dict:
+    """Run the tour on `device`; returns the numbers it printed (the tests check them)."""
     cfg = preset("tiny")
     g, rng = Generator(0), np.random.default_rng(0)
     B, L = 2, 8
-    block = TransformerBlock(cfg, generator=g, dtype=float64)
-    x = randn(B, L, cfg.d_model, generator=g, dtype=float64, requires_grad=True)
-    dout = randn(B, L, cfg.d_model, generator=g, dtype=float64)
+    block = TransformerBlock(cfg, generator=g, dtype=float64, device=device)
+    x = randn(B, L, cfg.d_model, generator=g, dtype=float64, device=device, requires_grad=True)
+    dout = randn(B, L, cfg.d_model, generator=g, dtype=float64, device=device)
     calls = {"forward": Counter(), "backward": Counter()}
     with observe(lambda fn, inputs, result, phase: calls[phase].update([fn.name])), count_flops() as fc, \
             record_graph(block, x) as graph:
         y = block(x)
         y.backward(dout)
 
-    params = {name: p.numpy() for name, p in block.named_parameters()}
-    m_out, cache = manual.block_forward(x.numpy(), params, cfg)
-    m_dx, m_grads = manual.block_backward(dout.numpy(), cache)
+    params = {name: p.data for name, p in block.named_parameters()}     # the hand-derived pairs run on the
+    m_out, cache = manual.block_forward(x.data, params, cfg)           # same device's arrays
+    m_dx, m_grads = manual.block_backward(dout.data, cache)
+    host = x.backend.to_numpy
+    m_out, m_dx, m_grads = host(m_out), host(m_dx), {n: host(g) for n, g in m_grads.items()}
 
     out(f"tinygrad_block tour: the '{cfg.name}' block (d_model={cfg.d_model}, n_heads={cfg.n_heads}, "
-        f"n_kv_heads={cfg.n_kv_heads}, d_ff={cfg.d_ff}), x of shape {x.shape}, float64")
+        f"n_kv_heads={cfg.n_kv_heads}, d_ff={cfg.d_ff}), x of shape {x.shape}, float64, on {x.device}")
     out("  h = x + attn(rmsnorm1(x));  out = h + swiglu(rmsnorm2(h))")
     for phase, counter in calls.items():
         listing = ", ".join(f"{name} x{n}" for name, n in sorted(counter.items(), key=lambda kv: -kv[1]))

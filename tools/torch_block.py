@@ -20,11 +20,11 @@ def rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def rope_cos_sin(L, d_head, theta, dtype):
+def rope_cos_sin(L, d_head, theta, dtype, device="cpu"):
     inv_freq = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
     angles = torch.arange(L, dtype=torch.float64)[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)                      # (L, d_head)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
 
 
 def block_forward(x, p, cfg, cos, sin):
@@ -38,7 +38,7 @@ def block_forward(x, p, cfg, cos, sin):
     q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
     k, v = k.repeat_interleave(H // H_kv, dim=1), v.repeat_interleave(H // H_kv, dim=1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
-    mask = torch.ones(L, L, dtype=torch.bool).triu(1)
+    mask = torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1)
     attn = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
     h = x + F.linear(attn.transpose(1, 2).reshape(B, L, d), p["attn.o_proj.weight"])
     n2 = rms_norm(h, p["norm2.weight"], cfg.norm_eps)
