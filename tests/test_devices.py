@@ -77,7 +77,10 @@ def test_block_values_and_gradients_equal_the_numpy_run(changes, device):
     assert rel_err(ref[1].numpy(), got[1].numpy()) < 1e-13
     for n, g in ref[2].items():
         assert (g is None) == (got[2][n] is None), n
-        assert g is None or rel_err(g.numpy(), got[2][n].numpy()) < 1e-13, n
+        if n == "attn.k_proj.bias" and not cfg.rope:   # zero in theory (softmax ignores a shift shared by all
+            assert max(abs(g.numpy()).max(), abs(got[2][n].numpy()).max()) < 1e-12   # keys): rounding only
+        elif g is not None:
+            assert rel_err(g.numpy(), got[2][n].numpy()) < 1e-13, n
 
 
 def test_a_forward_and_backward_pass_reads_nothing_back_to_the_host(device):

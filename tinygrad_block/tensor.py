@@ -652,7 +652,8 @@ def where(cond: Tensor, a, b) -> Tensor:
     if not isinstance(ref, Tensor):
         raise TypeError("where: at least one of a, b must be a Tensor (it sets the dtype)")
     if cond.backend is not ref.backend:
-        raise RuntimeError(f"where: cond is on {cond.device} but the values are on {ref.device}")
+        raise RuntimeError(f"where: tensors are on different devices (cond {cond.device} {cond.shape}, values "
+                           f"{ref.device} {ref.shape}); move them to one device with .to(device)")
     shape = cond.shape
     for t in (a, b):
         shape = broadcast_shape(shape, t.shape, "where") if isinstance(t, Tensor) else shape
