@@ -1,11 +1,13 @@
 """The counting commands (cli.py): each table and JSON against the closed forms of `accounting`, against the
 engine's own counts, and against numbers worked by hand; bad arguments exit 2 with a message that helps."""
 import json
+import re
 import subprocess
 import sys
 import time
 from argparse import Namespace
 
+import numpy as np
 import pytest
 
 import tinygrad_block as tb
@@ -332,7 +334,23 @@ def test_graph_of_the_whole_model_at_depth_1_has_a_box_per_layer(capsys, tmp_pat
     assert all(f'label="layers.{i}\\n' in text for i in range(32)) and 'label="lm_head\\n' in text
 
 
+def test_graph_values_on_every_device_draw_the_same_numbers(capsys, tmp_path, device):
+    """--values runs the block on --device: the same drawing, and the same value summaries as on
+    the CPU up to float32 rounding (a GPU sums in another order; a summary has three significant digits)."""
+    dots = {}
+    for d in ("cpu", device):
+        out = tmp_path / f"{d}.dot"
+        run(capsys, "graph", "--preset", "tiny", "--values", "--device", d, "--out", str(out))
+        dots[d] = out.read_text()
+    number = r"-?\d+(?:\.\d+)?(?:e[-+]\d+)?"
+    assert dots["cpu"].count("value mean") > 100
+    assert re.sub(number, "#", dots[device]) == re.sub(number, "#", dots["cpu"])
+    np.testing.assert_allclose([float(v) for v in re.findall(number, dots[device])],
+                               [float(v) for v in re.findall(number, dots["cpu"])], rtol=2e-2, atol=1e-5)
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--preset", "tiny", "--values", "--device", "tpu", "--out", "x.dot"], "unknown device 'tpu'"),
     (["--preset", "tiny", "--out", "x.gif"], "extension must be one of svg, png, pdf, dot"),
     (["--preset", "llama2-7b", "--values", "--out", "x.svg"], "--values needs real numbers"),
     (["--preset", "tiny", "--depth", "-1", "--out", "x.svg"], "must be an integer >= 0"),

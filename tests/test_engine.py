@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CUDA_MISSING, GPU
+from conftest import CUDA_MISSING, GPU, needs_gpu
 
 import tinygrad_block as tb
 from tinygrad_block import function as F
@@ -154,12 +154,16 @@ def test_cli_without_a_command_prints_help_and_fails():
     assert run_cli("nonsense").returncode == 2
 
 
-def test_readme_examples_run_and_print_what_they_claim(capsys):
-    """Every python block of the README runs (in order, one namespace); each print's output is what its
-    comment starts with."""
+def readme_python_blocks(gpu: bool) -> list[str]:
+    """The README's python blocks, in order: those that run on a GPU (device="cuda"), or the others."""
     import re
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert len(blocks) >= 2
+    return [code for code in blocks if ('device="cuda"' in code) == gpu]
+
+
+def run_and_check_prints(blocks: list[str], capsys) -> None:
+    """Run the blocks in order, in one namespace; each print's output is what its comment starts with."""
+    import re
     namespace = {}
     for code in blocks:
         exec(compile(code, "README.md", "exec"), namespace)
@@ -168,6 +172,19 @@ def test_readme_examples_run_and_print_what_they_claim(capsys):
         assert claimed and len(printed) == len(claimed)
         for out, claim in zip(printed, claimed):
             assert claim.startswith(out), (out, claim)
+
+
+def test_readme_examples_run_and_print_what_they_claim(capsys):
+    blocks = readme_python_blocks(gpu=False)
+    assert len(blocks) >= 2
+    run_and_check_prints(blocks, capsys)
+
+
+@needs_gpu
+def test_readme_gpu_example_runs_and_prints_what_it_claims(capsys):
+    blocks = readme_python_blocks(gpu=True)
+    assert len(blocks) == 1
+    run_and_check_prints(blocks, capsys)
 
 
 def test_ruff_is_clean():
