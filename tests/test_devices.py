@@ -50,6 +50,21 @@ def test_one_seed_draws_the_same_weights_on_every_device(device):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)   # drawn on the host, cast the same
 
 
+def test_tensors_from_the_devices_own_arrays_and_tensors(device):
+    """tb.tensor takes a device array (a cupy array on 'cuda') as it is, dtype included, and a tensor from
+    any device; values come through unchanged."""
+    values = np.arange(6, dtype=np.float64).reshape(2, 3) / 4
+    t = tb.tensor(values, device=device)
+    again = tb.tensor(t.data, device=device)
+    assert (again.dtype, again.shape, again.device) == (tb.float64, (2, 3), t.device)
+    np.testing.assert_array_equal(again.numpy(), values)
+    for source in ("cpu", device):
+        copy = tb.tensor(tb.tensor(values, device=source), device=device)
+        assert copy.device == t.device
+        np.testing.assert_array_equal(copy.numpy(), values)
+    assert tb.tensor(np.float64(0.5), device=device).dtype == tb.float32   # a numpy scalar is Python data
+
+
 def test_module_to_moves_every_parameter_and_buffer_and_keeps_the_parameters(device):
     cfg, block = tiny_block("cpu")
     before = {n: (p, p.numpy().copy()) for n, p in block.named_parameters()}

@@ -115,7 +115,10 @@ class ArrayBackend:
 
     # ---- creation and transfer ----
     def infer_dtype(self, value) -> np.dtype:
-        """dtype for Python data: floats -> float32 (the default), ints -> int64, bools -> bool."""
+        """dtype for Python data: floats -> float32 (the default), ints -> int64, bools -> bool; an array
+        (numpy, cupy or strict) keeps its own."""
+        if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.generic):
+            return as_dtype(value.dtype, "tensor")
         arr = np.asarray(value)
         if arr.dtype.kind == "f" and not isinstance(value, np.ndarray):
             return float32

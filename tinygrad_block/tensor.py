@@ -86,7 +86,7 @@ class Tensor:
     def __init__(self, data, *, dtype=None, device="cpu", requires_grad: bool = False):
         be = get_backend(device)
         if isinstance(data, Tensor):
-            data = data.numpy()
+            data = data.data if data.backend is be else data.numpy()
         dtype = as_dtype(dtype, "tensor") if dtype is not None else be.infer_dtype(data)
         self.data, self.backend, self.grad, self._ctx = be.asarray(data, dtype), be, None, None
         self._requires_grad = False
