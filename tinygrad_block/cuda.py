@@ -50,7 +50,8 @@ class CudaBackend(ArrayBackend):
         from cupy_backends.cuda.api import runtime
         from cupy_backends.cuda.libs import cublas
         from cupyx.scipy.special import erf
-        self.active, self._erf, self._cublas, self._handle = cupy.cuda.Device(index), erf, cublas, device
+        self.active, self._erf, self._cublas = cupy.cuda.Device(index), erf, cublas
+        self._cublas_handle = device.get_cublas_handle  # the handle of the current GPU
         # (cuBLAS data type, compute type, alpha = 1, beta = 0): float16 multiplies on tensor cores and
         # accumulates in float32; float32 stays full float32 (no TF32), as PyTorch's default
         one32, zero32 = np.ones(1, np.float32), np.zeros(1, np.float32)
@@ -89,7 +90,7 @@ class CudaBackend(ArrayBackend):
         # cuBLAS is column-major: a row-major (R, C) matrix is its (C, R) transpose, so out = a @ b is
         # computed as out^T = b^T a^T, with b first
         self._cublas.gemmStridedBatchedEx(
-            self._handle.get_cublas_handle(), op_b, op_a, N, M, K, one.ctypes.data,
+            self._cublas_handle(), op_b, op_a, N, M, K, one.ctypes.data,
             b3.data.ptr, dtype, ld_b, stride_b, a3.data.ptr, dtype, ld_a, stride_a,
             zero.ctypes.data, out.data.ptr, dtype, N, M * N, math.prod(batch), compute,
             self._cublas.CUBLAS_GEMM_DEFAULT)
