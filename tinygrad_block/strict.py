@@ -51,10 +51,15 @@ def _wrap(v):
     return v
 
 
+def _call(f, args, kwargs):
+    """f(*args, **kwargs) on the unwrapped arrays, its result wrapped."""
+    return _wrap(f(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+
+
 def _lift(f):
     """numpy function f, taking and returning StrictArrays."""
     def lifted(*args, **kwargs):
-        return _wrap(f(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+        return _call(f, args, kwargs)
     lifted.__name__ = getattr(f, "__name__", "lifted")
     return lifted
 
@@ -62,7 +67,7 @@ def _lift(f):
 def _method(name: str):
     """The numpy array method `name`, on the wrapped array."""
     def method(self, *args, **kwargs):
-        return _wrap(getattr(self.a, name)(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+        return _call(getattr(self.a, name), args, kwargs)
     method.__name__ = name
     return method
 
@@ -120,7 +125,7 @@ class _Ufunc:
         self.f, self.__name__ = f, f.__name__
 
     def __call__(self, *args, **kwargs):
-        return _lift(self.f)(*args, **kwargs)
+        return _call(self.f, args, kwargs)
 
     def at(self, a, index, b):
         self.f.at(_unwrap(a), _unwrap(index), _unwrap(b))
