@@ -56,7 +56,7 @@ def scalar_example():
 def count_primitives():
     calls = []
     x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
-    with tb.observe(lambda fn, inputs, out, phase: calls.append((phase, fn.name))):
+    with tb.observe(lambda e: calls.append((e.phase, e.op.name))):
         (x * x + x * 3.0).backward()
     forward = [name for phase, name in calls if phase == "forward"]
     backward = [name for phase, name in calls if phase == "backward"]
@@ -78,7 +78,7 @@ def broadcast_example():
     out = x + b
     out.backward(tb.ones(3, 4, dtype=tb.float64))
     expand_calls = []
-    with tb.observe(lambda fn, inputs, o, phase: expand_calls.append(fn.name)):
+    with tb.observe(lambda e: expand_calls.append(e.op.name)):
         x + b
     return out.shape, b.grad.numpy(), expand_calls
 

@@ -20,7 +20,7 @@ PACKAGE = ROOT / "tinygrad_block"
 # checking (finite differences, the tour's comparison tables)
 NUMPY_ALLOWED = {"backend.py", "cuda.py", "strict.py", "gradcheck.py", "tour.py"}
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
-              "mul", "div", "maximum", "compare", "where", "sum", "max", "reshape", "permute", "expand", "slice",
+              "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "reshape", "permute", "expand", "slice",
               "pad", "concat", "gather", "scatteradd", "matmul"}
 
 
@@ -90,7 +90,7 @@ def test_line_counter_ignores_comments_blanks_and_docstrings():
 def test_observers_see_every_primitive_forward_and_backward():
     seen = []
     x = tb.tensor([1.0, 2.0], requires_grad=True)
-    with tb.observe(lambda fn, inputs, out, phase: seen.append((fn.name, phase, out.shape))):
+    with tb.observe(lambda e: seen.append((e.op.name, e.phase, e.output.shape))):
         (x.exp() * x).sum().backward()
     forward = [s for s in seen if s[1] == "forward"]
     backward = [s for s in seen if s[1] == "backward"]

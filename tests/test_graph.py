@@ -47,7 +47,7 @@ def op_nodes(dot):
 def test_full_depth_draws_one_node_per_recorded_primitive_call(backward):
     graph, fc = recorded_block()
     phase = "backward" if backward else "forward"
-    calls = sum(n for (ph, _, _), n in fc.calls.items() if ph == phase)
+    calls = sum(n for (ph, _, _, _), n in fc.calls.items() if ph == phase)
     assert len(graph.ops(phase)) == calls
     assert len(op_nodes(graph.to_dot(backward=backward))) == calls
 

@@ -1,6 +1,7 @@
 """tinygrad_block: learn how a transformer block computes by running it, one primitive op at a time."""
 from .backend import (BACKENDS, Generator, bool_, float16, float32, float64, get_backend, int32, int64)
-from .function import Function, enable_grad, no_grad, observe
+from .function import Function
+from .trace import Event, enable_grad, no_grad, observe, step
 from .gradcheck import GradcheckError, gradcheck
 from .tensor import (Tensor, arange, cat, concat, eye, full, maximum, minimum, ones, ones_like, rand, randint,
                      randn, stack, tensor, where, zeros, zeros_like)
@@ -8,8 +9,8 @@ from .tensor import (Tensor, arange, cat, concat, eye, full, maximum, minimum, o
 __version__ = "0.1.0"
 
 __all__ = [
-    "BACKENDS", "Function", "Generator", "GradcheckError", "Tensor", "arange", "bool_", "cat", "concat",
+    "BACKENDS", "Event", "Function", "Generator", "GradcheckError", "Tensor", "arange", "bool_", "cat", "concat",
     "enable_grad", "eye", "float16", "float32", "float64", "full", "get_backend", "gradcheck", "int32", "int64",
     "maximum", "minimum", "no_grad", "observe", "ones", "ones_like", "rand", "randint", "randn", "stack",
-    "tensor", "where", "zeros", "zeros_like",
+    "step", "tensor", "where", "zeros", "zeros_like",
 ]

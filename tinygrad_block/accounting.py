@@ -149,13 +149,13 @@ def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bo
 def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, bool]:
     """RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward 4 N d + 3 N (x*x, sum, /d, +eps, sqrt, 1/, two muls);
     backward 8 N d + 5 N to x (x read three times), 2 N d - d to g.
-    LayerNorm  (x - mean) * rsqrt(mean(c*c) + eps) * g (+ b):  forward 7 N d + 3 N (+ N d); backward
-    11 N d + 5 N to x, 2 N d - d to g (and N d - d to b). Subtraction is a Neg and an Add (2 per element)."""
+    LayerNorm  (x - mean) * rsqrt(mean(c*c) + eps) * g (+ b):  forward 6 N d + 3 N (+ N d); backward
+    11 N d + 5 N to x, 2 N d - d to g (and N d - d to b)."""
     d = cfg.d_model
     if cfg.norm == "rms":
         fwd, to_x, to_params = 4 * N * d + 3 * N, 8 * N * d + 5 * N, 2 * N * d - d
     else:
-        fwd, to_x, to_params = 7 * N * d + 3 * N, 11 * N * d + 5 * N, 2 * N * d - d
+        fwd, to_x, to_params = 6 * N * d + 3 * N, 11 * N * d + 5 * N, 2 * N * d - d
         if cfg.bias:
             fwd, to_params = fwd + N * d, to_params + N * d - d
     return Cost(fwd_other=fwd, bwd_other=to_x * dx + to_params * train), dx or train
@@ -168,17 +168,17 @@ def _rope(size: int, wanted: bool) -> Cost:
 
 
 def _softmax(T: int, R: int, wanted: bool) -> Cost:
-    """e = exp(s - max s); e / sum e over rows: max T - R, Neg and Add T each, exp T, sum T - R, div T
-    forward (6 T - 2 R; the max is held constant); backward 8 T - R: div 5 T (g/b, and -(g a)/(b b)), sum
-    back T - R, e read twice T, exp T."""
-    return Cost(fwd_other=6 * T - 2 * R, bwd_other=8 * T - R if wanted else 0)
+    """e = exp(s - max s); e / sum e over rows: max T - R, Sub T, exp T, sum T - R, div T forward (5 T - 2 R;
+    the max is held constant); backward 8 T - R: div 5 T (g/b, and -(g a)/(b b)), sum back T - R, e read
+    twice T, exp T."""
+    return Cost(fwd_other=5 * T - 2 * R, bwd_other=8 * T - R if wanted else 0)
 
 
 def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     """Projections; RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model); GQA's expand of k
     and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores q k^T and
-    weights @ v (2 B n_heads L^2 d_head each); the causal mask (built per call: a compare and a where on
-    L x L, then added: 2 L^2 + T); softmax; o_proj. x feeds q, k and v."""
+    weights @ v (2 B n_heads L^2 d_head each); the causal mask (a constant built once per length, added: T);
+    softmax; o_proj. x feeds q, k and v."""
     N, d, H, d_head = B * L, cfg.d_model, cfg.n_heads, cfg.d_head
     T, R, d_kv = B * H * L * L, B * H * L, cfg.n_kv_heads * d_head
     q, q_grad = _projection(cfg, "q_proj", N, dx)
@@ -193,7 +193,7 @@ def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     cost += _matmul(B * H * L, d_head, L, da=q_grad, db=k_grad)                           # q k^T
     scores_grad = q_grad or k_grad
     if cfg.causal:
-        cost += Cost(fwd_other=2 * L * L + T)
+        cost += Cost(fwd_other=T)
     cost += _softmax(T, R, scores_grad) + _matmul(B * H * L, L, d_head, da=scores_grad, db=v_grad)
     o, o_grad = _projection(cfg, "o_proj", N, scores_grad or v_grad)
     return cost + o, o_grad
@@ -203,9 +203,9 @@ def _activation(kind: str, n: int, wanted: bool) -> Cost:
     """An FFN activation on n elements. sigmoid, stable (compare, neg, where, exp, where, add, div): 7n
     forward, 12n backward. SiLU x*sigmoid(x): 8n / 15n. ReLU where(x > 0, x, 0): 2n / n. GELU
     x*0.5*(erf(x/sqrt 2) + 1): 5n / 10n. GELU-tanh x*0.5*(tanh(c (x + 0.044715 x^3)) + 1) with
-    tanh z = 2 sigmoid(2z) - 1: 18n + 1 forward (the 1: negating the 0-d constant 1.0), 27n backward."""
+    tanh z = 2 sigmoid(2z) - 1: 18n forward, 27n backward."""
     fwd, bwd = {"swiglu": (8 * n, 15 * n), "relu": (2 * n, n), "gelu": (5 * n, 10 * n),
-                "gelu_tanh": (18 * n + 1, 27 * n)}[kind]
+                "gelu_tanh": (18 * n, 27 * n)}[kind]
     return Cost(fwd_other=fwd, bwd_other=bwd if wanted else 0)
 
 

@@ -6,7 +6,8 @@ the graph, only what each Function saved for its backward.
 """
 from __future__ import annotations
 
-from .function import STATE, Function, no_grad, phase
+from . import trace
+from .function import Function
 
 FREED = ("backward: this graph was already freed by an earlier backward(); call backward(retain_graph=True) "
          "the first time to backpropagate through the same graph again")
@@ -36,32 +37,37 @@ def backward(root, grad, retain_graph: bool = False) -> None:
     Gradients of a tensor used twice add up. Each Function's saved tensors and edges are released once it has
     run, unless `retain_graph`; a second backward through a released graph raises RuntimeError."""
     if root._ctx is None:  # a leaf: its gradient is `grad` itself
-        _accumulate(root, grad)
+        _deliver(root, grad, (), {}, {})
         return
-    order = toposort(root._ctx)
-    grads = {root._ctx: grad}
-    meet = {}  # edge -> the innermost module scope holding every op whose gradient flowed into it so far
-    outer = STATE.scope, STATE.origin
-    try:
-        with no_grad(), phase("backward"):
-            for fn in order:
-                # the ops of this backward belong to the module, and the op, whose forward they differentiate
-                STATE.scope, STATE.origin = fn.scope, fn.name
-                g = grads.pop(fn)
-                if fn.retained is not None and fn.retained() is not None:
-                    _accumulate(fn.retained(), g)
-                for edge, eg in zip(fn.edges, fn.backward(g)):
-                    if edge is None or eg is None:
-                        continue
-                    meet[edge] = where = _common(meet.get(edge, fn.scope), fn.scope)
-                    if isinstance(edge, Function):
-                        grads[edge] = eg if edge not in grads else _sum_paths(grads[edge], eg, where)
-                    else:
-                        _accumulate(edge, eg, where)
-                if not retain_graph:
-                    fn.release()
-    finally:
-        STATE.scope, STATE.origin = outer
+    grads, meets = {root._ctx: grad}, {}
+    with trace.no_grad():
+        for fn in toposort(root._ctx):               # each Function after every op that used its output
+            g = grads.pop(fn)                        # d(root)/d(its output), all paths summed
+            if fn.retained is not None and fn.retained() is not None:
+                _deliver(fn.retained(), g, (), {}, {})
+            with trace.differentiating(fn):
+                input_grads = fn.backward(g)         # the chain rule, one op
+            for edge, eg in zip(fn.edges, input_grads):
+                if edge is not None and eg is not None:
+                    _deliver(edge, eg, fn.scope, grads, meets)
+            if not retain_graph:
+                fn.release()
+
+
+def _deliver(edge, g, scope: tuple, grads: dict, meets: dict) -> None:
+    """Send gradient `g` (from an op in module `scope`) to an edge: pending for a Function, `.grad` for a leaf.
+    A tensor that fed several ops receives the sum of their gradients, counted and drawn where the paths
+    meet: the innermost module holding all those ops (a block, for its input's residual fork)."""
+    meets[edge] = where = _common(meets.get(edge, scope), scope)
+    if isinstance(edge, Function):
+        grads[edge] = g if edge not in grads else _sum(grads[edge], g, where)
+    else:
+        edge.grad = g if edge.grad is None else _sum(edge.grad, g, where)
+
+
+def _sum(a, b, scope: tuple):
+    with trace.accumulating(scope):
+        return a + b
 
 
 def _common(a: tuple, b: tuple) -> tuple:
@@ -70,17 +76,3 @@ def _common(a: tuple, b: tuple) -> tuple:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return a[:n]
-
-
-def _sum_paths(a, b, scope: tuple = ()):
-    """A tensor that fed several ops receives the sum of their gradients: where the paths meet (counted and
-    drawn in the innermost module holding those ops: a block, for its input's residual fork)."""
-    prev, (STATE.origin, STATE.scope) = (STATE.origin, STATE.scope), ("accumulate", scope)
-    try:
-        return a + b
-    finally:
-        STATE.origin, STATE.scope = prev
-
-
-def _accumulate(t, g, scope: tuple = ()) -> None:
-    t.grad = g if t.grad is None else _sum_paths(t.grad, g, scope)

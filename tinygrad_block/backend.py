@@ -224,6 +224,9 @@ class ArrayBackend:
     def add(self, a, b):
         return self.xp.add(a, b)
 
+    def sub(self, a, b):
+        return self.xp.subtract(a, b)
+
     def mul(self, a, b):
         return self.xp.multiply(a, b)
 
@@ -358,7 +361,7 @@ class MetaBackend:
         return MetaArray(max(a.shape, b.shape, key=len), a.dtype)
 
     neg = exp = log = sqrt = reciprocal = sin = cos = erf = pow = _unary
-    add = mul = div = maximum = _binary
+    add = sub = mul = div = maximum = _binary
 
     def cast(self, a, dtype):
         return MetaArray(a.shape, dtype)

@@ -19,7 +19,7 @@ from .backend import Generator, float16, float32, get_backend, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .curriculum import notes_for
 from .accounting import params_per_block, total_params
-from .function import STATE, observe
+from .trace import observe
 from .graph import record_graph, render
 from .nn import LM, PRESETS, BlockConfig, TransformerBlock, preset
 from .tensor import Tensor, ones_like, randn, zeros
@@ -206,8 +206,7 @@ def _phases(fc: FlopCounter, scope: str, own: bool = False) -> dict:
     for key in PHASES:
         phase, kind = key.split("_")
         if own:
-            out[key] = sum(n for (ph, sc, op), n in fc.flops.items()
-                           if ph == phase and sc == scope and (kind == "all" or op == "matmul"))
+            out[key] = fc.total(phase, scope=scope, matmul_only=kind == "matmul", own=True)
         else:
             out[key] = fc.total(phase, scope=scope, matmul_only=kind == "matmul")
     return out
@@ -331,16 +330,16 @@ class Walker:
                 return "RoPE on q, k"
         return None if op in MOVEMENT else f"attention {op}"
 
-    def __call__(self, fn, inputs, out, phase):
-        in_shapes = [t.shape for t in inputs]
-        label = self.label(STATE.scope, fn.name, out.shape, in_shapes)
+    def __call__(self, event):
+        fn, out, in_shapes = event.op, event.output, [t.shape for t in event.inputs]
+        label = self.label(event.scope, fn.name, out.shape, in_shapes)
         if self.steps and (label is None or label == self.steps[-1]["operation"]):
             step = self.steps[-1]
         else:
-            step = {"operation": label, "scope": ".".join(STATE.scope), "ops": Counter(), "matmul_flops": 0,
+            step = {"operation": label, "scope": ".".join(event.scope), "ops": Counter(), "matmul_flops": 0,
                     "flops": 0}
             self.steps.append(step)
-        flops = fn.flops(out.shape, *in_shapes)
+        flops = event.flops
         step["ops"][fn.name] += 1
         step["flops"] += flops
         step["matmul_flops"] += flops if fn.name == "matmul" else 0

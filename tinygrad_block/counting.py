@@ -6,13 +6,14 @@ backward), through `observe`; on the shape-only device nothing is computed, so a
         model(ids).backward(grad)
     fc.total("forward", matmul_only=True)      # PyTorch FlopCounterMode's convention
     fc.by_scope("backward")                    # {'model.layers.0.attn.q_proj': ..., ...}
+    fc.by_step("forward", scope="model.layers.0.attn")   # {'rope': ..., 'scores': ..., 'softmax': ...}
 """
 from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
 
-from .function import STATE, observe
+from .trace import observe
 
 
 def _inside(name: str, prefix: str) -> bool:
@@ -20,29 +21,32 @@ def _inside(name: str, prefix: str) -> bool:
 
 
 class FlopCounter:
-    """FLOPs by (phase, scope, op); each primitive's own rule (see function.py) gives the number."""
+    """FLOPs by (phase, scope, step, op); each primitive's own rule (see function.py) gives the number."""
 
     def __init__(self):
-        self.flops: Counter = Counter()   # (phase, scope, op) -> FLOPs
-        self.calls: Counter = Counter()   # (phase, scope, op) -> number of calls
+        self.flops: Counter = Counter()   # (phase, scope, step, op) -> FLOPs
+        self.calls: Counter = Counter()   # (phase, scope, step, op) -> number of calls
 
-    def __call__(self, fn, inputs, out, phase):
-        key = (phase, ".".join(STATE.scope), fn.name)
-        self.flops[key] += fn.flops(out.shape, *[t.shape for t in inputs])
+    def __call__(self, event):
+        key = (event.phase, ".".join(event.scope), event.step, event.op.name)
+        self.flops[key] += event.flops
         self.calls[key] += 1
 
-    def _select(self, phase=None, scope="", matmul_only=False):
-        for (ph, sc, op), n in self.flops.items():
-            if (phase is None or ph == phase) and _inside(sc, scope) and (op == "matmul" or not matmul_only):
-                yield (ph, sc, op), n
+    def _select(self, phase=None, scope="", matmul_only=False, own=False, step=None):
+        for (ph, sc, st, op), n in self.flops.items():
+            if (phase is None or ph == phase) and (sc == scope if own else _inside(sc, scope)) \
+                    and (op == "matmul" or not matmul_only) and (step is None or st == step):
+                yield (ph, sc, st, op), n
 
-    def total(self, phase: str | None = None, *, scope: str = "", matmul_only: bool = False) -> int:
-        """All FLOPs (or matmul FLOPs only) of one phase or both, inside a module scope or everywhere."""
-        return sum(n for _, n in self._select(phase, scope, matmul_only))
+    def total(self, phase: str | None = None, *, scope: str = "", matmul_only: bool = False, own: bool = False,
+              step: str | None = None) -> int:
+        """All FLOPs (or matmul FLOPs only) of one phase or both, inside a module scope or everywhere; with
+        `own`, only the ops of that scope itself (not its submodules); with `step`, only that named step."""
+        return sum(n for _, n in self._select(phase, scope, matmul_only, own, step))
 
     def by_op(self, phase: str | None = None, *, scope: str = "") -> dict[str, int]:
         out = Counter()
-        for (_, _, op), n in self._select(phase, scope):
+        for (_, _, _, op), n in self._select(phase, scope):
             out[op] += n
         return dict(out.most_common())
 
@@ -50,9 +54,17 @@ class FlopCounter:
         """FLOPs per module scope, each scope's own ops only; with `depth`, scopes are cut to that many
         levels and their subtrees summed into them."""
         out = Counter()
-        for (_, sc, _), n in self._select(phase, "", matmul_only):
+        for (_, sc, _, _), n in self._select(phase, "", matmul_only):
             out[".".join(sc.split(".")[:depth]) if depth else sc] += n
         return dict(sorted(out.items()))
+
+    def by_step(self, phase: str | None = None, *, scope: str = "") -> dict[str, int]:
+        """FLOPs of a module's own ops per named step ('rope', 'scores', 'mask', 'softmax', ...; '' for
+        ops in no step), in the order they first ran."""
+        out: dict = {}
+        for (_, _, st, _), n in self._select(phase, scope, own=True):
+            out[st] = out.get(st, 0) + n
+        return out
 
 
 @contextmanager
@@ -81,8 +93,9 @@ class SavedBytes:
     def _buffer(self, t):
         return self._root.get(id(t.data), (id(t.data), t.nbytes, t._ctx is None))
 
-    def __call__(self, fn, inputs, out, phase):
-        if phase != "forward":
+    def __call__(self, event):
+        fn, inputs, out = event.op, event.inputs, event.output
+        if event.phase != "forward":
             return
         if fn.name in VIEWS:
             self._root[id(out.data)] = self._buffer(inputs[0])
@@ -94,7 +107,7 @@ class SavedBytes:
             if key not in self._seen and not (leaf and t._ctx is not None):
                 self._seen.add(key)
                 self._alive.append(t.data)
-                self.bytes[".".join(STATE.scope)] += nbytes
+                self.bytes[".".join(event.scope)] += nbytes
 
     def total(self, scope: str = "") -> int:
         return sum(n for sc, n in self.bytes.items() if _inside(sc, scope))

@@ -12,70 +12,13 @@ per source element. Movement ops (reshape, permute, expand, slice, pad, concat, 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+
+from .trace import TRACE, emit
 
 
-class _State:
-    """What the explicit context managers switch: grad recording, observers, and the phase and module scope
-    (e.g. ('block', 'attn', 'q_proj')) that observers see."""
-    grad_enabled = True
-    observers: tuple = ()
-    phase = "forward"
-    scope: tuple = ()
-    origin = ""  # in backward: the forward op being differentiated ('accumulate' where gradients sum)
-
-
-STATE = _State()
-
-
-@contextmanager
-def no_grad():
-    """Run ops without recording the graph (outputs never require grad)."""
-    prev, STATE.grad_enabled = STATE.grad_enabled, False
-    try:
-        yield
-    finally:
-        STATE.grad_enabled = prev
-
-
-@contextmanager
-def enable_grad():
-    """Re-enable graph recording inside a `no_grad` block."""
-    prev, STATE.grad_enabled = STATE.grad_enabled, True
-    try:
-        yield
-    finally:
-        STATE.grad_enabled = prev
-
-
-@contextmanager
-def observe(callback):
-    """Call `callback(fn, inputs, out, phase)` after every primitive runs, forward and backward."""
-    prev, STATE.observers = STATE.observers, STATE.observers + (callback,)
-    try:
-        yield callback
-    finally:
-        STATE.observers = prev
-
-
-@contextmanager
-def scope(name: str):
-    """Attribute the ops run inside to module `name`, nested in the current scope (Module.__call__ uses it)."""
-    prev, STATE.scope = STATE.scope, STATE.scope + (name,)
-    try:
-        yield
-    finally:
-        STATE.scope = prev
-
-
-@contextmanager
-def phase(name: str):
-    """Tag the ops run inside as belonging to `name` ('forward' or 'backward') for the observers."""
-    prev, STATE.phase = STATE.phase, name
-    try:
-        yield
-    finally:
-        STATE.phase = prev
+def is_tensor(value) -> bool:
+    """A Tensor, known by its autograd slot: tensor.py builds on this module, so this module never imports it."""
+    return hasattr(value, "_ctx")
 
 
 class Function:
@@ -88,6 +31,7 @@ class Function:
     name = "function"
     float_only = False  # True for ops defined on real numbers only (exp, log, division, ...)
     retained = None  # a weakref to the output, set by Tensor.retain_grad()
+    saves_output = False  # True: backward reads the output, kept as `self.out` when a gradient is wanted
 
     def __init_subclass__(cls):
         cls.name = cls.__name__.lower()
@@ -109,34 +53,33 @@ class Function:
                             "cast it first, e.g. .to(tb.float32)")
         fn = cls()
         fn.be = be
-        fn.needs_grad = needs = tuple([STATE.grad_enabled and t._requires_grad for t in inputs])
+        fn.needs_grad = needs = tuple([TRACE.grad_enabled and t._requires_grad for t in inputs])
         with be.active:  # the backend's GPU is current while it runs (a no-op on the CPU)
             data = fn.forward(*inputs, **params)
-        out = Tensor._make(data, fn.be)  # fn.be: Transfer's forward switches it to the target device
+        out = inputs[0]._make(data, fn.be)  # a plain Tensor; fn.be: Transfer's forward switches the device
         if True in needs and data.dtype.kind == "f":
-            out._requires_grad, out._ctx, fn.scope = True, fn, STATE.scope
+            out._requires_grad, out._ctx = True, fn
+            fn.scope, fn.step = TRACE.scope, TRACE.step
             fn.edges = tuple([t._ctx or (t if t._requires_grad else None) for t in inputs])
-        for observer in STATE.observers:
-            observer(fn, inputs, out, STATE.phase)
+            if fn.saves_output:
+                fn.out = out._make(data, fn.be)  # its own Tensor object: no cycle out -> fn -> out
+        if TRACE.observers:
+            emit(fn, inputs, out)
         return out
 
     def saved(self):
         """The tensors this op keeps alive for its backward."""
-        return [v for v in vars(self).values() if isinstance(v, Tensor)]
+        return [v for v in vars(self).values() if is_tensor(v)]
 
     def saved_activations(self):
         """The saved tensors that are activations: results of recorded ops, and this op's own output (`out`);
         not parameters, inputs or constants."""
-        return [v for k, v in vars(self).items() if isinstance(v, Tensor) and (v._ctx is not None or k == "out")]
+        return [v for k, v in vars(self).items() if is_tensor(v) and (v._ctx is not None or k == "out")]
 
     def release(self):
         """Drop saved tensors and graph edges once backward has used them."""
         self.__dict__.clear()
         self.edges = None
-
-    def wrap(self, array):
-        """Wrap an array computed in forward (e.g. the output) as a Tensor to save for backward."""
-        return Tensor._make(array, self.be)
 
 
 def _size(shape) -> int:
@@ -162,12 +105,10 @@ class Neg(Elementwise):
 
 class Exp(Elementwise):
     """out = e^a;  da = g * out"""
-    float_only = True
+    float_only, saves_output = True, True
 
     def forward(self, a):
-        out = self.be.exp(a.data)
-        self.out = self.wrap(out)
-        return out
+        return self.be.exp(a.data)
 
     def backward(self, g):
         return (g * self.out,)
@@ -187,12 +128,10 @@ class Log(Elementwise):
 
 class Sqrt(Elementwise):
     """out = sqrt(a);  da = g / (2 * out)"""
-    float_only = True
+    float_only, saves_output = True, True
 
     def forward(self, a):
-        out = self.be.sqrt(a.data)
-        self.out = self.wrap(out)
-        return out
+        return self.be.sqrt(a.data)
 
     def backward(self, g):
         return (g / (self.out * 2.0),)
@@ -200,12 +139,10 @@ class Sqrt(Elementwise):
 
 class Reciprocal(Elementwise):
     """out = 1 / a;  da = -g * out^2"""
-    float_only = True
+    float_only, saves_output = True, True
 
     def forward(self, a):
-        out = self.be.reciprocal(a.data)
-        self.out = self.wrap(out)
-        return out
+        return self.be.reciprocal(a.data)
 
     def backward(self, g):
         return (-(g * self.out * self.out),)
@@ -289,6 +226,15 @@ class Add(Elementwise):
         return g, g
 
 
+class Sub(Elementwise):
+    """out = a - b;  da = g, db = -g"""
+    def forward(self, a, b):
+        return self.be.sub(a.data, b.data)
+
+    def backward(self, g):
+        return g, (-g if self.needs_grad[1] else None)
+
+
 class Mul(Elementwise):
     """out = a * b;  da = g * b, db = g * a"""
     def forward(self, a, b):
@@ -342,7 +288,7 @@ class Where(Elementwise):
 
     def backward(self, g):
         _, da, db = self.needs_grad
-        zero = self.wrap(self.be.constant(0, g.dtype))  # 0-d: the backend broadcasts it for free
+        zero = g._make(self.be.constant(0, g.dtype), self.be)  # 0-d: the backend broadcasts it for free
         return None, (Where.apply(self.cond, g, zero) if da else None), \
             (Where.apply(self.cond, zero, g) if db else None)
 
@@ -367,11 +313,11 @@ class Sum(Reduce):
 
 class Max(Reduce):
     """out = max of a over `axes`;  da = g at the maxima, shared equally among ties (as PyTorch's amax)"""
+    saves_output = True
+
     def forward(self, a, axes: tuple, keepdims: bool):
         self.a, self.axes, self.keepdims = a, axes, keepdims
-        out = self.be.max(a.data, axes, keepdims)
-        self.out = self.wrap(out)
-        return out
+        return self.be.max(a.data, axes, keepdims)
 
     def backward(self, g):
         shape = self.a.shape
@@ -497,5 +443,3 @@ class Matmul(Function):
     def flops(self, out_shape, a_shape, b_shape):
         return 2 * _size(out_shape) * a_shape[-1]
 
-
-from .tensor import Tensor  # noqa: E402  (tensor.py builds on this module, so it is imported last)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .function import STATE, observe
+from .trace import observe
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Node:
     scope: tuple = ()
     phase: str = "forward"
     origin: str = ""                # backward ops: the forward op they differentiate
+    step: str = ""                  # the named step of its module ('rope', 'scores', 'residual', ...)
     flops: int = 0
     inputs: list = field(default_factory=list)    # node indices
     tensor: object = None           # the output, for value summaries (kept alive while recording)
@@ -41,7 +42,7 @@ class Graph:
         self._names = names or {}                 # id(array) -> (kind, name, scope): params, buffers, inputs
         self._alive: list = []                    # arrays whose ids are keys above
 
-    def _node_of(self, t, phase: str) -> int:
+    def _node_of(self, t, phase: str, op_scope: tuple) -> int:
         """The node of an op's input; a tensor no recorded op made becomes a source node: a named parameter,
         buffer or input; the gradient backward() starts from; an input that requires grad; or a constant
         made inside the module that uses it (an arange, a mask), which belongs to that module's scope."""
@@ -51,17 +52,17 @@ class Graph:
             if kind is None and phase == "backward" and t.ndim:
                 kind, name = "input", "∂ output"
             elif kind is None:
-                kind, name, scope = ("input", "input", ()) if t.requires_grad else ("const", "const", STATE.scope)
+                kind, name, scope = ("input", "input", ()) if t.requires_grad else ("const", "const", op_scope)
             self.nodes.append(Node(kind, name, t.shape, str(t.dtype), scope, phase, tensor=t))
             self._made_by[key] = len(self.nodes) - 1
             self._alive.append(t.data)
         return self._made_by[key]
 
-    def __call__(self, fn, inputs, out, phase):
-        ins = [self._node_of(t, phase) for t in inputs]
-        flops = fn.flops(out.shape, *[t.shape for t in inputs])
-        origin = STATE.origin if phase == "backward" else ""
-        self.nodes.append(Node("op", fn.name, out.shape, str(out.dtype), STATE.scope, phase, origin, flops, ins, out))
+    def __call__(self, event):
+        out, phase = event.output, event.phase
+        ins = [self._node_of(t, phase, event.scope) for t in event.inputs]
+        self.nodes.append(Node("op", event.op.name, out.shape, str(out.dtype), event.scope, phase, event.origin,
+                               event.step, event.flops, ins, out))
         self._made_by[id(out.data)] = len(self.nodes) - 1
         self._alive.append(out.data)
         if self.retain_grads and phase == "forward" and out.requires_grad:

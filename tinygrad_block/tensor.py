@@ -17,9 +17,10 @@ import weakref
 from . import autograd
 from .backend import (Generator, as_dtype, float16, float32, float64, get_backend, int64, is_float, names_a_dtype,
                       scalar_fits)
-from .function import no_grad
-from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum, Mul,
-                       Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sum, Transfer, Where)
+from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Log, Matmul, Max, Maximum, Mul, Neg,
+                       Pad, Permute, Pow, Reciprocal, Reshape, Sin, Sqrt, Sub, Sum, Transfer, Where)
+from .index import getitem
+from .trace import no_grad
 
 
 def _torch_names(method):
@@ -267,14 +268,8 @@ class Tensor:
     def __neg__(self): return Neg.apply(self)
     def __matmul__(self, other): return self.matmul(other)
 
-    def __sub__(self, other):
-        """a - b = a + (-b)"""
-        a, b = self._pair(other, "sub")
-        return a + (-b)
-
-    def __rsub__(self, other):
-        a, b = self._pair(other, "sub")
-        return b + (-a)
+    def __sub__(self, other): return self._binary(Sub, other, "sub")
+    def __rsub__(self, other): return self._binary(Sub, other, "sub", reverse=True)
 
     def __pow__(self, exponent):
         """a ** p: one Pow primitive for a number p; exp(p * log a) for a tensor p."""
@@ -502,7 +497,8 @@ class Tensor:
         return Pad.apply(self, widths=widths)
 
     def __getitem__(self, key) -> Tensor:
-        return _getitem(self, key)
+        """numpy's basic and integer-array indexing, built from Slice, Gather and Reshape (see index.py)"""
+        return getitem(self, key)
 
     # ---- matmul ----
     def matmul(self, other) -> Tensor:
@@ -542,105 +538,6 @@ class Tensor:
         if self.data.dtype.kind != "f":
             raise TypeError(f"{op}: needs a floating-point tensor, got {self.dtype} {self.shape}; "
                             "cast it first, e.g. .to(tb.float32)")
-
-
-# ---------------------------------------------------------------- indexing
-def _index_array(t: Tensor, k, axis: int):
-    """An integer index (Tensor, list or array) as a backend int64 array, bounds-checked, negatives wrapped."""
-    be, size = t.backend, t.shape[axis]
-    if isinstance(k, Tensor):
-        if k.backend is not be:
-            raise RuntimeError(f"getitem: index on {k.device} for a tensor on {t.device}")
-        arr = k.data
-    else:
-        arr = be.asarray(k, be.infer_dtype(k))
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"getitem: index arrays must hold integers, got {arr.dtype} for axis {axis}; "
-                        "boolean masks are not supported (use tb.where)")
-    bounds = be.index_range(arr)
-    if bounds is not None and (bounds[0] < -size or bounds[1] >= size):
-        bad = bounds[0] if bounds[0] < -size else bounds[1]
-        raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {size} (shape {t.shape})")
-    return be.index_wrap(be.cast(arr, int64), size)
-
-
-def _getitem(t: Tensor, key) -> Tensor:
-    """numpy indexing from primitives: Slice for unit-step slices, Gather for stepped slices and integer
-    arrays (several arrays are merged into one flat index), Reshape for ints and None."""
-    key = key if isinstance(key, tuple) else (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("getitem: an index can have only one ellipsis ('...')")
-    used = sum(k is not None and k is not Ellipsis for k in key)
-    if used > t.ndim:
-        raise IndexError(f"getitem: too many indices ({used}) for a tensor of shape {t.shape}")
-    fill = (slice(None),) * (t.ndim - used)
-    at = next((i for i, k in enumerate(key) if k is Ellipsis), len(key))
-    key = key[:at] + fill + key[at + 1:]
-    is_array = [isinstance(k, (Tensor, list)) or hasattr(k, "__array__") for k in key]
-    if any(is_array) and any(k is None for k in key):
-        raise IndexError("getitem: None together with integer-array indices is not supported; reshape after")
-    bounds, stepped, arrays, axis = [], [], [], 0
-    for k, arr in zip(key, is_array):
-        if k is None:
-            continue
-        size = t.shape[axis]
-        if arr:
-            arrays.append((axis, _index_array(t, k, axis)))
-            bounds.append((0, size))
-        elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step == 1:
-                bounds.append((start, max(start, stop)))
-            else:
-                bounds.append((0, size))
-                stepped.append((axis, t.backend.arange(start, stop, step, int64)))
-        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
-            if not -size <= k < size:
-                raise IndexError(f"getitem: index {k} is out of bounds for axis {axis} with size {size} "
-                                 f"(shape {t.shape})")
-            k = int(k) % size
-            if any(is_array):  # numpy treats an int next to arrays as a 0-d index array
-                arrays.append((axis, t.backend.asarray(k, int64)))
-                bounds.append((0, size))
-            else:
-                bounds.append((k, k + 1))
-        else:
-            raise TypeError(f"getitem: unsupported index {k!r} ({type(k).__name__}); use ints, slices, None, "
-                            "... or integer arrays")
-        axis += 1
-    out = t if all(b == (0, s) for b, s in zip(bounds, t.shape)) else Slice.apply(t, bounds=tuple(bounds))
-    for axis, idx in stepped:
-        out = Gather.apply(out, idx=idx, axis=axis)
-    if arrays:
-        return _gather_arrays(out, arrays)
-    shape, axis = [], 0
-    for k in key:  # ints drop their axis, None adds one
-        if k is None:
-            shape.append(1)
-            continue
-        if isinstance(k, slice):
-            shape.append(out.shape[axis])
-        axis += 1
-    return out.reshape(tuple(shape))
-
-
-def _gather_arrays(t: Tensor, arrays: list) -> Tensor:
-    """Advanced indexing with one or more integer arrays, numpy's placement rule: the broadcast index shape
-    replaces the indexed axes if they are adjacent, else it goes first."""
-    axes = [a for a, _ in arrays]
-    if len(arrays) == 1:
-        return Gather.apply(t, idx=arrays[0][1], axis=axes[0])
-    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: move them to the front
-        t = t.permute(axes + [a for a in range(t.ndim) if a not in axes])
-        axes = list(range(len(axes)))
-    first, dims = axes[0], [t.shape[a] for a in axes]
-    try:
-        flat = t.backend.index_flat([i for _, i in arrays], dims)
-    except ValueError:
-        shapes = " ".join(str(i.shape) for _, i in arrays)
-        raise IndexError(f"getitem: index arrays could not be broadcast together with shapes {shapes}") from None
-    merged = t.reshape(t.shape[:first] + (math.prod(dims),) + t.shape[first + len(dims):])  # indexed axes as one
-    return Gather.apply(merged, idx=flat, axis=first)
 
 
 # ---------------------------------------------------------------- functions of several tensors

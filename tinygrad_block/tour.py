@@ -10,7 +10,7 @@ import numpy as np
 from . import accounting, manual
 from .backend import Generator, float64
 from .counting import count_flops
-from .function import observe
+from .trace import observe
 from .gradcheck import numerical_grad
 from .graph import record_graph, render
 from .nn import TransformerBlock, preset
@@ -84,7 +84,7 @@ def run(out=print, out_dir="tinygrad_block_tour", device="cpu") -> dict:
     x = randn(B, L, cfg.d_model, generator=g, dtype=float64, device=device, requires_grad=True)
     dout = randn(B, L, cfg.d_model, generator=g, dtype=float64, device=device)
     calls = {"forward": Counter(), "backward": Counter()}
-    with observe(lambda fn, inputs, result, phase: calls[phase].update([fn.name])), count_flops() as fc, \
+    with observe(lambda e: calls[e.phase].update([e.op.name])), count_flops() as fc, \
             record_graph(block, x) as graph:
         y = block(x)
         y.backward(dout)

@@ -22,10 +22,10 @@ def primitive_times(case: Case) -> tuple[Counter, Counter]:
     cupy.cuda.Device().synchronize()
     events = []
 
-    def record(fn, inputs, out, phase):
+    def record(e):
         event = cupy.cuda.Event()
         event.record()
-        events.append(((phase, fn.name), event))
+        events.append(((e.phase, e.op.name), event))
     start = cupy.cuda.Event()
     start.record()
     with tb.observe(record):

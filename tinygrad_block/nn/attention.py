@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 
-from ..backend import float32, float64
-from ..function import no_grad
-from ..tensor import Tensor, arange, concat, where, zeros
+from ..backend import float32, float64, int64
+from ..tensor import Tensor, arange, concat
+from ..trace import no_grad, step
 from .config import BlockConfig
 from .layers import projection
 from .module import Module
@@ -30,12 +31,15 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def causal_mask(L: int, dtype, device) -> Tensor:
+def causal_mask(L: int, dtype, backend) -> Tensor:
     """(L, L) additive mask: 0 where key j <= query i, -inf where j > i (the future). Added to the scores, it
-    zeroes those softmax weights, and its backward passes the gradient through unchanged."""
-    with no_grad():
-        future = arange(L, device=device).unsqueeze(0) > arange(L, device=device).unsqueeze(1)   # (L, L)
-        return where(future, float("-inf"), zeros(L, L, dtype=dtype, device=device))
+    zeroes those softmax weights, and its backward passes the gradient through unchanged. A constant, made
+    directly on the backend like a RoPE table: no op is recorded or counted (Attention builds it once per L)."""
+    be = backend
+    keys = be.expand(be.reshape(be.arange(0, L, 1, int64), (1, L)), (L, L))       # j, along each row
+    queries = be.expand(be.reshape(be.arange(0, L, 1, int64), (L, 1)), (L, L))    # i, down each column
+    future = be.compare(keys, queries, "greater")                                  # (L, L): j > i
+    return Tensor._make(be.where(future, be.constant(float("-inf"), dtype), be.full((L, L), 0, dtype)), be)
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -60,24 +64,45 @@ class Attention(Module):
         self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
         if cfg.rope:
             self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device)
+        self.masks = {}  # (L, dtype, backend) -> the causal mask, built once per length
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
         cfg = self.cfg
         B, L, _ = x.shape
         H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        if offset + L > cfg.max_seq_len:
-            raise ValueError(f"Attention: positions {offset}..{offset + L - 1} exceed the context length "
-                             f"max_seq_len={cfg.max_seq_len}")
+        self._check_positions(offset, L)
         q = self.q_proj(x).reshape(B, L, H, d_head).transpose(1, 2)        # (B, H, L, d_head)
         k = self.k_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
         v = self.v_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
         if cfg.rope:
-            cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)           # (B, H, L, d_head)
-        scores = (q / math.sqrt(d_head)) @ k.mT                           # (B, H, L, L): q k^T / sqrt(d_head)
+            with step("rope"):
+                cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        with step("repeat kv"):
+            k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)       # (B, H, L, d_head)
+        with step("scores"):
+            scores = (q / math.sqrt(d_head)) @ k.mT                       # (B, H, L, L): q k^T / sqrt(d_head)
         if cfg.causal:
-            scores = scores + causal_mask(L, scores.dtype, x.backend)     # -inf above the diagonal
-        out = scores.softmax(axis=-1) @ v                                 # (B, H, L, d_head)
-        out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model)
+            with step("mask"):
+                scores = scores + self.mask(L, scores)                    # -inf above the diagonal
+        with step("softmax"):
+            weights = scores.softmax(axis=-1)                             # (B, H, L, L)
+        with step("weighted sum"):
+            out = weights @ v                                             # (B, H, L, d_head)
+        out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
         return self.o_proj(out)
+
+    def mask(self, L: int, like: Tensor) -> Tensor:
+        """The causal mask for L positions, in `like`'s dtype and device: built on first use, then reused."""
+        key = (L, like.dtype, like.backend)
+        if key not in self.masks:
+            self.masks[key] = causal_mask(L, like.dtype, like.backend)
+        return self.masks[key]
+
+    def _check_positions(self, offset, L: int) -> None:
+        """Positions offset .. offset + L - 1 must lie in the RoPE table (the context length)."""
+        if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
+            raise TypeError(f"Attention: offset is the position of the first token, an int; got {offset!r}")
+        if offset < 0 or offset + L > self.cfg.max_seq_len:
+            raise ValueError(f"Attention: positions {offset}..{offset + L - 1} (offset {offset}, L {L}) must lie in "
+                             f"0..{self.cfg.max_seq_len - 1}, the context length max_seq_len={self.cfg.max_seq_len}")

@@ -1,8 +1,10 @@
-"""The feed-forward networks and the transformer block:  h = x + attn(norm1(x));  out = h + ffn(norm2(h))."""
+"""The feed-forward networks and the transformer block:  h = x + attn(norm1(x));  out = h + ffn(norm2(h)).
+Beside the pre-norm block, the two other layouts a config can ask for: post-norm and parallel."""
 from __future__ import annotations
 
 from ..backend import float32
 from ..tensor import Tensor
+from ..trace import step
 from .attention import Attention
 from .config import BlockConfig
 from .layers import norm, projection
@@ -19,7 +21,11 @@ class SwiGLU(Module):
         self.down_proj = projection(cfg, "down_proj", d_ff, d, **make)
 
     def forward(self, x: Tensor) -> Tensor:                          # x: (B, L, d_model)
-        return self.down_proj(self.gate_proj(x).silu() * self.up_proj(x))   # hidden: (B, L, d_ff)
+        with step("activation"):
+            act = self.gate_proj(x).silu()                           # (B, L, d_ff)
+        with step("gate"):
+            hidden = act * self.up_proj(x)                           # (B, L, d_ff)
+        return self.down_proj(hidden)                                # (B, L, d_model)
 
 
 class MLP(Module):
@@ -32,20 +38,29 @@ class MLP(Module):
 
     def forward(self, x: Tensor) -> Tensor:                          # x: (B, L, d_model)
         h = self.up_proj(x)                                          # (B, L, d_ff)
-        if self.activation == "relu":
-            h = h.relu()
-        else:
-            h = h.gelu(approximate="tanh" if self.activation == "gelu_tanh" else "none")
+        with step("activation"):
+            if self.activation == "relu":
+                h = h.relu()
+            else:
+                h = h.gelu(approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return self.down_proj(h)
 
 
 class TransformerBlock(Module):
-    """One block. Pre-norm (Llama, GPT-2):   h = x + attn(norm1(x));   out = h + ffn(norm2(h)).
-    Post-norm (BERT, the 2017 original):     h = norm1(x + attn(x));   out = norm2(h + ffn(h)).
-    Parallel (GPT-NeoX style):               out = x + attn(norm1(x)) + ffn(norm2(x)).
-    With LoRA (cfg.lora_rank > 0) every base parameter is frozen: only the adapters' A and B train."""
+    """One block, pre-norm (Llama, GPT-2):  h = x + attn(norm1(x));  out = h + ffn(norm2(h)).
+
+    `TransformerBlock(cfg)` builds the layout the config names: this one, `PostNormBlock` or `ParallelBlock`
+    (they differ only in `forward`). With LoRA (cfg.lora_rank > 0) every base parameter is frozen: only the
+    adapters' A and B train."""
 
     scope_name = "block"
+
+    def __new__(cls, cfg: BlockConfig, **kwargs):
+        if cls is TransformerBlock and cfg.parallel:
+            cls = ParallelBlock
+        elif cls is TransformerBlock and cfg.norm_position == "post":
+            cls = PostNormBlock
+        return super().__new__(cls)
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
@@ -58,14 +73,29 @@ class TransformerBlock(Module):
             for name, p in self.named_parameters():
                 p.requires_grad = name.endswith(("lora_A", "lora_B"))
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
+    def __call__(self, x: Tensor, offset: int = 0) -> Tensor:
         if x.ndim != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(f"TransformerBlock: expected input (B, L, d_model={self.cfg.d_model}), got {x.shape}")
-        attn = lambda t: self.attn(t, offset)  # noqa: E731
-        if self.cfg.parallel:
-            return x + attn(self.norm1(x)) + self.ffn(self.norm2(x))
-        if self.cfg.norm_position == "post":
-            h = self.norm1(x + attn(x))
+        return super().__call__(x, offset)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model); offset: first position
+        with step("residual"):                                       # the block's own ops: the residual adds
+            h = x + self.attn(self.norm1(x), offset)
+            return h + self.ffn(self.norm2(h))
+
+
+class PostNormBlock(TransformerBlock):
+    """Post-norm (BERT, the 2017 original):  h = norm1(x + attn(x));  out = norm2(h + ffn(h))."""
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        with step("residual"):
+            h = self.norm1(x + self.attn(x, offset))
             return self.norm2(h + self.ffn(h))
-        h = x + attn(self.norm1(x))                                  # residual 1
-        return h + self.ffn(self.norm2(h))                           # residual 2
+
+
+class ParallelBlock(TransformerBlock):
+    """Parallel (GPT-J, GPT-NeoX):  out = x + attn(norm1(x)) + ffn(norm2(x))."""
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        with step("residual"):
+            return x + self.attn(self.norm1(x), offset) + self.ffn(self.norm2(x))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..backend import float32
-from ..function import scope
+from ..trace import scope
 from ..tensor import Tensor, arange
 from .block import TransformerBlock
 from .config import BlockConfig

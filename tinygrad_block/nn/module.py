@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..backend import Generator, as_dtype, get_backend, names_a_dtype
-from ..function import scope
+from ..trace import scope
 from ..tensor import Tensor, randn
 
 
