@@ -37,14 +37,14 @@ def backward(root, grad, retain_graph: bool = False) -> None:
     Gradients of a tensor used twice add up. Each Function's saved tensors and edges are released once it has
     run, unless `retain_graph`; a second backward through a released graph raises RuntimeError."""
     if root._ctx is None:  # a leaf: its gradient is `grad` itself
-        _deliver(root, grad, (), {}, {})
+        _deliver(root, grad, (), {}, None)
         return
-    grads, meets = {root._ctx: grad}, {}
+    grads, meets = {root._ctx: grad}, ({} if trace.TRACE.observers else None)
     with trace.no_grad():
         for fn in toposort(root._ctx):               # each Function after every op that used its output
             g = grads.pop(fn)                        # d(root)/d(its output), all paths summed
             if fn.retained is not None and fn.retained() is not None:
-                _deliver(fn.retained(), g, (), {}, {})
+                _deliver(fn.retained(), g, (), {}, None)
             with trace.differentiating(fn):
                 input_grads = fn.backward(g)         # the chain rule, one op
             for edge, eg in zip(fn.edges, input_grads):
@@ -54,15 +54,17 @@ def backward(root, grad, retain_graph: bool = False) -> None:
                 fn.release()
 
 
-def _deliver(edge, g, scope: tuple, grads: dict, meets: dict) -> None:
+def _deliver(edge, g, scope: tuple, grads: dict, meets: dict | None) -> None:
     """Send gradient `g` (from an op in module `scope`) to an edge: pending for a Function, `.grad` for a leaf.
     A tensor that fed several ops receives the sum of their gradients, counted and drawn where the paths
-    meet: the innermost module holding all those ops (a block, for its input's residual fork)."""
-    meets[edge] = where = _common(meets.get(edge, scope), scope)
+    meet: the innermost module holding all those ops (a block, for its input's residual fork), which
+    `meets` tracks per edge while someone observes."""
+    if meets is not None:
+        meets[edge] = scope = _common(meets.get(edge, scope), scope)
     if isinstance(edge, Function):
-        grads[edge] = g if edge not in grads else _sum(grads[edge], g, where)
+        grads[edge] = g if edge not in grads else _sum(grads[edge], g, scope)
     else:
-        edge.grad = g if edge.grad is None else _sum(edge.grad, g, where)
+        edge.grad = g if edge.grad is None else _sum(edge.grad, g, scope)
 
 
 def _sum(a, b, scope: tuple):

@@ -61,14 +61,12 @@ class CudaBackend(ArrayBackend):
             float64: (runtime.CUDA_R_64F, cublas.CUBLAS_COMPUTE_64F, np.ones(1, np.float64), np.zeros(1, np.float64)),
         }
 
-    def constant(self, value, dtype):
-        """A numpy scalar holding a Python number, the operand of `x * 2.0`: CuPy passes it to the kernel as an
-        argument, where a 0-d device array would cost a host-to-device copy on every op."""
-        return dtype.type(value)
-
     def host(self, x):
         with self.active:
             return x.get() if isinstance(x, self.xp.ndarray) else np.asarray(x)
+
+    def where(self, cond, a, b):
+        return self.xp.where(cond, a, b)   # one kernel on the GPU, no branching cost to avoid
 
     def erf(self, a):
         return self._erf(a).astype(a.dtype, copy=False)

@@ -42,21 +42,25 @@ class Function:
     @classmethod
     def apply(cls, *inputs, **params):
         """Run the primitive on Tensors: the choke point for autograd, FLOP counting and graph recording."""
-        be = inputs[0].backend
-        for t in inputs:
+        first = inputs[0]
+        be = first.backend
+        for t in inputs[1:]:
             if t.backend is not be:
                 devices = ", ".join(f"{t.device} {t.shape}" for t in inputs)
                 raise RuntimeError(f"{cls.name}: tensors are on different devices ({devices}); "
                                    "move them to one device with .to(device) first")
-        if cls.float_only and inputs[0].data.dtype.kind != "f":
-            raise TypeError(f"{cls.name}: needs a floating-point tensor, got {inputs[0].dtype} {inputs[0].shape}; "
+        if cls.float_only and first.data.dtype.kind != "f":
+            raise TypeError(f"{cls.name}: needs a floating-point tensor, got {first.dtype} {first.shape}; "
                             "cast it first, e.g. .to(tb.float32)")
         fn = cls()
-        fn.be = be
-        fn.needs_grad = needs = tuple([TRACE.grad_enabled and t._requires_grad for t in inputs])
-        with be.active:  # the backend's GPU is current while it runs (a no-op on the CPU)
+        fn.be, grad = be, TRACE.grad_enabled
+        fn.needs_grad = needs = tuple([grad and t._requires_grad for t in inputs])
+        if be.active is None:
             data = fn.forward(*inputs, **params)
-        out = inputs[0]._make(data, fn.be)  # a plain Tensor; fn.be: Transfer's forward switches the device
+        else:
+            with be.active:  # the backend's GPU is current while it runs
+                data = fn.forward(*inputs, **params)
+        out = first._make(data, fn.be)  # a plain Tensor; fn.be: Transfer's forward switches the device
         if True in needs and data.dtype.kind == "f":
             out._requires_grad, out._ctx = True, fn
             fn.scope, fn.step = TRACE.scope, TRACE.step

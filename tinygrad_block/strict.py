@@ -114,7 +114,7 @@ class StrictArray:
 _METHODS = ("__getitem__", "__neg__", "__pos__", "__abs__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
             "__rmul__", "__matmul__", "__rmatmul__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__lt__",
             "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__invert__", "reshape",
-            "transpose", "swapaxes", "sum", "mean", "max", "min", "astype", "copy", "repeat")
+            "transpose", "swapaxes", "sum", "mean", "max", "min", "astype", "copy", "repeat", "view")
 for _name in _METHODS:  # operators and the array methods the manual pairs use, each numpy's on the wrapped array
     setattr(StrictArray, _name, _method(_name))
 
@@ -141,6 +141,7 @@ subtract, multiply, divide, maximum = map(_lift, (np.subtract, np.multiply, np.d
 less, less_equal, greater = map(_lift, (np.less, np.less_equal, np.greater))
 greater_equal, equal, not_equal = map(_lift, (np.greater_equal, np.equal, np.not_equal))
 where, sum, max, matmul = map(_lift, (np.where, np.sum, np.max, np.matmul))
+bitwise_and, bitwise_xor = map(_lift, (np.bitwise_and, np.bitwise_xor))
 reshape, transpose, broadcast_to, pad = map(_lift, (np.reshape, np.transpose, np.broadcast_to, np.pad))
 concatenate, stack, take, repeat, triu = map(_lift, (np.concatenate, np.stack, np.take, np.repeat, np.triu))
 zeros, full, arange, eye = map(_lift, (np.zeros, np.full, np.arange, np.eye))
@@ -155,9 +156,6 @@ class StrictBackend(ArrayBackend):
 
     def __init__(self):
         super().__init__("strict", sys.modules[__name__])
-
-    def constant(self, value, dtype):
-        return dtype.type(value)  # a numpy scalar, as on 'cuda'
 
     def host(self, x):
         return x.a if isinstance(x, StrictArray) else np.asarray(x)
