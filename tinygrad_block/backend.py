@@ -262,10 +262,10 @@ class ArrayBackend:
 
     # ---- movement ----
     def reshape(self, a, shape):
-        return self.xp.reshape(a, shape)
+        return a.reshape(shape)  # the array's method: numpy's function form adds a Python wrapper per call
 
     def permute(self, a, order):
-        return self.xp.transpose(a, order)
+        return a.transpose(order)
 
     def expand(self, a, shape):
         return self.xp.broadcast_to(a, shape)
@@ -273,8 +273,12 @@ class ArrayBackend:
     def slice(self, a, bounds):
         return a[tuple(slice(lo, hi) for lo, hi in bounds)]
 
+    @on_device
     def pad(self, a, widths):
-        return self.xp.pad(a, widths)
+        """Zeros with `a` written inside (a fraction of np.pad's cost, which is written in Python)."""
+        out = self.xp.zeros(tuple(s + lo + hi for s, (lo, hi) in zip(a.shape, widths)), dtype=a.dtype)
+        out[tuple(slice(lo, lo + s) for s, (lo, _) in zip(a.shape, widths))] = a
+        return out
 
     def concat(self, arrays, axis):
         return self.xp.concatenate(arrays, axis=axis)

@@ -38,12 +38,16 @@ def _torch_names(method):
 def _shape_arg(args, op: str) -> tuple:
     """`f(2, 3)` and `f((2, 3))` both mean shape (2, 3)."""
     shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+    if all(type(s) is int for s in shape):  # the common case, without the slower checks below
+        return shape
     if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in shape):
         raise TypeError(f"{op}: a shape is a sequence of ints, got {shape!r}")
     return tuple(int(s) for s in shape)
 
 
 def _axis(axis: int, ndim: int, op: str) -> int:
+    if type(axis) is int and -ndim <= axis < ndim:  # the common case, without the slower checks below
+        return axis % ndim
     if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise TypeError(f"{op}: an axis is an int, got {axis!r}")
     if not -ndim <= axis < ndim:
