@@ -6,7 +6,7 @@ import pytest
 
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
-from tinygrad_block.backend import array_backend
+from tinygrad_block.device import array_backend
 from tinygrad_block.manual import pitfalls
 
 from conftest import rel_err

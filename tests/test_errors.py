@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinygrad_block as tb
-from tinygrad_block import backend, nn
+from tinygrad_block import device as devices
+from tinygrad_block import nn
 
 
 def msg(op: str | None, *fragments: str) -> str:
@@ -591,8 +592,8 @@ def test_malformed_gpu_name(name):
 @pytest.fixture
 def fresh_registry(monkeypatch):
     """The device registry without any GPU an earlier test set up, so 'cuda' is looked up again."""
-    kept = {k: v for k, v in backend.BACKENDS.items() if not k.startswith("cuda")}
-    monkeypatch.setattr(backend, "BACKENDS", kept)
+    kept = {k: v for k, v in devices.BACKENDS.items() if not k.startswith("cuda")}
+    monkeypatch.setattr(devices, "BACKENDS", kept)
 
 
 def fake_cupy(count=None, error=None):

@@ -4,9 +4,9 @@
 with CuPy on an NVIDIA GPU ('cuda', 'cuda:N'; `cuda.py` adds only what differs there) or with the strict
 arrays of `strict.py` ('strict': numpy behind a wall that refuses every implicit trip to the host, so CPU
 tests catch what would stall a GPU). `MetaBackend` runs the ops on shapes alone: it carries (shape, dtype) and
-computes nothing, so a 70B model's FLOPs can be counted on a laptop. Only the backends (this file, cuda.py,
-strict.py) and the test tool `gradcheck` import numpy: ops, composites and modules call
-`tensor.backend.<op>(...)`.
+computes nothing, so a 70B model's FLOPs can be counted on a laptop. `device.py` finds a device's backend by
+name. Only the backends (this file, cuda.py, strict.py, device.py) and the test tool `gradcheck` import numpy:
+ops, composites and modules call `tensor.backend.<op>(...)`.
 """
 from __future__ import annotations
 
@@ -421,37 +421,3 @@ class MetaBackend:
 
     def matmul(self, a, b):
         return MetaArray(a.shape[:-1] + b.shape[-1:], a.dtype)
-
-
-BACKENDS = {"cpu": ArrayBackend("cpu", np), "meta": MetaBackend()}  # the GPUs and 'strict' join on first use
-
-
-def get_backend(device) -> ArrayBackend | MetaBackend:
-    """The backend for a device name: 'cpu', 'cuda' (= 'cuda:0'), 'cuda:N', 'meta' or 'strict'. CuPy is imported
-    only when a 'cuda' device is first asked for; a missing CuPy or GPU raises RuntimeError saying which."""
-    if isinstance(device, (ArrayBackend, MetaBackend)):
-        return device
-    name = "cuda:0" if device == "cuda" else device
-    if name not in BACKENDS and isinstance(name, str) and name.startswith("cuda:"):
-        from .cuda import cuda_backend
-        BACKENDS[name] = cuda_backend(name)
-    elif name == "strict" and name not in BACKENDS:
-        from .strict import StrictBackend
-        BACKENDS[name] = StrictBackend()
-    if name not in BACKENDS:
-        raise ValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' (N a GPU index), 'meta' "
-                         "or 'strict'")
-    return BACKENDS[name]
-
-
-def array_backend(x) -> ArrayBackend:
-    """The backend whose arrays `x` is one of (numpy, cupy or strict): the hand-derived pairs in manual/ ask it
-    for their array module and erf."""
-    if isinstance(x, np.ndarray | np.generic):
-        return BACKENDS["cpu"]
-    if type(x).__module__.split(".")[0] == "cupy":
-        return get_backend(f"cuda:{x.device.id}")
-    from .strict import StrictArray
-    if isinstance(x, StrictArray):
-        return get_backend("strict")
-    raise TypeError(f"expected a numpy, cupy or strict array, got {type(x).__name__}")

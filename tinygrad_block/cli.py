@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from . import accounting
-from .backend import Generator, float16, float32, get_backend, int64
+from .backend import Generator, float16, float32, int64
+from .device import get_backend
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .curriculum import notes_for
 from .accounting import params_per_block, total_params

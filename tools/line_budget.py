@@ -11,7 +11,7 @@ import io
 import tokenize
 from pathlib import Path
 
-CORE = ("tensor.py", "function.py", "backend.py", "autograd.py", "trace.py", "index.py")
+CORE = ("tensor.py", "function.py", "backend.py", "autograd.py", "trace.py", "index.py", "device.py")
 BUDGET = 1500
 PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
 

@@ -6,7 +6,7 @@ for that kind of array, so erf is written once per device.
 """
 from __future__ import annotations
 
-from ..backend import array_backend
+from ..device import array_backend
 
 
 def xp_of(x):

@@ -1,7 +1,8 @@
 """Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
 from __future__ import annotations
 
-from ..backend import Generator, as_dtype, get_backend, names_a_dtype
+from ..backend import Generator, as_dtype, names_a_dtype
+from ..device import get_backend
 from ..trace import scope
 from ..tensor import Tensor, randn
 
