@@ -95,8 +95,11 @@ def parameter_census(name: str) -> dict:
 # $q k^\top$ and the weighted sum of $V$ both inputs need a gradient too. That is where the **6N rule** comes
 # from: $2N$ FLOPs forward plus $4N$ backward per token.
 #
-# **All ops or matmuls only.** Norms, RoPE, softmax, SiLU and the residual adds add 4,499,202,048 FLOPs to
-# the forward at $L = 4096$: 0.23 % of the total. They barely count as arithmetic, but on a GPU each one is a
+# **All ops or matmuls only.** Norms, RoPE, the mask, softmax, SiLU and the residual adds add 3,911,999,488
+# FLOPs to the forward at $L = 4096$: 0.20 % of the total. Most of them act on the $32 \times L \times L$
+# scores $T$: adding the causal mask is one add per score ($T$ = 536,870,912), and softmax is five operations
+# per score, less one per row for each of its two reductions (row max, $s - \max$, exp, row sum, division:
+# $5T - 2R$ = 2,684,092,416 with $R = 32 L$ rows). They barely count as arithmetic, but on a GPU each one is a
 # trip through memory, so they still take real time.
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` work out the same numbers
@@ -303,12 +306,16 @@ def main():
         assert c["bwd"] == 2 * c["fwd"]
         assert closed_form_differences(c, L) == [0, 0, 0, 0]
     other = full["fwd_all"] - full["fwd"]
-    assert other == 4_499_202_048 and round(100 * other / full["fwd_all"], 2) == 0.23
+    assert other == 3_911_999_488 and round(100 * other / full["fwd_all"], 2) == 0.20
+    steps = full["fc"].by_step("forward", scope="block.attn")
+    T, R = 32 * 4096 * 4096, 32 * 4096
+    assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R == 2_684_092_416
     for L, c in ((1, one), (4096, full)):
         print(f"Llama-2-7B block, L = {L}: forward matmuls {c['fwd']:,} ({c['fwd'] // L:,} per token), "
               f"backward {c['bwd']:,} = {c['bwd'] / c['fwd']:g} x forward; all ops {c['fwd_all']:,} / {c['bwd_all']:,}")
-    print(f"  non-matmul forward FLOPs at L = 4096: {other:,} ({other / full['fwd_all']:.2%}); "
-          f"closed forms minus counts: {closed_form_differences(full, 4096)}")
+    print(f"  non-matmul forward FLOPs at L = 4096: {other:,} ({other / full['fwd_all']:.2%}), of which the mask "
+          f"{steps['mask']:,} and softmax {steps['softmax']:,}; closed forms minus counts: "
+          f"{closed_form_differences(full, 4096)}")
 
     # the 6N rule on the whole model
     m7 = count_model("llama2-7b", 4096)

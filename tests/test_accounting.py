@@ -216,11 +216,38 @@ def test_elementwise_counts_by_hand_on_the_tiny_block():
     """One forward of `tiny` (RMSNorm, GQA 4/2, RoPE, causal, SwiGLU) at B=2, L=5, term by term."""
     B, L, d, H, d_kv, f, d_head = 2, 5, 64, 4, 32, 172, 16
     N, T, R = B * L, B * H * L * L, B * H * L
-    norms = 2 * (4 * N * d + 3 * N)
-    attn = 7 * N * (d + d_kv) // 2 + N * d + (2 * L * L + T) + (6 * T - 2 * R)   # rope, scale, mask, softmax
-    ffn = 9 * N * f                                                                 # silu 8, product 1
+    rms = N * (d + (d - 1) + 4 + d + d)     # x*x, its sum, then /d +eps sqrt 1/ per row, x * rstd, * gain
+    rope = N * (d + d_kv) * 3       # per pair (x1, x2): x1 c, x2 s, x2 c, x1 s, one difference, one sum: 3 per element
+    scale = N * d                           # q / sqrt(d_head)
+    mask = T                                # scores + mask (the mask itself is a constant: free)
+    softmax = (T - R) + T + T + (T - R) + T     # row max, s - max, exp, row sum, division
+    sigmoid = 7 * N * f                     # x >= 0, -x, where, exp, where, e + 1, division
+    ffn = sigmoid + N * f + N * f           # silu's x * sigmoid(x), the gate's silu * up
+    residuals = 2 * N * d                   # x + attn, h + ffn
     matmul = 2 * N * (2 * d * d + 2 * d * d_kv + 3 * d * f) + 4 * B * H * L * L * d_head
-    assert acc.block_forward_flops(P["tiny"], L, B, matmul_only=False) == matmul + norms + attn + ffn + 2 * N * d
+    by_hand = matmul + 2 * rms + rope + scale + mask + softmax + ffn + residuals
+    assert acc.block_forward_flops(P["tiny"], L, B, matmul_only=False) == by_hand
+    assert count_block(P["tiny"], B, L)[1] == by_hand
+
+
+def test_elementwise_counts_by_hand_on_a_gpt2_shaped_block():
+    """One forward of `tiny` made GPT-2-shaped (LayerNorm with shift, biases, MHA, no RoPE, causal, GELU-tanh)
+    at B=2, L=5: the subtractions (x - mean, s - max, tanh's - 1) cost one op per element each."""
+    cfg = P["tiny"].with_(n_kv_heads=4, norm="layer", bias=True, rope=False, ffn="gelu_tanh")
+    B, L, d, H, f, d_head = 2, 5, 64, 4, 172, 16
+    N, T, R = B * L, B * H * L * L, B * H * L
+    layer = N * (d + d + d + d + 3 + d + d + d)    # mean (sum, /d), x - mean, c*c, mean, +eps sqrt 1/, c * rstd, *g, +b
+    biases = N * (4 * d + f + d)            # + b after q, k, v, o, up, down
+    scale, mask = N * d, T                  # q / sqrt(d_head); scores + mask
+    softmax = (T - R) + T + T + (T - R) + T     # row max, s - max, exp, row sum, division
+    z = 5 * N * f                           # x*x, *x, *0.044715, x +, *sqrt(2/pi)
+    tanh = N * f + 7 * N * f + N * f + N * f    # 2z, sigmoid (7), *2, -1
+    gelu = z + tanh + 3 * N * f             # + 1, x * 0.5, the product
+    residuals = 2 * N * d
+    matmul = 2 * N * (4 * d * d + 2 * d * f) + 4 * B * H * L * L * d_head
+    by_hand = matmul + 2 * layer + biases + scale + mask + softmax + gelu + residuals
+    assert acc.block_forward_flops(cfg, L, B, matmul_only=False) == by_hand
+    assert count_block(cfg, B, L)[1] == by_hand
 
 
 # ---------------------------------------------------------------- FLOPs: whole models
@@ -461,9 +488,9 @@ def test_mha_kv_cache_of_70b():
 
 def test_engine_conventions_beside_004s_complexity_table():
     """004 counts RoPE 6 B h L d_k (3 per element of q and k), softmax 5 B h L^2, SiLU + gating 3 B L d_ff and
-    RMSNorm ~2 B L d each. This engine counts every primitive: 3.5 per rotated element (the Neg of the rotated
-    half too), softmax 6 T - 2 R (a subtraction is Neg + Add; max and sum n - 1), 9 per FFN hidden element
-    (the overflow-safe sigmoid is 7 ops), RMSNorm 4 d + 3 per token."""
+    RMSNorm ~2 B L d each. This engine counts every primitive: 3 per rotated element (as 004), softmax 5 T - 2 R
+    (004's 5 per score, less one per row for each of max and sum), 9 per FFN hidden element (the overflow-safe
+    sigmoid is 7 ops), RMSNorm 4 d + 3 per token."""
     B, L, cfg = 1, 16, P["llama2-7b"]
     block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     with count_flops() as fc:
@@ -472,5 +499,7 @@ def test_engine_conventions_beside_004s_complexity_table():
     assert by_scope["block.norm1"] == L * (4 * 4096 + 3)
     assert by_scope["block.ffn"] == 9 * L * 11008
     T, R = 32 * L * L, 32 * L
-    assert by_scope["block.attn"] == (4 * T * 128 + 7 * L * (4096 + 4096) // 2 + L * 4096 + 2 * L * L + T
-                                      + 6 * T - 2 * R)
+    matmuls = 4 * T * 128                   # q k^T and weights @ v (projections are scopes of their own)
+    rope = 3 * L * (4096 + 4096)            # q and k, 3 per element
+    scale, mask, softmax = L * 4096, T, 5 * T - 2 * R
+    assert by_scope["block.attn"] == matmuls + rope + scale + mask + softmax

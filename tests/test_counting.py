@@ -30,6 +30,8 @@ def t(*shape, grad=False):
     ("erf", lambda: t(3).erf(), {"erf": 3}),
     ("pow", lambda: t(7) ** 3, {"pow": 7}),
     ("add", lambda: t(2, 3) + t(2, 3), {"add": 6}),
+    ("sub", lambda: t(2, 3) - t(2, 3), {"sub": 6}),
+    ("sub from a number", lambda: 1.0 - t(4), {"sub": 4}),
     ("mul by a number", lambda: t(2, 3) * 2.0, {"mul": 6}),
     ("div", lambda: t(4) / t(4), {"div": 4}),
     ("maximum", lambda: t(4).maximum(t(4)), {"maximum": 4}),
@@ -47,6 +49,28 @@ def t(*shape, grad=False):
 ])
 def test_flop_rule_of_each_primitive(name, run, expected):
     assert flops_of(run) == expected
+
+
+def test_subtraction_is_one_op_and_its_backward_negates_only_the_subtrahend():
+    """d(a - b) = (g, -g): the minuend's gradient is g itself (free), the subtrahend's one negation per element."""
+    a, b = t(2, 3, grad=True), t(2, 3, grad=True)
+    with count_flops() as fc:
+        (a - b).backward(tb.ones(2, 3, dtype=tb.float64))
+    assert fc.by_op("forward") == {"sub": 6} and fc.by_op("backward") == {"neg": 6}
+    np.testing.assert_array_equal(a.grad.numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(b.grad.numpy(), -np.ones((2, 3)))
+
+
+def test_causal_mask_costs_one_add_per_score_and_nothing_to_build():
+    """The mask is a constant of L alone: each call adds it to the B H L^2 scores, and nothing else in
+    attention compares or selects."""
+    cfg, block = tiny_block()
+    B, L = 2, 8
+    for _ in range(2):                                 # the second call reuses the mask: the same count
+        fc, _ = run_block(block, cfg, B=B, L=L)
+        assert fc.by_step("forward", scope="block.attn")["mask"] == B * cfg.n_heads * L * L
+        assert fc.by_op("backward", scope="block.attn").keys().isdisjoint({"compare", "where"})
+        assert fc.by_op("forward", scope="block.attn").keys().isdisjoint({"compare", "where"})
 
 
 def test_scatter_add_costs_one_add_per_source_element():

@@ -4,6 +4,8 @@ measures, forward and backward, matmuls alone or every op), and the curriculum's
 
 Names: d_model, n_heads, n_kv_heads, d_head, d_ff, vocab V; B sequences of L tokens, N = B*L token rows;
 T = B*n_heads*L*L attention scores and R = B*n_heads*L score rows. Python ints throughout: nothing overflows.
+Every count is derived by hand from the math each piece computes, one FLOP per elementwise operation (a - b is
+one, like a + b), n - 1 per reduction of n; a constant such as the causal mask or the RoPE tables costs nothing.
 """
 from __future__ import annotations
 
@@ -147,10 +149,13 @@ def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bo
 
 
 def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, bool]:
-    """RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward 4 N d + 3 N (x*x, sum, /d, +eps, sqrt, 1/, two muls);
-    backward 8 N d + 5 N to x (x read three times), 2 N d - d to g.
-    LayerNorm  (x - mean) * rsqrt(mean(c*c) + eps) * g (+ b):  forward 6 N d + 3 N (+ N d); backward
-    11 N d + 5 N to x, 2 N d - d to g (and N d - d to b)."""
+    """Per row of d.  RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward x*x d, sum d - 1, /d, +eps, sqrt, 1/
+    (4), x * rstd d, * g d: 4 N d + 3 N.  Backward to x 8 N d + 5 N: g * gain d; g * rstd and g * x d each, the
+    latter summed d - 1; back through 1/ 3 (-g out^2), sqrt 2 (g / 2 out), /d 1; x*x's two products 2 d; x read
+    three times, 2 d of adds.  To g: g * x_hat, summed over the rows: 2 N d - d.
+    LayerNorm  c = x - mean(x);  c * rsqrt(mean(c*c) + eps) * g (+ b):  forward mean d, x - mean d, then RMSNorm's
+    4 d + 3 on c (+ b d): 6 N d + 3 N (+ N d).  Backward to x 11 N d + 5 N: RMSNorm's 8 d + 5 on c, and 3 d for
+    the mean: -g d (the subtrahend's gradient), summed d - 1, /d 1, x read twice d.  To g 2 N d - d, b N d - d."""
     d = cfg.d_model
     if cfg.norm == "rms":
         fwd, to_x, to_params = 4 * N * d + 3 * N, 8 * N * d + 5 * N, 2 * N * d - d
@@ -162,23 +167,25 @@ def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, boo
 
 
 def _rope(size: int, wanted: bool) -> Cost:
-    """x cos + rotate_half(x) sin on `size` elements: Neg of half, two Muls, an Add: 3.5 per element forward;
-    backward g cos, g sin, -g on half, and x read three times (two slices and the Mul): 4.5 per element."""
-    return Cost(fwd_other=7 * size // 2, bwd_other=9 * size // 2 if wanted else 0)
+    """(x1 cos - x2 sin, x2 cos + x1 sin) on `size` elements (pairs of halves): four products and a
+    difference and a sum on half the elements each, 3 per element forward. Backward 4.5 per element: the four
+    products' gradients (g1 c, -g1 s, g2 c, g2 s: 2), the negation -g1 (0.5), the sums where x1 and x2 each
+    meet their two uses (1), and x's two halves, each padded back to full width, added (1)."""
+    return Cost(fwd_other=3 * size, bwd_other=9 * size // 2 if wanted else 0)
 
 
 def _softmax(T: int, R: int, wanted: bool) -> Cost:
-    """e = exp(s - max s); e / sum e over rows: max T - R, Sub T, exp T, sum T - R, div T forward (5 T - 2 R;
-    the max is held constant); backward 8 T - R: div 5 T (g/b, and -(g a)/(b b)), sum back T - R, e read
-    twice T, exp T."""
+    """e = exp(s - m), m = max s per row (a constant: the result does not depend on it); e / sum e. Forward:
+    max T - R, s - m T, exp T, sum T - R, division T: 5 T - 2 R. Backward 8 T - R: the division 5 T (g / b,
+    and -(g a) / (b b)), its b-gradient summed over the row T - R, e read twice T, exp T (g e); s - m passes g."""
     return Cost(fwd_other=5 * T - 2 * R, bwd_other=8 * T - R if wanted else 0)
 
 
 def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     """Projections; RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model); GQA's expand of k
     and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores q k^T and
-    weights @ v (2 B n_heads L^2 d_head each); the causal mask (a constant built once per length, added: T);
-    softmax; o_proj. x feeds q, k and v."""
+    weights @ v (2 B n_heads L^2 d_head each); the causal mask, a constant of the length alone (0 on and below
+    the diagonal, -inf above), added to the scores: T, its gradient g itself; softmax; o_proj. x feeds q, k, v."""
     N, d, H, d_head = B * L, cfg.d_model, cfg.n_heads, cfg.d_head
     T, R, d_kv = B * H * L * L, B * H * L, cfg.n_kv_heads * d_head
     q, q_grad = _projection(cfg, "q_proj", N, dx)
@@ -200,10 +207,16 @@ def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
 
 
 def _activation(kind: str, n: int, wanted: bool) -> Cost:
-    """An FFN activation on n elements. sigmoid, stable (compare, neg, where, exp, where, add, div): 7n
-    forward, 12n backward. SiLU x*sigmoid(x): 8n / 15n. ReLU where(x > 0, x, 0): 2n / n. GELU
-    x*0.5*(erf(x/sqrt 2) + 1): 5n / 10n. GELU-tanh x*0.5*(tanh(c (x + 0.044715 x^3)) + 1) with
-    tanh z = 2 sigmoid(2z) - 1: 18n forward, 27n backward."""
+    """An FFN activation on n elements, forward / backward per element.
+    sigmoid, overflow-safe: p = x >= 0, e = exp(where(p, -x, x)), where(p, 1, e) / (e + 1): compare, -x, where,
+    exp, where, +1, division: 7. Backward 12: the division 5, the wheres 1 + 2, e read twice 1, exp 1, -x 1, x
+    read twice 1.  SiLU x sigmoid(x): 8 / 15 (the product 1 / 2, x read three times: one add more).
+    ReLU where(x > 0, x, 0): compare, where 2 / where 1.  GELU x/2 (erf(x / sqrt 2) + 1): x/2, x / sqrt 2, erf,
+    +1, product 5 / 10 (the product 2, x/2 1, erf' = 2/sqrt(pi) e^(-a^2) 5, x / sqrt 2 1, x read twice 1).
+    GELU-tanh x/2 (tanh(z) + 1), z = sqrt(2/pi) (x + 0.044715 x^3), tanh z = 2 sigmoid(2z) - 1: z 5 (x*x, *x,
+    *0.044715, x +, *sqrt(2/pi)), tanh 10 (2z, sigmoid 7, *2, -1), x/2, +1, product 3: 18.  Backward 27: the
+    product 2, x/2 1, *2 1, sigmoid 12, 2z 1, z 6 (*sqrt(2/pi) 1, *0.044715 1, x*x*x's two products 4), x read
+    five times 4; the sums (x +, -1, +1) pass g on."""
     fwd, bwd = {"swiglu": (8 * n, 15 * n), "relu": (2 * n, n), "gelu": (5 * n, 10 * n),
                 "gelu_tanh": (18 * n, 27 * n)}[kind]
     return Cost(fwd_other=fwd, bwd_other=bwd if wanted else 0)

@@ -24,11 +24,13 @@ def rope_tables(n_positions: int, d_head: int, theta: float, dtype, device) -> t
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate each pair (x_i, x_{i + d/2}) by its angle: x*cos + rotate_half(x)*sin, where
-    rotate_half(x) = (-x[d/2:], x[:d/2]). x: (B, H, L, d_head); cos, sin: (L, d_head)."""
+    """Rotate each pair (x1, x2) = (x_i, x_{i + d/2}) by its angle: (x1 cos - x2 sin, x2 cos + x1 sin), the
+    half-split pairing of Hugging Face Llama (its x cos + rotate_half(x) sin). x: (B, H, L, d_head);
+    cos, sin: (L, d_head), whose two halves are equal."""
     half = x.shape[-1] // 2
-    rotated = concat([-x[..., half:], x[..., :half]], axis=-1)      # (B, H, L, d_head)
-    return x * cos + rotated * sin
+    x1, x2 = x[..., :half], x[..., half:]                           # (B, H, L, d_head/2) each
+    c, s = cos[..., :half], sin[..., :half]                         # (L, d_head/2)
+    return concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)      # (B, H, L, d_head)
 
 
 def causal_mask(L: int, dtype, backend) -> Tensor:
