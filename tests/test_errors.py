@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import needs_gpu
+from conftest import DEVICES, needs_gpu
 from hypothesis import given
 from hypothesis import strategies as st
 
 import tinygrad_block as tb
 from tinygrad_block import device as devices
-from tinygrad_block import nn
+from tinygrad_block import manual, nn
 
 
 def msg(op: str | None, *fragments: str) -> str:
@@ -569,6 +569,213 @@ def test_retain_graph_allows_a_second_backward_that_accumulates():
     assert x.grad.tolist() == [4.0, 8.0, 12.0]
     with pytest.raises(RuntimeError, match=msg("backward", "retain_graph")):
         y.backward()
+
+
+# ================================================================ sizes, nesting, seeds and ranges
+ALL_DEVICES = [*DEVICES, "meta"]
+CREATE_NEGATIVE = {
+    "zeros": lambda device: tb.zeros(2, -3, device=device),
+    "ones": lambda device: tb.ones((2, -3), device=device),
+    "full": lambda device: tb.full((2, -3), 1.0, device=device),
+    "randn": lambda device: tb.randn(2, -3, generator=tb.Generator(0), device=device),
+    "rand": lambda device: tb.rand((2, -3), generator=tb.Generator(0), device=device),
+    "randint": lambda device: tb.randint(0, 5, (2, -3), generator=tb.Generator(0), device=device),
+}
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+@pytest.mark.parametrize("op", list(CREATE_NEGATIVE))
+def test_negative_size_in_a_creation_op(op, device):
+    with pytest.raises(ValueError, match=msg(op, "negative size -3", "(2, -3)", ">= 0")):
+        CREATE_NEGATIVE[op](device)
+
+
+@pytest.mark.parametrize("n, m, bad", [(-2, None, "-2"), (2, -3, "-3"), (-1, 4, "-1")], ids=str)
+def test_eye_with_a_negative_size(n, m, bad):
+    with pytest.raises(ValueError, match=msg("eye", f"negative size {bad}", ">= 0")):
+        tb.eye(n, m)
+    with pytest.raises(TypeError, match=msg("eye", "2.0")):
+        tb.eye(2.0)
+
+
+def test_zero_sizes_stay_allowed():
+    g = tb.Generator(0)
+    for t, expected in [(tb.zeros(2, 0), np.zeros((2, 0))), (tb.ones(0), np.ones(0)), (tb.full((0, 3), 7.0),
+                        np.full((0, 3), 7.0)), (tb.randn(0, 3, generator=g), np.zeros((0, 3))),
+                        (tb.rand(3, 0, generator=g), np.zeros((3, 0))), (tb.eye(0), np.eye(0)),
+                        (tb.eye(2, 0), np.eye(2, 0)), (tb.eye(3, 2), np.eye(3, 2))]:
+        np.testing.assert_array_equal(t.numpy(), expected)
+        assert t.shape == expected.shape
+
+
+RAGGED = [([[1, 2], [3]], ("item [1] has length 1", "item [0] has length 2")),
+          ([[1.0, 2.0], 3.0], ("item [1] is a number (3.0)", "item [0] has length 2")),
+          ([1, [2, 3]], ("item [1] has length 2", "item [0] is a number (1)")),
+          ([[[1, 2], [3, 4]], [[5, 6], [7]]], ("item [1, 1] has length 1", "item [0, 0] has length 2")),
+          (([1, 2], (3, 4, 5)), ("item [1] has length 3", "item [0] has length 2")),
+          ([[1, 2], []], ("item [1] has length 0", "item [0] has length 2"))]
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+@pytest.mark.parametrize("dtype", [None, tb.float64], ids=["inferred", "float64"])
+@pytest.mark.parametrize("data, where", RAGGED, ids=[str(d) for d, _ in RAGGED])
+def test_ragged_nested_list(data, where, dtype, device):
+    with pytest.raises(ValueError, match=msg("tensor", "ragged nested list", *where)):
+        tb.tensor(data, dtype=dtype, device=device)
+
+
+def test_rectangular_nested_lists_still_work():
+    for data in ([[1, 2], [3, 4]], [[[1.5], [2.5]]], [[], []], ([1, 2], (3, 4))):
+        np.testing.assert_array_equal(tb.tensor(data).numpy(), np.array(data))
+
+
+@pytest.mark.parametrize("key, where", [([[0, 1], [2]], ("item [1] has length 1", "item [0] has length 2")),
+                                        ([0, [1, 2]], ("item [1] has length 2", "item [0] is a number (0)"))],
+                         ids=str)
+def test_ragged_index_list(key, where):
+    with pytest.raises(ValueError, match=msg("getitem", "ragged nested list", *where)):
+        tb.arange(5)[key]
+    with pytest.raises(ValueError, match=msg("getitem", "ragged nested list", *where)):
+        tb.zeros(5, 2)[key, 0]
+
+
+# ---- expand: -1 keeps an existing axis's size (as in PyTorch); other negatives are refused
+def test_expand_minus_one_keeps_the_axis():
+    torch = pytest.importorskip("torch")
+    x = np.arange(3.0).reshape(3, 1)
+    for shape in [(-1, 4), (2, -1, 4), (2, -1, -1), (-1, -1), (5, 3, 1)]:
+        got = tb.tensor(x).expand(*shape).numpy()
+        np.testing.assert_array_equal(got, torch.tensor(x).expand(*shape).numpy())
+
+
+@pytest.mark.parametrize("shape, bad, axis", [((-2, 3), -2, 0), ((-1, 3), -1, 0), ((2, -3), -3, 1),
+                                              ((-1, -1, 3), -1, 0)], ids=str)
+def test_expand_negative_size_refused(shape, bad, axis):
+    with pytest.raises(ValueError, match=msg("expand", f"bad size {bad} at axis {axis}", str(shape), "(3,)",
+                                             "-1 to keep")):
+        tb.zeros(3).expand(*shape)
+
+
+_target = st.lists(st.integers(-3, 3), max_size=4).map(tuple)
+
+
+@given(_shape, _target)
+def test_expand_agrees_with_torch(a, b):
+    torch = pytest.importorskip("torch")
+    try:
+        expected = tuple(torch.zeros(a).expand(b).shape)
+    except RuntimeError:
+        expected = ValueError
+    if expected is not ValueError and min(expected, default=0) < 0:
+        expected = ValueError  # torch lets a -1 on a new axis through after a new 0 axis: (0, -1) from ()
+    for device in ("cpu", "meta"):
+        assert _outcome(tb.zeros(*a, device=device).expand, b) == expected, (device, a, b)
+
+
+# ---- cross_entropy, Generator, randint
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_cross_entropy_on_0d_logits(device):
+    with pytest.raises(ValueError, match=msg("cross_entropy", "0-d", "(..., C)")):
+        tb.tensor(1.5, device=device).cross_entropy(tb.tensor(0, device=device))
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (-(2 ** 70), ValueError), (1.5, TypeError),
+                                         (True, TypeError), ("0", TypeError)], ids=str)
+def test_generator_bad_seed(seed, error):
+    expected = ">= 0" if error is ValueError else "int"
+    with pytest.raises(error, match=msg("Generator", repr(seed), expected)):
+        tb.Generator(seed)
+
+
+def test_generator_takes_any_integer_seed_and_draws_numpys_stream():
+    for seed in (0, np.int64(7), 2 ** 70):
+        got = tb.randn(3, generator=tb.Generator(seed), dtype=tb.float64).numpy()
+        np.testing.assert_array_equal(got, np.random.default_rng(int(seed)).standard_normal(3))
+
+
+@pytest.mark.parametrize("low, high", [(3, 3), (5, 3), (0, -1)], ids=str)
+def test_randint_low_not_below_high(low, high):
+    with pytest.raises(ValueError, match=msg("randint", f"low={low}", f"high={high}", "low must be < high")):
+        tb.randint(low, high, (2,), generator=tb.Generator(0))
+
+
+def test_randint_bad_bounds():
+    g = tb.Generator(0)
+    with pytest.raises(TypeError, match=msg("randint", "low=0.5", "high=3")):
+        tb.randint(0.5, 3, (2,), generator=g)
+    with pytest.raises(ValueError, match=msg("randint", str(2 ** 40), "int32")):
+        tb.randint(0, 2 ** 40, (2,), generator=g, dtype=tb.int32)
+
+
+def test_randint_draws_numpys_integers():
+    got = tb.randint(-3, 4, (5, 6), generator=tb.Generator(1)).numpy()
+    np.testing.assert_array_equal(got, np.random.default_rng(1).integers(-3, 4, (5, 6)))
+
+
+# ---- BlockConfig numbers that would fail (or give NaN) only later, in the RoPE table or a norm
+TINY = nn.BlockConfig(d_model=8, n_heads=2, n_kv_heads=1, d_ff=16, max_seq_len=16, vocab_size=11)
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("rope_theta", 0.0, "> 0"), ("rope_theta", -10000.0, "> 0"), ("rope_theta", float("nan"), "finite"),
+    ("rope_theta", float("inf"), "finite"), ("rope_theta", "10000", "finite"), ("norm_eps", -1e-5, ">= 0"),
+    ("norm_eps", float("nan"), "finite"), ("lora_alpha", float("inf"), "finite"), ("lora_alpha", None, "finite"),
+], ids=str)
+def test_blockconfig_bad_float(key, value, expected):
+    with pytest.raises(ValueError, match=msg("BlockConfig", key, repr(value), expected)):
+        TINY.with_(**{key: value})
+
+
+def test_blockconfig_edge_floats_are_accepted_and_used():
+    x = np.random.default_rng(0).standard_normal((1, 4, 8))
+    rms = nn.RMSNorm(8, eps=TINY.with_(norm_eps=0.0).norm_eps, dtype=tb.float64)(tb.tensor(x)).numpy()
+    np.testing.assert_allclose(rms, x / np.sqrt((x * x).mean(-1, keepdims=True)), rtol=1e-12)
+    cos, _ = nn.rope_tables(4, 8, TINY.with_(rope_theta=0.5).rope_theta, tb.float64, "cpu")
+    angles = np.arange(4.0)[:, None] * 0.5 ** (-np.arange(0, 8, 2) / 8)
+    np.testing.assert_allclose(cos.numpy(), np.cos(np.concatenate([angles, angles], -1)), rtol=1e-12)
+
+
+# ---- positions: offset .. offset + L - 1 must lie in the RoPE table (0 .. max_seq_len - 1)
+def _attention_and_input(cfg=TINY, L=3):
+    attn = nn.Attention(cfg, generator=tb.Generator(0), dtype=tb.float64)
+    return attn, tb.randn(1, L, cfg.d_model, generator=tb.Generator(1), dtype=tb.float64)
+
+
+@pytest.mark.parametrize("offset, positions", [(-5, "-5..-3"), (-1, "-1..1"), (14, "14..16"), (100, "100..102")])
+def test_attention_offset_out_of_the_table(offset, positions):
+    attn, x = _attention_and_input()
+    with pytest.raises(ValueError, match=msg("Attention", f"positions {positions}", f"offset {offset}", "L 3",
+                                             "max_seq_len=16")):
+        attn(x, offset)
+
+
+@pytest.mark.parametrize("layout", [{}, {"norm_position": "post"}, {"parallel": True}], ids=["pre", "post", "par"])
+@pytest.mark.parametrize("offset", [-5, 14])
+def test_block_offset_out_of_the_table(layout, offset):
+    cfg = TINY.with_(**layout)
+    x = tb.randn(2, 3, cfg.d_model, generator=tb.Generator(1), dtype=tb.float64)
+    with pytest.raises(ValueError, match=msg("Attention", f"offset {offset}", "L 3", "max_seq_len=16")):
+        nn.TransformerBlock(cfg, generator=tb.Generator(0), dtype=tb.float64)(x, offset)
+
+
+@pytest.mark.parametrize("offset", [1.0, 2.5, True, None, np.float64(3.0)], ids=repr)
+def test_offset_must_be_an_int(offset):
+    attn, x = _attention_and_input()
+    with pytest.raises(TypeError, match=msg("Attention", "offset", "int", repr(offset))):
+        attn(x, offset)
+
+
+def test_negative_offset_is_not_read_from_the_end_of_the_table():
+    """offset -5, L 3 once sliced rows -5:-2 = 11..13 of the 16-row table; it raises, while 11 and the last
+    full window 13..15 agree with the hand-derived attention at those positions."""
+    attn, x = _attention_and_input()
+    with pytest.raises(ValueError, match=msg("Attention", "offset -5", "L 3", "max_seq_len=16")):
+        attn(x, -5)
+    params = {n: p.data for n, p in attn.named_parameters()}
+    for offset in (11, 13, np.int64(13)):
+        expected, _ = manual.attention_forward(x.numpy(), params, TINY.n_heads, TINY.n_kv_heads, True,
+                                               TINY.rope_theta, int(offset))
+        np.testing.assert_allclose(attn(x, offset).numpy(), expected, rtol=1e-12, atol=1e-13)
 
 
 # ================================================================ misc bad inputs

@@ -70,9 +70,11 @@ class Generator:
     then cast and moved, so the same seed gives the same numbers on every device and in every dtype."""
 
     def __init__(self, seed: int):
-        if not isinstance(seed, int):
-            raise TypeError(f"Generator: seed must be an int, got {type(seed).__name__}")
-        self.seed = seed
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+            raise TypeError(f"Generator: seed must be an int, got {type(seed).__name__} {seed!r}")
+        if seed < 0:
+            raise ValueError(f"Generator: seed must be >= 0, got {seed}")
+        self.seed = int(seed)
         self._rng = np.random.default_rng(seed)
 
     def normal(self, shape):
@@ -86,6 +88,56 @@ class Generator:
 
     def __repr__(self):
         return f"Generator(seed={self.seed})"
+
+
+def check_nested(value, op: str) -> None:
+    """Raise a clear error for Python data numpy cannot turn into a numeric array: an item that is not a number
+    (TypeError), or ragged nesting (ValueError), naming the first such item. Returns quietly for good data."""
+    level = [((), value)]                                   # (index path, item) at one depth
+    while level:
+        for path, v in level:
+            if _length(v) is None and not _is_number(v):
+                where = f"item {list(path)}" if path else "data"
+                raise TypeError(f"{op}: {where} is a {type(v).__name__}{_short(v)}, not a number; expected numbers "
+                                "or (nested) lists of numbers (tb.stack joins Tensors)")
+        first = level[0]
+        other = next((pv for pv in level if _length(pv[1]) != _length(first[1])), None)
+        if other is not None:
+            raise ValueError(f"{op}: ragged nested list: item {list(other[0])} {_describe(other[1])} but item "
+                             f"{list(first[0])} {_describe(first[1])}; every list at one depth must have the "
+                             "same length")
+        level = [(p + (i,), x) for p, v in level if _length(v) is not None for i, x in enumerate(v)]
+
+
+def _length(v) -> int | None:
+    """The length of a list, tuple or numpy array of >= 1 dimension; None for anything else."""
+    is_array = isinstance(v, np.ndarray) and v.ndim > 0
+    return len(v) if isinstance(v, (list, tuple)) or is_array else None
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (numbers.Number, np.number, np.bool_)) or isinstance(v, np.ndarray) and v.ndim == 0
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return f" ({text})" if len(text) <= 40 and "\n" not in text else ""
+
+
+def _describe(v) -> str:
+    return f"has length {len(v)}" if _length(v) is not None else f"is a number ({v!r})"
+
+
+def host_data(value, op: str):
+    """`np.asarray(value)` for Python data, with `check_nested`'s errors in place of numpy's."""
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        check_nested(value, op)
+        raise
+    if arr.dtype.kind in "OSUV":                            # objects, strings: numpy found no numbers
+        check_nested(value, op)
+    return arr
 
 
 def on_device(method):
@@ -116,21 +168,27 @@ class ArrayBackend:
         return f"<{type(self).__name__} device={self.name!r}>"
 
     # ---- creation and transfer ----
-    def infer_dtype(self, value) -> np.dtype:
+    def infer_dtype(self, value, op: str = "tensor") -> np.dtype:
         """dtype for Python data: floats -> float32 (the default), ints -> int64, bools -> bool; an array
-        (numpy, cupy or strict) keeps its own."""
+        (numpy, cupy or strict) keeps its own. `op` names the caller in errors."""
         if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.generic):
-            return as_dtype(value.dtype, "tensor")
-        arr = np.asarray(value)
+            return as_dtype(value.dtype, op)
+        arr = host_data(value, op)
         if arr.dtype.kind == "f" and not isinstance(value, np.ndarray):
             return float32
         if arr.dtype.kind in "iu" and not isinstance(value, np.ndarray):
             return int64
-        return as_dtype(arr.dtype, "tensor")
+        return as_dtype(arr.dtype, op)
 
     @on_device
     def asarray(self, value, dtype):
-        return self.xp.asarray(value, dtype=dtype)
+        if not hasattr(value, "dtype"):                     # Python data: None or '1' would pass a cast unseen
+            value = host_data(value, "tensor")
+        try:
+            return self.xp.asarray(value, dtype=dtype)
+        except OverflowError:
+            bad = next((v for v in np.ravel(value) if not scalar_fits(v, dtype)), "a value")
+            raise OverflowError(f"tensor: {bad} is out of range for {dtype}") from None
 
     @on_device
     def from_host(self, host_array, dtype):
@@ -331,7 +389,7 @@ class MetaBackend:
     def asarray(self, value, dtype):
         if isinstance(value, MetaArray):
             return MetaArray(value.shape, dtype)
-        return MetaArray(np.shape(value), dtype)
+        return MetaArray(host_data(value, "tensor").shape, dtype)
 
     def from_host(self, host_array, dtype):
         return MetaArray(host_array.shape, dtype)

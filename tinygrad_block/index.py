@@ -22,7 +22,7 @@ def _index_array(t, k, axis: int):
             raise RuntimeError(f"getitem: index on {k.device} for a tensor on {t.device}")
         arr = k.data
     else:
-        arr = be.asarray(k, be.infer_dtype(k))
+        arr = be.asarray(k, be.infer_dtype(k, "getitem"))
     if arr.dtype.kind not in "iu":
         raise TypeError(f"getitem: index arrays must hold integers, got {arr.dtype} for axis {axis}; "
                         "boolean masks are not supported (use tb.where)")

@@ -252,13 +252,25 @@ class Tensor:
         return fn.apply(other, x, **params) if reverse else fn.apply(x, other, **params)
 
     def expand(self, *shape) -> Tensor:
-        """Broadcast to `shape` (numpy rules, one way: size-1 axes stretch, new axes go in front)."""
+        """Broadcast to `shape` (numpy rules, one way: size-1 axes stretch, new axes go in front); -1 keeps an
+        axis's size, as in PyTorch."""
         shape = _shape_arg(shape, "expand")
         if shape == self.shape:
             return self
+        if len(shape) >= self.ndim and min(shape) < 0:
+            shape = self._keep_sizes(shape)
         if len(shape) < self.ndim or broadcast_shape(self.shape, shape, "expand") != shape:
             raise ValueError(f"expand: cannot broadcast shape {self.shape} to {shape}")
         return Expand.apply(self, shape=shape)
+
+    def _keep_sizes(self, shape: tuple) -> tuple:
+        """`expand`'s -1 (as in PyTorch): keep that existing axis's size; new leading axes need a real size."""
+        new = len(shape) - self.ndim
+        for i, s in enumerate(shape):
+            if s < -1 or s == -1 and i < new:
+                raise ValueError(f"expand: bad size {s} at axis {i} in {shape} for a tensor of shape {self.shape}; "
+                                 "sizes must be >= 0, or -1 to keep the size of an existing axis")
+        return tuple(self.shape[i - new] if s == -1 else s for i, s in enumerate(shape))
 
     broadcast_to = expand
 
@@ -424,6 +436,9 @@ class Tensor:
 
     def cross_entropy(self, target, reduction: str = "mean") -> Tensor:
         """-log softmax(logits)[target] for logits (..., C) and integer class indices `target` (...)."""
+        if self.ndim == 0:
+            raise ValueError("cross_entropy: logits must have shape (..., C), one score per class, at least 1 "
+                             "dimension; got a 0-d tensor")
         target = target if isinstance(target, Tensor) else Tensor(target, device=self.backend)
         if target.backend is not self.backend:
             raise RuntimeError(f"cross_entropy: logits are on {self.device} but target is on {target.device}")
@@ -611,6 +626,14 @@ def tensor(data, *, dtype=None, device="cpu", requires_grad: bool = False) -> Te
     return Tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
+def _sizes(args, op: str) -> tuple:
+    """A new tensor's shape: ints >= 0 (zero sizes make empty tensors)."""
+    shape = _shape_arg(args, op)
+    if min(shape, default=0) < 0:
+        raise ValueError(f"{op}: negative size {min(shape)} in shape {shape}; sizes must be >= 0")
+    return shape
+
+
 def _filled(op, shape, value, dtype, device, requires_grad) -> Tensor:
     be = get_backend(device)
     dtype = as_dtype(dtype, op) if dtype is not None else be.infer_dtype(value)
@@ -619,16 +642,16 @@ def _filled(op, shape, value, dtype, device, requires_grad) -> Tensor:
 
 
 def zeros(*shape, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
-    return _filled("zeros", _shape_arg(shape, "zeros"), 0, dtype, device, requires_grad)
+    return _filled("zeros", _sizes(shape, "zeros"), 0, dtype, device, requires_grad)
 
 
 def ones(*shape, dtype=float32, device="cpu", requires_grad: bool = False) -> Tensor:
-    return _filled("ones", _shape_arg(shape, "ones"), 1, dtype, device, requires_grad)
+    return _filled("ones", _sizes(shape, "ones"), 1, dtype, device, requires_grad)
 
 
 def full(shape, value, *, dtype=None, device="cpu", requires_grad: bool = False) -> Tensor:
     """A tensor of one value; dtype from the value unless given (3 -> int64, 3.0 -> float32)."""
-    return _filled("full", _shape_arg((shape,), "full"), value, dtype, device, requires_grad)
+    return _filled("full", _sizes((shape,), "full"), value, dtype, device, requires_grad)
 
 
 def zeros_like(t: Tensor) -> Tensor:
@@ -651,8 +674,10 @@ def arange(start, stop=None, step=1, *, dtype=None, device="cpu") -> Tensor:
 
 
 def eye(n: int, m: int | None = None, *, dtype=float32, device="cpu") -> Tensor:
+    """The (n, m) identity matrix (m = n unless given): ones on the diagonal."""
+    n, m = _sizes((n, n if m is None else m), "eye")
     be = get_backend(device)
-    return Tensor._make(be.eye(n, n if m is None else m, as_dtype(dtype, "eye")), be)
+    return Tensor._make(be.eye(n, m, as_dtype(dtype, "eye")), be)
 
 
 def _random(kind, shape, generator, dtype, device, requires_grad, *args) -> Tensor:
@@ -668,15 +693,22 @@ def _random(kind, shape, generator, dtype, device, requires_grad, *args) -> Tens
 def randn(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
           requires_grad: bool = False) -> Tensor:
     """Standard normal samples from an explicit `Generator` (no hidden global seed)."""
-    return _random("randn", _shape_arg(shape, "randn"), generator, dtype, device, requires_grad)
+    return _random("randn", _sizes(shape, "randn"), generator, dtype, device, requires_grad)
 
 
 def rand(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
          requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1) from an explicit `Generator`."""
-    return _random("rand", _shape_arg(shape, "rand"), generator, dtype, device, requires_grad)
+    return _random("rand", _sizes(shape, "rand"), generator, dtype, device, requires_grad)
 
 
 def randint(low: int, high: int, shape, *, generator: Generator | None = None, dtype=int64, device="cpu") -> Tensor:
     """Integers in [low, high) from an explicit `Generator`."""
-    return _random("randint", _shape_arg((shape,), "randint"), generator, dtype, device, False, low, high)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (low, high)):
+        raise TypeError(f"randint: low and high must be ints, got low={low!r}, high={high!r}")
+    if low >= high:
+        raise ValueError(f"randint: low must be < high (samples lie in [low, high)), got low={low}, high={high}")
+    dtype = as_dtype(dtype, "randint")
+    if not (scalar_fits(low, dtype) and scalar_fits(high - 1, dtype)):
+        raise ValueError(f"randint: values in [{low}, {high}) do not fit {dtype}; expected a wider dtype")
+    return _random("randint", _sizes((shape,), "randint"), generator, dtype, device, False, int(low), int(high))

@@ -2,9 +2,14 @@
 of published architectures."""
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field, replace
 
 CHOICES = {"norm": ("rms", "layer"), "norm_position": ("pre", "post"), "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
+NUMBERS = {"norm_eps": ("a finite number >= 0", lambda v: v >= 0),      # what each float field must be
+           "rope_theta": ("a finite number > 0", lambda v: v > 0),
+           "lora_alpha": ("a finite number", lambda v: True)}
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,11 @@ class BlockConfig:
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"BlockConfig: {key} must be a positive int, got {value!r}")
+        for key, (expected, ok) in NUMBERS.items():
+            value = getattr(self, key)
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not (real and math.isfinite(value) and ok(value)):
+                raise ValueError(f"BlockConfig: {key} must be {expected}, got {value!r}")
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"BlockConfig: {key} must be one of {allowed}, got {getattr(self, key)!r}")
