@@ -27,7 +27,7 @@
 # %%
 from tinygrad_block import Generator, float16, int64, nn, ones_like, zeros
 from tinygrad_block import accounting as acc
-from tinygrad_block.cli import measured_activations
+from tinygrad_block.measure import measured_activations
 from tinygrad_block.counting import count_flops, count_saved_bytes
 from tinygrad_block.curriculum import NOTES
 

@@ -1,14 +1,28 @@
 """Shared test settings: a hypothesis profile sized for CI on a 2-core machine, the devices every device-aware
-test runs on, and small helpers.
+test runs on, and the helpers tests share.
 
 A test that takes a `device` argument runs on 'cpu' (numpy), on 'strict' (numpy arrays that refuse every
 implicit read back to the host, so code that would stall or fail on a GPU fails here, on the CPU) and on
-'cuda' (marked `gpu`; skipped, with the reason, where CuPy or a GPU is missing)."""
+'cuda' (marked `gpu`; skipped, with the reason, where CuPy or a GPU is missing).
+
+The oracles, each written once: finite differences and `rel_err` (tinygrad_block.gradcheck), the hand-derived
+pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, shared with the benchmarks; the
+repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer."""
+import re
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block.gradcheck import rel_err  # noqa: F401  (tests import it from here)
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -49,7 +63,53 @@ def gen():
     return tb.Generator(0)
 
 
-def rel_err(a, b) -> float:
-    """Norm-wise relative error ||a - b|| / max(||a||, ||b||, tiny)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(a), np.linalg.norm(b), 1e-300))
+# ---------------------------------------------------------------- tiny blocks, shared by the nn tests
+F64 = tb.float64
+D, H, H_KV, D_FF = 16, 4, 2, 24          # d_head = 4: the default tiny block (GQA, 2 query heads per KV head)
+LLAMA = nn.BlockConfig(D, H, H_KV, D_FF, max_seq_len=64)
+GPT2 = nn.BlockConfig(D, H, H, D_FF, norm="layer", ffn="gelu_tanh", bias=True, rope=False, max_seq_len=64)
+BERT = GPT2.with_(norm_position="post", ffn="gelu", causal=False, norm_eps=1e-12)
+PARALLEL = LLAMA.with_(parallel=True, ffn="relu")
+
+
+def msg(*fragments: str) -> str:
+    """A `match=` regex requiring every literal fragment, in any order."""
+    return "(?s)" + "".join(f"(?=.*{re.escape(f)})" for f in fragments)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def t64(a, requires_grad: bool = False) -> tb.Tensor:
+    return tb.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
+
+
+def block(cfg, seed: int = 0, dtype=F64) -> nn.TransformerBlock:
+    """The block of layout `cfg` as initialised (gains one, biases and LoRA B zero)."""
+    return nn.TransformerBlock(cfg, generator=tb.Generator(seed), dtype=dtype)
+
+
+def randomize(module, seed: int = 0) -> dict:
+    """Give every parameter of `module` a random value so that no term of its forward pass is trivially zero or
+    one: weights ~ N(0, 1 / fan_in), biases and LoRA B ~ 0.3 N(0, 1) (they start at zero), norm gains
+    ~ 1 + 0.3 N(0, 1) (they start at one). Returns the values as numpy arrays, keyed by name."""
+    r, values = rng(seed + 1000), {}
+    for name, p in module.named_parameters():
+        if name.endswith((".bias", ".lora_B")) or name in ("bias", "lora_B"):
+            values[name] = 0.3 * r.standard_normal(p.shape)
+        elif p.ndim == 1:                                     # a norm's gain
+            values[name] = 1.0 + 0.3 * r.standard_normal(p.shape)
+        else:
+            values[name] = r.standard_normal(p.shape) / np.sqrt(p.shape[-1])
+    dtype = module.parameters()[0].dtype
+    module.load_state_dict({k: tb.tensor(v, dtype=dtype) for k, v in values.items()})
+    return values
+
+
+def random_block(cfg, seed: int = 0, device: str = "cpu", dtype=F64) -> nn.TransformerBlock:
+    """A block of layout `cfg` whose every parameter is random (`randomize`), built on the CPU and moved to
+    `device`."""
+    blk = block(cfg, seed, dtype)
+    randomize(blk, seed)
+    return blk.to(device)

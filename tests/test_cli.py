@@ -1,6 +1,7 @@
 """The counting commands (cli.py): each table and JSON against the closed forms of `accounting`, against the
 engine's own counts, and against numbers worked by hand; bad arguments exit 2 with a message that helps."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -169,6 +170,11 @@ def test_flops_llama2_70b_at_4096_is_fast_and_matches_the_rule(capsys):
 
 
 # ---------------------------------------------------------------- walk
+WALK_NAMES = {"input x", "RMSNorm (norm1)", "RMSNorm (norm2)", "LayerNorm (norm1)", "LayerNorm (norm2)",
+              "Q projection", "K projection", "V projection", "O projection", "RoPE on q, k",
+              "repeat K, V heads (GQA)", "scores q k^T / sqrt(d_head)", "causal mask", "softmax", "weights @ V",
+              "residual add", "gate projection", "up projection", "down projection", "SiLU(gate)",
+              "SiLU(gate) * up", "GELU (erf)", "GELU (tanh)", "ReLU"}
 LLAMA_STEPS = ["input x", "RMSNorm (norm1)", "Q projection", "K projection", "V projection", "RoPE on q, k",
                "scores q k^T / sqrt(d_head)", "causal mask", "softmax", "weights @ V", "O projection", "residual add",
                "RMSNorm (norm2)", "gate projection", "SiLU(gate)", "up projection", "SiLU(gate) * up",
@@ -302,7 +308,19 @@ def test_walk_variants_beyond_the_presets(cfg, expected):
     data = cli.walk_data(Namespace(preset=cfg))
     assert data["difference"] == {"matmul": 0, "all": 0}
     assert expected in [s["operation"] for s in data["steps"]]
-    assert not any(s["operation"].startswith("attention ") for s in data["steps"])   # every op has a named step
+    assert {s["operation"] for s in data["steps"]} <= WALK_NAMES          # every op belongs to a named step
+
+
+def test_walk_steps_cost_what_a_hand_derivation_says(capsys):
+    """One token of llama2-7b (H = H_kv = 32, d_head = 128): RoPE rotates q and k, 3 FLOPs per element
+    (x1 cos - x2 sin, x2 cos + x1 sin); the mask adds once per score (H scores); softmax over one score per
+    head costs 5T - 2R with T = R = H (max, subtract, exp, sum, divide)."""
+    H, d_head = 32, 128
+    steps = {s["operation"]: s for s in run_json(capsys, "walk", "--preset", "llama2-7b")["steps"]}
+    assert steps["RoPE on q, k"]["flops"] == 3 * (H + H) * d_head
+    assert steps["causal mask"]["flops"] == H and steps["causal mask"]["ops"]["add"] == 1
+    assert steps["softmax"]["flops"] == 5 * H - 2 * H
+    assert steps["scores q k^T / sqrt(d_head)"]["matmul_flops"] == 2 * H * d_head
 
 
 # ---------------------------------------------------------------- graph
@@ -327,11 +345,13 @@ def test_graph_of_a_70b_block_at_full_depth_goes_through_the_shape_only_device(c
     assert data["backward"] and out.read_text().count(' [label="') >= len(graph.ops("backward"))
 
 
-def test_graph_of_the_whole_model_at_depth_1_has_a_box_per_layer(capsys, tmp_path):
+def test_graph_of_the_whole_model_at_depth_1_draws_the_identical_layers_once(capsys, tmp_path):
     out = tmp_path / "model.dot"
-    run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--out", str(out))
+    data = json.loads(run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--out", str(out),
+                          "--json"))
     text = out.read_text()
-    assert all(f'label="layers.{i}\\n' in text for i in range(32)) and 'label="lm_head\\n' in text
+    assert 'label="layers.0–31  × 32' in text and 'label="lm_head\\n' in text and "layers.1\\n" not in text
+    assert data["nodes"] == 5                                 # token ids, embed, the 32 layers as one, norm, head
 
 
 def test_graph_values_on_every_device_draw_the_same_numbers(capsys, tmp_path, device):
@@ -352,10 +372,147 @@ def test_graph_values_on_every_device_draw_the_same_numbers(capsys, tmp_path, de
 @pytest.mark.parametrize("argv, message", [
     (["--preset", "tiny", "--values", "--device", "tpu", "--out", "x.dot"], "unknown device 'tpu'"),
     (["--preset", "tiny", "--out", "x.gif"], "extension must be one of svg, png, pdf, dot"),
-    (["--preset", "llama2-7b", "--values", "--out", "x.svg"], "--values needs real numbers"),
     (["--preset", "tiny", "--depth", "-1", "--out", "x.svg"], "must be an integer >= 0"),
 ])
 def test_graph_rejects_bad_arguments(capsys, argv, message):
     with pytest.raises(SystemExit) as err:
         cli.main(["graph", *argv])
     assert err.value.code == 2 and message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a user's mistakes: one line, status 2
+def run_cli(*argv, env=None, prelude=""):
+    """The real command line in a fresh interpreter (`prelude` runs first, e.g. to hide a package)."""
+    code = f"import sys\n{prelude}\nfrom tinygrad_block.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def one_line_error(result, *fragments) -> str:
+    """Status 2, exactly one line on stderr holding every fragment, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+    return lines[0]
+
+
+def test_the_one_parser_serves_every_command(capsys):
+    assert package_main is cli.main
+    assert cli.main([]) == 2                                            # no command: the help, status 2
+    helptext = capsys.readouterr().out
+    assert all(name in helptext for name in ("tour", *cli.COMMANDS))
+    for name in ("tour", *cli.COMMANDS):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([name, "--help"])
+        assert exit_.value.code == 0 and f"python -m tinygrad_block {name}" in capsys.readouterr().out
+
+
+@pytest.fixture
+def file_in_the_way(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    return blocker
+
+
+def test_graph_out_under_a_file_says_so(file_in_the_way):
+    out = file_in_the_way / "sub" / "block.dot"
+    result = run_cli("graph", "--preset", "tiny", "--out", str(out))
+    one_line_error(result, "graph: error: --out", str(file_in_the_way / "sub"), "a file is in the way")
+
+
+def test_graph_out_that_is_a_folder_says_so(tmp_path):
+    (tmp_path / "block.svg").mkdir()
+    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.svg"))
+    one_line_error(result, "--out", "is a folder")
+
+
+def read_only(folder):
+    """chmod 0o500, or skip where the folder stays writable anyway (running as root)."""
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o500)
+    if os.access(folder, os.W_OK):
+        folder.chmod(0o700)
+        pytest.skip("this user may write into a read-only folder (root): the refusal cannot happen here")
+    return folder
+
+
+def test_graph_out_in_a_read_only_folder_says_so(tmp_path):
+    folder = read_only(tmp_path / "locked")
+    try:
+        result = run_cli("graph", "--preset", "tiny", "--out", str(folder / "block.dot"))
+    finally:
+        folder.chmod(0o700)
+    one_line_error(result, "--out", str(folder), "Permission denied")
+
+
+def test_tour_out_dir_under_a_file_or_read_only_says_so(file_in_the_way, tmp_path):
+    result = run_cli("tour", "--out-dir", str(file_in_the_way / "graphs"))
+    one_line_error(result, "tour: error: --out-dir", "a file is in the way")
+    folder = read_only(tmp_path / "locked")
+    try:
+        result = run_cli("tour", "--out-dir", str(folder / "graphs"))
+    finally:
+        folder.chmod(0o700)
+    one_line_error(result, "tour: error: --out-dir", "Permission denied")
+
+
+def test_graph_without_the_dot_program_says_what_to_install(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}                         # a PATH with no `dot` on it
+    result = run_cli("graph", "--preset", "tiny", "--depth", "1", "--out", str(tmp_path / "block.svg"), env=env)
+    one_line_error(result, "graph: error: --out", "`dot` program was not found", "apt-get install graphviz")
+    assert not (tmp_path / "block.svg").exists()
+    result = run_cli("graph", "--preset", "tiny", "--depth", "1", "--out", str(tmp_path / "block.dot"), env=env)
+    assert result.returncode == 0 and (tmp_path / "block.dot").read_text().startswith("digraph")
+
+
+def test_graph_without_the_graphviz_package_says_what_to_install(tmp_path):
+    hide = "sys.modules['graphviz'] = None"                             # `import graphviz` fails
+    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.png"), prelude=hide)
+    one_line_error(result, "graph: error: --out", "graphviz Python package is missing", "tinygrad_block[viz]")
+    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.dot"), prelude=hide)
+    assert result.returncode == 0 and (tmp_path / "block.dot").exists()
+
+
+def test_graph_values_refuses_a_run_too_big_for_memory_with_the_estimate(tmp_path):
+    """TinyLlama's block at B=8, L=2048 in float32: the scores alone are B H L^2 x 4 bytes = 4 GiB (and the
+    softmax keeps as many again); the refusal names an estimate at least that, and writes nothing."""
+    cfg = nn.preset("tinyllama-1.1b")
+    argv = ["graph", "--preset", "tinyllama-1.1b", "--values", "--seq-len", "2048", "--batch", "8"]
+    error = one_line_error(run_cli(*argv, "--out", str(tmp_path / "g.dot")), "--values", "over the limit of 2.00 GiB")
+    estimate = float(re.search(r"about ([\d.,]+) GiB", error).group(1).replace(",", ""))
+    assert estimate >= 2 * 8 * cfg.n_heads * 2048**2 * 4 / 2**30
+    assert not (tmp_path / "g.dot").exists()
+
+
+def test_record_bytes_is_what_the_recording_holds():
+    """The estimate behind the refusal, against the memory a real recording holds (numpy reports its
+    allocations to tracemalloc): within 20 %, never below it by more than 5 %."""
+    import tracemalloc
+
+    from tinygrad_block.measure import record, record_bytes
+    for name, model, B, L in (("tiny", True, 2, 32), ("gpt2-small", False, 1, 16)):
+        cfg = nn.preset(name)
+        estimate = record_bytes(cfg, whole_model=model, B=B, L=L, backward=True)
+        tracemalloc.start()
+        graph = record(cfg, whole_model=model, B=B, L=L, backward=True, values=True)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert graph.nodes and 0.95 * held <= estimate <= 1.2 * held, (name, estimate, held)
+
+
+def test_graph_values_still_draws_a_small_preset(capsys, tmp_path):
+    out = tmp_path / "tiny.dot"
+    run(capsys, "graph", "--preset", "tiny", "--model", "--values", "--backward", "--out", str(out))
+    assert out.read_text().count("value mean") > 300                    # every op of the gradient flow
+
+
+def test_graph_prints_the_views_warnings_as_one_line_each(capsys, tmp_path, monkeypatch):
+    from tinygrad_block import graph_view
+    monkeypatch.setattr(graph_view, "LARGE", 100)                       # the tiny block's 131 nodes count as huge
+    assert cli.main(["graph", "--preset", "tiny", "--out", str(tmp_path / "b.dot"), "--json"]) == 0
+    printed = capsys.readouterr()
+    data, warnings = json.loads(printed.out), printed.err.strip().splitlines()
+    assert data["nodes"] > 100 and len(warnings) == 1
+    assert warnings[0].startswith("python -m tinygrad_block graph: warning: ")
+    assert f"{data['nodes']:,} nodes" in warnings[0]
+    assert (tmp_path / "b.dot").exists()

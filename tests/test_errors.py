@@ -590,12 +590,18 @@ def test_negative_size_in_a_creation_op(op, device):
         CREATE_NEGATIVE[op](device)
 
 
-@pytest.mark.parametrize("n, m, bad", [(-2, None, "-2"), (2, -3, "-3"), (-1, 4, "-1")], ids=str)
+@pytest.mark.parametrize("n, m, bad", [(-2, None, "n=-2"), (2, -3, "m=-3"), (-1, 4, "n=-1"), (0, -1, "m=-1")],
+                         ids=str)
 def test_eye_with_a_negative_size(n, m, bad):
-    with pytest.raises(ValueError, match=msg("eye", f"negative size {bad}", ">= 0")):
+    with pytest.raises(ValueError, match=msg("eye", bad, "must be >= 0")):
         tb.eye(n, m)
-    with pytest.raises(TypeError, match=msg("eye", "2.0")):
-        tb.eye(2.0)
+
+
+@pytest.mark.parametrize("n, m, bad", [(2.0, None, "n, the number of rows"), (True, 2, "n, the number of rows"),
+                                       (2, 3.5, "m, the number of columns")], ids=str)
+def test_eye_with_a_size_that_is_not_an_int(n, m, bad):
+    with pytest.raises(TypeError, match=msg("eye", bad, "must be an int")):
+        tb.eye(n, m)
 
 
 def test_zero_sizes_stay_allowed():
@@ -624,9 +630,53 @@ def test_ragged_nested_list(data, where, dtype, device):
         tb.tensor(data, dtype=dtype, device=device)
 
 
+def test_ragged_rows_given_as_numpy_arrays():
+    with pytest.raises(ValueError, match=msg("tensor", "ragged nested list", "item [1] has length 3",
+                                             "item [0] has length 2")):
+        tb.tensor([np.zeros(2), np.ones(3)])
+
+
 def test_rectangular_nested_lists_still_work():
-    for data in ([[1, 2], [3, 4]], [[[1.5], [2.5]]], [[], []], ([1, 2], (3, 4))):
+    for data in ([[1, 2], [3, 4]], [[[1.5], [2.5]]], [[], []], ([1, 2], (3, 4)), [np.arange(2), [5, 6]]):
         np.testing.assert_array_equal(tb.tensor(data).numpy(), np.array(data))
+
+
+NOT_NUMBERS = [([None, 1.0], "item [0] is a NoneType (None)"), ([[1, 2], "ab"], "item [1] is a str ('ab')"),
+               ([["1.5"]], "item [0, 0] is a str ('1.5')"), (None, "data is a NoneType (None)"),
+               ([{}, 2], "item [0] is a dict ({})")]
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+@pytest.mark.parametrize("dtype", [None, tb.float32], ids=["inferred", "float32"])
+@pytest.mark.parametrize("data, where", NOT_NUMBERS, ids=[str(d) for d, _ in NOT_NUMBERS])
+def test_data_that_is_not_numbers(data, where, dtype, device):
+    """With a dtype given numpy would read None as nan and '1.5' as 1.5; both are refused, naming the item."""
+    with pytest.raises(TypeError, match=msg("tensor", where, "not a number", "expected numbers")):
+        tb.tensor(data, dtype=dtype, device=device)
+
+
+def test_a_list_of_tensors_points_to_stack():
+    with pytest.raises(TypeError, match=msg("tensor", "item [0] is a Tensor", "not a number", "tb.stack")):
+        tb.tensor([tb.ones(2), tb.ones(2)])
+    np.testing.assert_array_equal(tb.stack([tb.ones(2), tb.zeros(2)]).numpy(), [[1, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_ints_that_fit_no_dtype(device):
+    """A cast would wrap 2**40 into int32 (to 0); the value is refused instead, naming the dtype's range."""
+    with pytest.raises(TypeError, match=msg("tensor", str(2 ** 70), "no supported dtype", "int64", "float64")):
+        tb.tensor([1, 2 ** 70], device=device)
+    for data, dtype, bounds in [([2 ** 40], tb.int32, "-2147483648..2147483647"), (2 ** 40, tb.int32, "..2147"),
+                                ([1, -(2 ** 70)], tb.int64, "-9223372036854775808..")]:
+        with pytest.raises(OverflowError, match=msg("tensor", str(np.ravel(data)[-1]), f"does not fit {dtype}",
+                                                    bounds)):
+            tb.tensor(data, dtype=dtype, device=device)
+
+
+def test_ints_at_the_edge_of_a_dtype_are_kept():
+    assert tb.tensor([2 ** 70], dtype=tb.float64).item() == float(2 ** 70)
+    assert tb.tensor([2 ** 31 - 1, -(2 ** 31)], dtype=tb.int32).tolist() == [2 ** 31 - 1, -(2 ** 31)]
+    assert tb.tensor([2 ** 63 - 1], dtype=tb.int64).tolist() == [2 ** 63 - 1]
 
 
 @pytest.mark.parametrize("key, where", [([[0, 1], [2]], ("item [1] has length 1", "item [0] has length 2")),
@@ -637,6 +687,8 @@ def test_ragged_index_list(key, where):
         tb.arange(5)[key]
     with pytest.raises(ValueError, match=msg("getitem", "ragged nested list", *where)):
         tb.zeros(5, 2)[key, 0]
+    with pytest.raises(TypeError, match=msg("getitem", "item [1] is a NoneType", "not a number")):
+        tb.arange(5)[[0, None]]
 
 
 # ---- expand: -1 keeps an existing axis's size (as in PyTorch); other negatives are refused
@@ -712,6 +764,15 @@ def test_randint_draws_numpys_integers():
     np.testing.assert_array_equal(got, np.random.default_rng(1).integers(-3, 4, (5, 6)))
 
 
+@pytest.mark.parametrize("args, error, expected", [
+    ((0, float("inf")), ValueError, "finite"), ((float("nan"),), ValueError, "finite"),
+    ((0, 3, float("-inf")), ValueError, "finite"), (("3",), TypeError, "numbers"), ((0, 3, 0), ValueError, "zero"),
+], ids=str)
+def test_arange_bad_bounds(args, error, expected):
+    with pytest.raises(error, match=msg("arange", "start=", "stop=", "step=", expected)):
+        tb.arange(*args)
+
+
 # ---- BlockConfig numbers that would fail (or give NaN) only later, in the RoPE table or a norm
 TINY = nn.BlockConfig(d_model=8, n_heads=2, n_kv_heads=1, d_ff=16, max_seq_len=16, vocab_size=11)
 
@@ -724,6 +785,12 @@ TINY = nn.BlockConfig(d_model=8, n_heads=2, n_kv_heads=1, d_ff=16, max_seq_len=1
 def test_blockconfig_bad_float(key, value, expected):
     with pytest.raises(ValueError, match=msg("BlockConfig", key, repr(value), expected)):
         TINY.with_(**{key: value})
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2"], ids=repr)
+def test_blockconfig_lora_rank_must_be_a_non_negative_int(value):
+    with pytest.raises(ValueError, match=msg("BlockConfig", "lora_rank", repr(value), "int >= 0")):
+        TINY.with_(lora_rank=value)
 
 
 def test_blockconfig_edge_floats_are_accepted_and_used():

@@ -128,8 +128,9 @@ def _describe(v) -> str:
     return f"has length {len(v)}" if _length(v) is not None else f"is a number ({v!r})"
 
 
-def host_data(value, op: str):
-    """`np.asarray(value)` for Python data, with `check_nested`'s errors in place of numpy's."""
+def host_data(value, op: str, dtype=None):
+    """`np.asarray(value)` for Python data, with `check_nested`'s errors in place of numpy's; ints that an
+    integer `dtype` cannot hold raise rather than wrap (2**40 as int32 would become 0)."""
     try:
         arr = np.asarray(value)
     except ValueError:
@@ -137,6 +138,12 @@ def host_data(value, op: str):
         raise
     if arr.dtype.kind in "OSUV":                            # objects, strings: numpy found no numbers
         check_nested(value, op)
+    if dtype is not None and dtype.kind in "iu" and arr.dtype.kind in "iuO" and arr.size:
+        values = (arr.min(), arr.max()) if arr.dtype.kind in "iu" else arr.flat
+        bad = next((v for v in values if not scalar_fits(v, dtype)), None)
+        if bad is not None:
+            info = np.iinfo(dtype)
+            raise OverflowError(f"{op}: {bad} does not fit {dtype}, which holds {info.min}..{info.max}")
     return arr
 
 
@@ -174,6 +181,11 @@ class ArrayBackend:
         if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, np.generic):
             return as_dtype(value.dtype, op)
         arr = host_data(value, op)
+        if arr.dtype.kind == "O":                           # numbers, but none of numpy's: 2**70, Fraction(1, 3)
+            odd = (v for v in arr.flat if not isinstance(v, (float, np.number)) and not scalar_fits(v, int64))
+            bad = next(odd, arr.flat[0])
+            raise TypeError(f"{op}: {bad!r} fits no supported dtype; expected ints within int64's range, floats or "
+                            "bools (pass dtype=tb.float64 to store large ints as floats)")
         if arr.dtype.kind == "f" and not isinstance(value, np.ndarray):
             return float32
         if arr.dtype.kind in "iu" and not isinstance(value, np.ndarray):
@@ -182,13 +194,9 @@ class ArrayBackend:
 
     @on_device
     def asarray(self, value, dtype):
-        if not hasattr(value, "dtype"):                     # Python data: None or '1' would pass a cast unseen
-            value = host_data(value, "tensor")
-        try:
-            return self.xp.asarray(value, dtype=dtype)
-        except OverflowError:
-            bad = next((v for v in np.ravel(value) if not scalar_fits(v, dtype)), "a value")
-            raise OverflowError(f"tensor: {bad} is out of range for {dtype}") from None
+        if not hasattr(value, "dtype"):                     # Python data: a cast would read None as nan
+            value = host_data(value, "tensor", dtype)
+        return self.xp.asarray(value, dtype=dtype)
 
     @on_device
     def from_host(self, host_array, dtype):
@@ -389,7 +397,7 @@ class MetaBackend:
     def asarray(self, value, dtype):
         if isinstance(value, MetaArray):
             return MetaArray(value.shape, dtype)
-        return MetaArray(host_data(value, "tensor").shape, dtype)
+        return MetaArray(host_data(value, "tensor", dtype).shape, dtype)
 
     def from_host(self, host_array, dtype):
         return MetaArray(host_array.shape, dtype)

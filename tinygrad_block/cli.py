@@ -1,32 +1,33 @@
-"""The counting and drawing commands of `python -m tinygrad_block`: presets, params, flops, walk, memory, graph.
-
-Each one measures with the engine (a model built on the shape-only 'meta' device, counted through the one
-choke point every primitive passes) and prints the closed form of `accounting` beside it. `--json` prints
-the same numbers for machines; docs/cli.md documents every field.
+"""The command line, `python -m tinygrad_block <command>`: one parser for the tour and the counting and drawing
+commands (presets, params, flops, walk, memory, graph). The commands only parse, call the library (`measure`,
+`accounting`, `tour`) and print: a table, or the same numbers as JSON with `--json` (fields: docs/cli.md).
+A user's mistake ends in one line on stderr and exit status 2, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import re
+import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 from . import accounting
-from .backend import Generator, float16, float32, int64
-from .device import get_backend
-from .counting import FlopCounter, count_flops, count_saved_bytes
+from .counting import FlopCounter
 from .curriculum import notes_for
-from .accounting import params_per_block, total_params
-from .trace import observe
-from .graph import record_graph, render
-from .nn import LM, PRESETS, BlockConfig, TransformerBlock, preset
-from .tensor import Tensor, ones_like, randn, zeros
+from .device import get_backend
+from .graph import render
+from .measure import DTYPES, count_model, measured_activations, measured_params, record, record_bytes, walk
+from .nn import PRESETS, BlockConfig, preset
 
-DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
+PROG = "python -m tinygrad_block"
 PHASES = ("forward_matmul", "forward_all", "backward_matmul", "backward_all")
+
+
+class CommandError(Exception):
+    """A user's mistake found while a command runs: printed as one line, exit status 2."""
 
 
 # ---------------------------------------------------------------- formatting
@@ -56,17 +57,6 @@ def shape_text(shapes: list[tuple]) -> str:
     return ", ".join(f"{n} x {s}" if n > 1 else str(s) for s, n in Counter(shapes).items())
 
 
-# ---------------------------------------------------------------- models on the meta device
-def meta_lm(cfg: BlockConfig, dtype=float32) -> LM:
-    """The whole model with shapes only: building even a 70B model takes milliseconds and no memory."""
-    return LM(cfg, generator=Generator(0), dtype=dtype, device="meta")
-
-
-def meta_ids(B: int, L: int) -> Tensor:
-    """Token ids of shape (B, L) on meta: their values never matter for counting."""
-    return zeros(B, L, dtype=int64, device="meta")                  # (B, L) token ids
-
-
 # ---------------------------------------------------------------- presets
 def presets_data(args: argparse.Namespace) -> dict:
     """Every preset's config numbers and its closed-form total of parameters."""
@@ -92,40 +82,10 @@ def presets_text(data: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- params
-PROJECTION_ROWS = {"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "o_proj": "W_O", "gate_proj": "W_gate",
-                   "up_proj": "W_up", "down_proj": "W_down"}
-MODEL_ROWS = {"embed": "embedding", "pos_embed": "position_embedding", "norm": "final_norm", "lm_head": "lm_head"}
 LABELS = {"position_embedding": "position embedding", "final_norm": "final norm", "lm_head": "LM head",
           "biases": "biases (projections)", "norms": "norms (norm1, norm2)", "lora": "LoRA adapters (A, B)",
           "optimizer": "optimizer (Adam)", "activations": "activations (estimate)", "kv_cache": "KV cache",
           "parameters": "parameters", "gradients": "gradients", "total": "total"}
-
-
-def block_row(name: str) -> str:
-    """A block's parameter name ('attn.q_proj.weight', 'norm1.weight', ...) -> its component row."""
-    parts = name.split(".")
-    if parts[-1] in ("lora_A", "lora_B"):
-        return "lora"
-    if parts[0] in ("norm1", "norm2"):
-        return "norms"
-    return "biases" if parts[-1] == "bias" else PROJECTION_ROWS[parts[-2]]
-
-
-def measured_params(cfg: BlockConfig) -> tuple[dict, dict, Counter]:
-    """From named_parameters() of the model built on meta: {row: [shapes]} of one block (layers.0), of the
-    model, and the block's parameter count per submodule ('attn', 'ffn', 'norm1', 'norm2')."""
-    block, model, submodules = {}, {}, Counter()
-    for name, p in meta_lm(cfg).named_parameters():
-        top, rest = name.split(".", 1)
-        if top == "layers":
-            index, rest = rest.split(".", 1)
-            model.setdefault("blocks", []).append(p.shape)
-            if index == "0":
-                block.setdefault(block_row(rest), []).append(p.shape)
-                submodules[rest.split(".")[0]] += p.size
-        else:
-            model.setdefault(MODEL_ROWS[top], []).append(p.shape)
-    return block, model, submodules
 
 
 BLOCK_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "biases", "norms", "lora")
@@ -192,15 +152,6 @@ def params_text(data: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- flops
-def count_model(cfg: BlockConfig, B: int, L: int) -> FlopCounter:
-    """Forward and backward of the whole model on meta under count_flops; upstream gradient of zeros."""
-    model = meta_lm(cfg)
-    with count_flops() as fc:
-        logits = model(meta_ids(B, L))                               # (B, L, vocab_size)
-        logits.backward(zeros(*logits.shape, dtype=logits.dtype, device="meta"))
-    return fc
-
-
 def _phases(fc: FlopCounter, scope: str, own: bool = False) -> dict:
     """The four numbers of one module: its subtree's FLOPs, or with `own` only the ops of the scope itself."""
     out = {}
@@ -279,86 +230,14 @@ def flops_text(data: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- walk
-WALK_PROJECTIONS = {"q_proj": "Q projection", "k_proj": "K projection", "v_proj": "V projection",
-                    "o_proj": "O projection", "gate_proj": "gate projection", "up_proj": "up projection",
-                    "down_proj": "down projection"}
-MOVEMENT = {"reshape", "permute", "expand"}
-
-
-class Walker:
-    """Observer that groups a block's forward primitive calls into readable steps: consecutive calls with the
-    same label form one step. Labels come from the module scope and op; the attention's own ops are told
-    apart by the two matmuls (scores q k^T, then weights @ V) that split them into before, between, after."""
-
-    def __init__(self, cfg: BlockConfig):
-        self.cfg, self.steps, self.attn_matmuls, self.seen_max, self.last_ffn_proj = cfg, [], 0, False, None
-
-    def label(self, scope: tuple, op: str, out_shape: tuple, in_shapes: list) -> str | None:
-        """The step a call belongs to; None joins it to the step before (head split, head merge, views)."""
-        where = scope[1:]                                            # drop 'block'
-        if not where:
-            return "residual add"
-        if where[0] in ("norm1", "norm2"):
-            return f"{'RMSNorm' if self.cfg.norm == 'rms' else 'LayerNorm'} ({where[0]})"
-        if len(where) > 1:
-            if where[0] == "ffn":
-                self.last_ffn_proj = where[1]
-            return WALK_PROJECTIONS[where[1]]
-        if where[0] == "ffn":
-            return self.ffn_label()
-        return self.attn_label(op, out_shape, in_shapes)
-
-    def ffn_label(self) -> str:
-        """The FFN's own ops: the activation (and SwiGLU's product)."""
-        if self.cfg.ffn == "swiglu":
-            return "SiLU(gate)" if self.last_ffn_proj == "gate_proj" else "SiLU(gate) * up"
-        return {"relu": "ReLU", "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}[self.cfg.ffn]
-
-    def attn_label(self, op: str, out_shape: tuple, in_shapes: list) -> str | None:
-        """The attention's own ops, told apart by how many of its two matmuls have run."""
-        if op == "matmul":
-            self.attn_matmuls += 1
-            return "scores q k^T / sqrt(d_head)" if self.attn_matmuls == 1 else "weights @ V"
-        if self.attn_matmuls == 1:                                   # between the two matmuls
-            self.seen_max |= op == "max"
-            return "softmax" if self.seen_max else "causal mask"
-        if self.attn_matmuls == 0:                                   # before the scores
-            if len(out_shape) == 5 or any(len(s) == 5 for s in in_shapes):
-                return "repeat K, V heads (GQA)"
-            if op == "div":
-                return "scores q k^T / sqrt(d_head)"
-            if op in ("slice", "concat", "neg", "mul", "add"):
-                return "RoPE on q, k"
-        return None if op in MOVEMENT else f"attention {op}"
-
-    def __call__(self, event):
-        fn, out, in_shapes = event.op, event.output, [t.shape for t in event.inputs]
-        label = self.label(event.scope, fn.name, out.shape, in_shapes)
-        if self.steps and (label is None or label == self.steps[-1]["operation"]):
-            step = self.steps[-1]
-        else:
-            step = {"operation": label, "scope": ".".join(event.scope), "ops": Counter(), "matmul_flops": 0,
-                    "flops": 0}
-            self.steps.append(step)
-        flops = event.flops
-        step["ops"][fn.name] += 1
-        step["flops"] += flops
-        step["matmul_flops"] += flops if fn.name == "matmul" else 0
-        step["shape"] = list(out.shape)
-
-
 def walk_data(args: argparse.Namespace) -> dict:
-    """One token through one block on meta, its primitive calls grouped into steps by a Walker."""
+    """One token through one block on meta, step by step (measure.walk), beside the closed form."""
     cfg = args.preset
-    block = TransformerBlock(cfg, generator=Generator(0), device="meta")
-    x = zeros(1, 1, cfg.d_model, device="meta")                      # (B, L, d_model) = one token
-    with observe(Walker(cfg)) as walker:
-        block(x)
-    steps = [{"step": 0, "operation": "input x", "scope": "block", "shape": list(x.shape), "matmul_flops": 0,
+    steps = [{"step": 0, "operation": "input x", "scope": "block", "shape": [1, 1, cfg.d_model], "matmul_flops": 0,
               "flops": 0, "ops": {}}]
-    for i, s in enumerate(walker.steps, 1):
-        steps.append({"step": i, "operation": s["operation"], "scope": s["scope"], "shape": s["shape"],
-                      "matmul_flops": s["matmul_flops"], "flops": s["flops"], "ops": dict(s["ops"])})
+    for i, s in enumerate(walk(cfg), 1):
+        steps.append({"step": i, "operation": s.operation, "scope": s.scope, "shape": list(s.shape),
+                      "matmul_flops": s.matmul_flops, "flops": s.flops, "ops": dict(s.ops)})
     total = {"matmul": sum(s["matmul_flops"] for s in steps), "all": sum(s["flops"] for s in steps)}
     closed = {"matmul": accounting.block_forward_flops(cfg, 1, 1, matmul_only=True),
               "all": accounting.block_forward_flops(cfg, 1, 1, matmul_only=False)}
@@ -374,7 +253,7 @@ def walk_text(data: dict) -> list[str]:
     t, c, d = data["total"], data["closed_form"], data["difference"]
     rows.append(["", "total", "", human(t["matmul"]), human(t["all"]), ""])
     return [f"walk: one token (B=1, L=1) through one {data['preset']} block on the meta device",
-            "  (steps grouped from the primitive calls an observer saw)",
+            "  (the primitive calls an observer saw, grouped by the steps the modules name)",
             *table(["step", "operation", "shape after", "matmul FLOPs", "all FLOPs", "primitives"], rows, left=(1, 5)),
             f"  total: {t['matmul']:,} matmul FLOPs, {t['all']:,} FLOPs in all ops",
             f"  closed form, accounting.block_forward_flops(cfg, 1): {c['matmul']:,} and {c['all']:,} "
@@ -384,16 +263,6 @@ def walk_text(data: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- memory
-def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
-    """Bytes that the forward keeps for backward, measured on meta in the engine's dtype: per block (the
-    scope of layers.0 inside the model, whose input is the embedding's output) and for the whole model."""
-    model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
-    with count_saved_bytes() as saved:
-        model(meta_ids(B, L))
-    per_layer = saved.total("model.layers.0")
-    return {"per_layer": per_layer, "layers": per_layer * cfg.n_layers, "model": saved.total()}
-
-
 def memory_data(args: argparse.Namespace) -> dict:
     """accounting's training memory and KV cache, and the activation bytes measured on the engine."""
     cfg, L, B, dtype = args.preset, args.seq_len, args.batch, args.dtype
@@ -432,53 +301,77 @@ def memory_text(data: dict) -> list[str]:
 
 # ---------------------------------------------------------------- graph
 GRAPH_FORMATS = ("svg", "png", "pdf", "dot")
-VALUES_LIMIT = 50_000_000  # parameters: value summaries need real numbers, so a model this small runs on the CPU
+VALUES_LIMIT = 2 * 2**30  # bytes: --values runs the model for real, and the recording keeps every tensor it saw
 
 
-def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool,
-           device: str = "cpu"):
-    """Run one block (or the whole model) forward (and backward) under record_graph; shape-only unless values
-    are asked for, then on `device`."""
-    device = device if values else "meta"
-    g = Generator(0)
-    module = LM(cfg, generator=g, device=device) if whole_model else TransformerBlock(cfg, generator=g, device=device)
-    x = zeros(B, L, dtype=int64, device=device) if whole_model else \
-        randn(B, L, cfg.d_model, generator=g, device=device, requires_grad=True)
-    with record_graph(module, x, retain_grads=values) as graph:
-        out = module(x)
-        if backward:
-            out.backward(ones_like(out))
-    return graph
+def writable_folder(folder: Path, option: str) -> None:
+    """Make `folder` and its parents, or say in a CommandError why the command cannot write there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CommandError(f"{option}: cannot make the folder {folder}: a file is in the way") from None
+    except OSError as e:
+        raise CommandError(f"{option}: cannot make the folder {folder}: {e.strerror}") from None
+    try:
+        tempfile.TemporaryFile(dir=folder).close()                  # made and removed: the folder takes files
+    except OSError as e:
+        raise CommandError(f"{option}: cannot write in the folder {folder}: {e.strerror}") from None
+
+
+def check_values_memory(args: argparse.Namespace) -> None:
+    """--values runs the block (or model) on a real device: refuse when the recording would hold more than
+    VALUES_LIMIT bytes, as measured by recording the same run on the shape-only device."""
+    need = record_bytes(args.preset, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward)
+    if need > VALUES_LIMIT:
+        what = "the model" if args.model else "one block"
+        raise CommandError(f"--values runs {what} of {args.preset.name} at B={args.batch}, L={args.seq_len:,} on "
+                           f"{args.device} in float32 and would hold about {human_bytes(need)} (parameters, every "
+                           f"intermediate{' and gradient' if args.backward else ''}), over the limit of "
+                           f"{human_bytes(VALUES_LIMIT)}; drop --values to draw on the shape-only device, or lower "
+                           f"--seq-len and --batch")
+
+
+def write_graph(dot: str, path: Path, fmt: str) -> None:
+    """DOT text as is, or rendered by graphviz; a missing graphviz or an unwritable path is a CommandError."""
+    try:
+        if fmt == "dot":
+            path.write_text(dot)
+        else:
+            render(dot, path)
+    except RuntimeError as e:                                        # graphviz (package or `dot`) missing
+        raise CommandError(f"--out {path}: {e}") from None
+    except OSError as e:
+        raise CommandError(f"--out {path}: cannot write it: {e.strerror}") from None
 
 
 def graph_data(args: argparse.Namespace) -> dict:
+    """Record one block (or the model) and write its graph; every refusal comes before the recording."""
     cfg, path = args.preset, Path(args.out)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in GRAPH_FORMATS:
-        args.parser.error(f"--out {path}: the extension must be one of {', '.join(GRAPH_FORMATS)}")
-    size = total_params(cfg) if args.model else params_per_block(cfg)
-    if args.values and size > VALUES_LIMIT:
-        args.parser.error(f"--values needs real numbers, but {cfg.name} has {size:,} parameters "
-                          f"(more than {VALUES_LIMIT:,}); drop --values to draw it on the shape-only device")
+        raise CommandError(f"--out {path}: the extension must be one of {', '.join(GRAPH_FORMATS)}")
+    if path.is_dir():
+        raise CommandError(f"--out {path}: is a folder; give a file name ending in .{fmt}")
+    writable_folder(path.parent, "--out")
+    if args.values:
+        check_values_memory(args)
     start = time.perf_counter()
     graph = record(cfg, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward,
                    values=args.values, device=args.device)
     title = (f"{cfg.name} {'model' if args.model else 'block'}, x {(args.batch, args.seq_len)}"
              f"{', backward' if args.backward else ''}{f', depth {args.depth}' if args.depth is not None else ''}")
-    dot = graph.to_dot(args.depth, backward=args.backward, values=args.values, title=title)
-    if fmt == "dot":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dot)
-    else:
-        render(dot, path)
+    view = graph.view(args.depth, backward=args.backward, values=args.values)
+    for warning in view.warnings:                                    # e.g. a drawing too big to read
+        print(f"{PROG} graph: warning: {warning}", file=sys.stderr)
+    write_graph(view.to_dot(title), path, fmt)
     return {"command": "graph", "preset": cfg.name, "model": args.model, "depth": args.depth,
             "backward": args.backward, "seq_len": args.seq_len, "batch": args.batch, "path": str(path),
-            "format": fmt, "nodes": len(re.findall(r"^  \w+ \[label=", dot, re.M)),
-            "edges": len(re.findall(r"^  \w+ -> ", dot, re.M)),
+            "format": fmt, "nodes": len(view.nodes), "edges": len(view.edges),
             "seconds": round(time.perf_counter() - start, 3)}
 
 
 def graph_text(data: dict) -> list[str]:
+    """One line: what was drawn, where, and how big."""
     what = "the model" if data["model"] else "one block"
     view = "backward (the gradient flow)" if data["backward"] else "forward"
     depth = "every primitive" if data["depth"] is None else f"depth {data['depth']}"
@@ -486,6 +379,7 @@ def graph_text(data: dict) -> list[str]:
             f"({data['nodes']:,} nodes, {data['edges']:,} edges, {data['seconds']:.2f} s)"]
 
 
+# ---------------------------------------------------------------- argument parsing
 def _depth(text: str) -> int:
     """argparse type: an integer >= 0."""
     if not text.isdigit():
@@ -493,7 +387,6 @@ def _depth(text: str) -> int:
     return int(text)
 
 
-# ---------------------------------------------------------------- argument parsing
 def _preset(name: str) -> BlockConfig:
     """argparse type: a preset's config, or an error that lists the presets."""
     try:
@@ -539,45 +432,68 @@ COMMANDS = {
 }
 
 
-def add_commands(commands) -> None:
-    """Register the counting commands on an argparse subparsers object."""
-    for name, (help_text, _, _) in COMMANDS.items():
-        p = commands.add_parser(name, help=help_text, description=help_text)
-        if name != "presets":
-            p.add_argument("--preset", type=_preset, required=True, metavar="NAME",
-                           help=f"one of: {', '.join(PRESETS)}")
-        if name in ("flops", "memory"):
-            p.add_argument("--seq-len", type=_positive, required=True, metavar="L", help="tokens per sequence")
-            p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
-        if name == "memory":
-            p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
-        if name == "graph":
-            p.add_argument("--out", required=True, metavar="FILE", help="output file: .svg, .png, .pdf or .dot")
-            p.add_argument("--depth", type=_depth, default=None, metavar="N",
-                           help="collapse modules below this depth into boxes (default: every primitive)")
-            p.add_argument("--backward", action="store_true", help="draw the gradient flow instead of the forward")
-            p.add_argument("--model", action="store_true", help="the whole model, not one block")
-            p.add_argument("--seq-len", type=_positive, default=16, metavar="L", help="tokens (default 16)")
-            p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
-            p.add_argument("--values", action="store_true",
-                           help="value and gradient summaries on the nodes (runs the model: small presets)")
-            p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE",
-                           help="where --values runs: cpu (default), cuda, cuda:N")
-        p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
-        p.set_defaults(parser=p)
+def add_counting_command(commands, name: str) -> None:
+    """Register one counting command and its arguments on an argparse subparsers object."""
+    help_text = COMMANDS[name][0]
+    p = commands.add_parser(name, help=help_text, description=help_text)
+    if name != "presets":
+        p.add_argument("--preset", type=_preset, required=True, metavar="NAME", help=f"one of: {', '.join(PRESETS)}")
+    if name in ("flops", "memory"):
+        p.add_argument("--seq-len", type=_positive, required=True, metavar="L", help="tokens per sequence")
+        p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
+    if name == "memory":
+        p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
+    if name == "graph":
+        p.add_argument("--out", required=True, metavar="FILE", help="output file: .svg, .png, .pdf or .dot")
+        p.add_argument("--depth", type=_depth, default=None, metavar="N",
+                       help="collapse modules below this depth into boxes (default: every primitive)")
+        p.add_argument("--backward", action="store_true", help="draw the gradient flow instead of the forward")
+        p.add_argument("--model", action="store_true", help="the whole model, not one block")
+        p.add_argument("--seq-len", type=_positive, default=16, metavar="L", help="tokens (default 16)")
+        p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
+        p.add_argument("--values", action="store_true", help="value and gradient summaries on the nodes (runs the "
+                       f"model for real: refused above {human_bytes(VALUES_LIMIT)})")
+        p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE",
+                       help="where --values runs: cpu (default), cuda, cuda:N")
+    p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
+
+
+TOUR_HELP = "the tiny block forward and backward: autograd vs hand-derived vs finite differences, its FLOPs and graphs"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The one parser of every command: `tour` and the counting and drawing commands."""
+    top = argparse.ArgumentParser(prog=PROG,
+                                  description="Learn how a transformer block computes by running it.")
+    commands = top.add_subparsers(dest="command", metavar="<command>")
+    tour = commands.add_parser("tour", help=TOUR_HELP, description=TOUR_HELP)
+    tour.add_argument("--out-dir", default="tinygrad_block_tour", metavar="DIR",
+                      help="where the graph drawings go (default: ./tinygrad_block_tour)")
+    tour.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE",
+                      help="where the block runs: cpu (default), cuda, cuda:N")
+    for name in COMMANDS:
+        add_counting_command(commands, name)
+    return top
+
+
+def run_tour(args: argparse.Namespace) -> int:
+    """The tour (tour.py); status 1 if its own checks fail."""
+    from .tour import run as tour                                    # numpy-side tables: loaded for the tour only
+    writable_folder(Path(args.out_dir), "--out-dir")
+    return 0 if tour(out_dir=args.out_dir, device=args.device)["ok"] else 1
 
 
 def run(args: argparse.Namespace, out=print) -> int:
     """Run a parsed counting command: print its table, or its JSON with --json."""
     if getattr(args, "seq_len", None) and args.seq_len > args.preset.max_seq_len:
-        args.parser.error(f"--seq-len {args.seq_len:,} exceeds the context of {args.preset.name}: "
-                          f"{args.preset.max_seq_len:,} tokens")
-    _, collect, render = COMMANDS[args.command]
+        raise CommandError(f"--seq-len {args.seq_len:,} exceeds the context of {args.preset.name}: "
+                           f"{args.preset.max_seq_len:,} tokens")
+    _, collect, text = COMMANDS[args.command]
     data = collect(args)
     notes = notes_for(args.command, args.preset.name) if hasattr(args, "preset") else []
     if notes:
         data["curriculum"] = notes
-    out(json.dumps(data, indent=2) if args.json else "\n".join(render(data) + curriculum_text(notes)))
+    out(json.dumps(data, indent=2) if args.json else "\n".join(text(data) + curriculum_text(notes)))
     return 0
 
 
@@ -590,7 +506,17 @@ def curriculum_text(notes: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The counting commands alone (`python -m tinygrad_block` adds them beside `tour`)."""
-    parser = argparse.ArgumentParser(prog="python -m tinygrad_block")
-    add_commands(parser.add_subparsers(dest="command", metavar="<command>", required=True))
-    return run(parser.parse_args(argv))
+    """Parse and run one command (`python -m tinygrad_block`, the `tinygrad-block` script, the tests). No command:
+    the help, status 2. A user's mistake: one line on stderr, status 2 (SystemExit, as argparse's own)."""
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command is None:
+        top.print_help()
+        return 2
+    try:
+        return run_tour(args) if args.command == "tour" else run(args)
+    except CommandError as e:
+        top.exit(2, f"{top.prog} {args.command}: error: {e}\n")
+    except BrokenPipeError:                                          # the reader stopped early (`| head`)
+        sys.stdout = None                                            # nothing left to flush at exit
+        return 0

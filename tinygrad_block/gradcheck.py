@@ -1,4 +1,5 @@
-"""Finite differences in float64: the independent oracle every backward pass is checked against.
+"""Finite differences in float64: the independent oracle every backward pass is checked against, and the
+relative error every comparison (tests, the tour) reports.
 
 A test tool, not an op: it perturbs input values on the host with numpy, then calls your function again.
 """
@@ -27,19 +28,18 @@ def _scalar_loss(fn, args, seed: int):
     return (out * Tensor(v, dtype=float64, device=out.backend)).sum()
 
 
-def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0, elements=None) -> np.ndarray:
-    """d fn(*inputs) / d inputs[index] (projected on a fixed random v if not 0-d) by the 4th-order central difference
-    f'(x) ~ [8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))] / 12h   (error O(h^4): about 1e-12 at h = 1e-3)."""
-    t = inputs[index]
-    x = t.numpy().astype(np.float64)
-    grad = np.zeros_like(x)
+def rel_err(a, b, floor: float = 1e-300, ord: float | None = None) -> float:
+    """||a - b|| / max(||a||, ||b||, floor) over all elements: the relative error every check here reports.
+    ord None: the 2-norm; ord=np.inf: the largest |a - b| against the largest |a| or |b|."""
+    a, b = np.ravel(np.asarray(a, dtype=np.float64)), np.ravel(np.asarray(b, dtype=np.float64))
+    norm = np.linalg.norm
+    return float(norm(a - b, ord) / max(norm(a, ord), norm(b, ord), floor))
 
-    def f(values):
-        args = list(inputs)
-        args[index] = Tensor(values, dtype=float64, device=t.backend)
-        with no_grad():
-            return _scalar_loss(fn, args, seed).item()
 
+def central_difference(f, x: np.ndarray, eps: float = 1e-3, elements=None) -> np.ndarray:
+    """d f(x) / dx for a scalar function f of a float64 array, at every element (or the given indices) by the
+    4th-order central difference f'(x) ~ [8 (f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))] / 12h, error O(h^4)."""
+    grad = np.zeros_like(x, dtype=np.float64)
     for idx in np.ndindex(x.shape) if elements is None else elements:
         fx = {}
         for k in (-2, -1, 1, 2):
@@ -48,6 +48,20 @@ def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0, ele
             fx[k] = f(xk)
         grad[idx] = (8 * (fx[1] - fx[-1]) - (fx[2] - fx[-2])) / (12 * eps)
     return grad
+
+
+def numerical_grad(fn, inputs, index: int, eps: float = 1e-3, seed: int = 0, elements=None) -> np.ndarray:
+    """d fn(*inputs) / d inputs[index] (projected on a fixed random v if not 0-d) by `central_difference`
+    (about 1e-12 at h = 1e-3)."""
+    t = inputs[index]
+
+    def f(values):
+        args = list(inputs)
+        args[index] = Tensor(values, dtype=float64, device=t.backend)
+        with no_grad():
+            return _scalar_loss(fn, args, seed).item()
+
+    return central_difference(f, t.numpy().astype(np.float64), eps, elements)
 
 
 def gradcheck(fn, *inputs, eps: float = 1e-3, atol: float = 1e-10, rtol: float = 1e-8, seed: int = 0) -> bool:

@@ -667,15 +667,25 @@ def arange(start, stop=None, step=1, *, dtype=None, device="cpu") -> Tensor:
     if stop is None:
         start, stop = 0, start
     be = get_backend(device)
+    given = f"start={start!r}, stop={stop!r}, step={step!r}"
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (start, stop, step)):
+        raise TypeError(f"arange: start, stop and step must be numbers, got {given}")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise ValueError(f"arange: start, stop and step must be finite, got {given}")
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        raise ValueError(f"arange: step must not be zero, got {given}")
     default = int64 if all(isinstance(v, numbers.Integral) for v in (start, stop, step)) else float32
     return Tensor._make(be.arange(start, stop, step, as_dtype(dtype or default, "arange")), be)
 
 
 def eye(n: int, m: int | None = None, *, dtype=float32, device="cpu") -> Tensor:
     """The (n, m) identity matrix (m = n unless given): ones on the diagonal."""
-    n, m = _sizes((n, n if m is None else m), "eye")
+    m = n if m is None else m
+    for name, v, what in (("n", n, "rows"), ("m", m, "columns")):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(f"eye: {name}, the number of {what}, must be an int, got {v!r}")
+        if v < 0:
+            raise ValueError(f"eye: {name}, the number of {what}, must be >= 0, got {name}={v}")
     be = get_backend(device)
     return Tensor._make(be.eye(n, m, as_dtype(dtype, "eye")), be)
 

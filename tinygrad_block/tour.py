@@ -11,16 +11,12 @@ from . import accounting, manual
 from .backend import Generator, float64
 from .counting import count_flops
 from .trace import observe
-from .gradcheck import numerical_grad
+from .gradcheck import numerical_grad, rel_err
 from .graph import record_graph, render
 from .nn import TransformerBlock, preset
 from .tensor import Tensor, randn
 
 SAMPLES = 3  # finite differences check this many random entries of each tensor (all of them would take minutes)
-
-
-def _rel(a, b) -> float:
-    return float(np.abs(a - b).max() / max(np.abs(a).max(), np.abs(b).max(), 1e-300))
 
 
 def _fd_entries(block, x: Tensor, dout: Tensor, name: str, rng) -> tuple[list, np.ndarray]:
@@ -101,16 +97,16 @@ def run(out=print, out_dir="tinygrad_block_tour", device="cpu") -> dict:
     for phase, counter in calls.items():
         listing = ", ".join(f"{name} x{n}" for name, n in sorted(counter.items(), key=lambda kv: -kv[1]))
         out(f"  {phase}: {sum(counter.values())} primitive calls ({listing})")
-    out(f"  output: autograd vs hand-derived forward, max relative difference {_rel(y.numpy(), m_out):.1e}")
+    worst = {"manual": rel_err(y.numpy(), m_out, ord=np.inf), "fd": 0.0}   # largest |a - b| / largest |a|, |b|
+    out(f"  output: autograd vs hand-derived forward, max relative difference {worst['manual']:.1e}")
     out(f"  gradients of sum(out * dout); finite differences at {SAMPLES} random entries per tensor (h = 1e-3)")
     out(f"  {'tensor':<26}{'shape':>12}{'max |grad|':>12}{'vs manual':>11}{'vs finite diff':>16}")
-    worst = {"manual": _rel(y.numpy(), m_out), "fd": 0.0}
     for name, auto, hand in [("x", x.grad.numpy(), m_dx)] + [
             (n, p.grad.numpy(), m_grads[n]) for n, p in block.named_parameters()]:
         entries, fd = _fd_entries(block, x, dout, name, rng)
-        rel_manual = _rel(auto, hand)
+        rel_manual = rel_err(auto, hand, ord=np.inf)
         picked = np.array([auto[e] for e in entries]), np.array([fd[e] for e in entries])
-        rel_fd = _rel(*picked)
+        rel_fd = rel_err(*picked, ord=np.inf)
         worst["manual"], worst["fd"] = max(worst["manual"], rel_manual), max(worst["fd"], rel_fd)
         out(f"  {name:<26}{str(auto.shape):>12}{np.abs(auto).max():>12.4f}{rel_manual:>11.1e}{rel_fd:>16.1e}")
     agree = worst["manual"] <= 1e-10 and worst["fd"] <= 1e-8

@@ -60,14 +60,16 @@ def sdpa_backward(dout, cache):
 
 
 def attention_forward(x, params: dict, n_heads: int, n_kv_heads: int, causal: bool = True,
-                      rope_theta: float | None = 10000.0, offset: int = 0, lora_scale: float | None = None):
+                      rope_theta: float | None = 10000.0, offset: int = 0, lora_scale: float = 1.0,
+                      frozen: bool = False):
     """out = o_proj(merge(sdpa(rope(q), rope(k), v)))  with q = split(x Wq^T), k = split(x Wk^T), v = split(x Wv^T)
-    x: (B, L, d_model); rope_theta None: no rotary embedding (GPT-2, BERT); offset: position of token 0."""
+    x: (B, L, d_model); rope_theta None: no rotary embedding (GPT-2, BERT); offset: position of token 0;
+    lora_scale, frozen: as in linear_forward, for each projection."""
     check_heads(x, n_heads, n_kv_heads)
     G = n_heads // n_kv_heads
-    q, k, v, c_qkv = _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale)
+    q, k, v, c_qkv = _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale, frozen)
     o, c_sdpa = sdpa_forward(q, repeat_kv(k, G), repeat_kv(v, G), causal)   # (B, n_heads, L, d_head)
-    out, c_o = proj_forward(merge_heads(o), params, "o_proj", lora_scale)   # (B, L, d_model)
+    out, c_o = proj_forward(merge_heads(o), params, "o_proj", lora_scale, frozen)   # (B, L, d_model)
     return out, {**c_qkv, "G": G, "sdpa": c_sdpa, "o_proj": c_o}
 
 
@@ -82,12 +84,12 @@ def attention_backward(dout, cache):
     return dx, {**grads, **with_prefix("o_proj", g_o)}
 
 
-def _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale):
+def _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale, frozen):
     """Project x to q, k, v, split heads, rotate q and k. Returns q: (B, n_heads, L, d_head),
     k, v: (B, n_kv_heads, L, d_head) and their cache."""
-    q, c_q = proj_forward(x, params, "q_proj", lora_scale)
-    k, c_k = proj_forward(x, params, "k_proj", lora_scale)
-    v, c_v = proj_forward(x, params, "v_proj", lora_scale)
+    q, c_q = proj_forward(x, params, "q_proj", lora_scale, frozen)
+    k, c_k = proj_forward(x, params, "k_proj", lora_scale, frozen)
+    v, c_v = proj_forward(x, params, "v_proj", lora_scale, frozen)
     q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)
     c_rope = None
     if rope_theta is not None:

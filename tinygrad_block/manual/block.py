@@ -115,9 +115,10 @@ LAYOUTS = {
 
 
 # ---- the three sublayers, looked up in params by name and configured from cfg ----
-def lora_scale(cfg) -> float | None:
-    """alpha / r when the block is LoRA-tuned (lora_rank > 0), else None (nothing frozen)."""
-    return cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else None
+def lora(cfg) -> tuple[float, bool]:
+    """(lora_scale, frozen) for every projection: alpha / r, and whether the block is LoRA-tuned
+    (lora_rank > 0), which freezes the base weights."""
+    return (cfg.lora_alpha / cfg.lora_rank if cfg.lora_rank else 1.0), bool(cfg.lora_rank)
 
 
 def norm_forward(x, params, name, cfg):
@@ -141,7 +142,7 @@ def attn_forward(x, params, cfg, offset):
     """attention_forward on params under 'attn.', heads, mask and RoPE from cfg."""
     rope_theta = cfg.rope_theta if cfg.rope else None
     return attention_forward(x, under("attn", params), cfg.n_heads, cfg.n_kv_heads, cfg.causal, rope_theta,
-                             offset, lora_scale(cfg))
+                             offset, *lora(cfg))
 
 
 def attn_backward(dout, cache):
@@ -152,8 +153,8 @@ def attn_backward(dout, cache):
 
 def ffn_sublayer_forward(x, params, cfg):
     """SwiGLU (cfg.ffn == 'swiglu') or the classic FFN with activation cfg.ffn, on params under 'ffn.'."""
-    p, s = under("ffn", params), lora_scale(cfg)
-    out, c = swiglu_forward(x, p, s) if cfg.ffn == "swiglu" else ffn_forward(x, p, cfg.ffn, s)
+    p, (s, frozen) = under("ffn", params), lora(cfg)
+    out, c = swiglu_forward(x, p, s, frozen) if cfg.ffn == "swiglu" else ffn_forward(x, p, cfg.ffn, s, frozen)
     return out, (cfg.ffn, c)
 
 

@@ -10,12 +10,13 @@ from .common import with_prefix
 from .linear import linear_backward, proj_forward
 
 
-def swiglu_forward(x, params: dict, lora_scale: float | None = None):
-    """out = down(silu(gate(x)) * up(x))      x: (B, L, d_model) -> gate, up: (B, L, d_ff) -> (B, L, d_model)"""
-    gate, c_gate = proj_forward(x, params, "gate_proj", lora_scale)      # (B, L, d_ff)
-    up, c_up = proj_forward(x, params, "up_proj", lora_scale)            # (B, L, d_ff)
+def swiglu_forward(x, params: dict, lora_scale: float = 1.0, frozen: bool = False):
+    """out = down(silu(gate(x)) * up(x))      x: (B, L, d_model) -> gate, up: (B, L, d_ff) -> (B, L, d_model)
+    lora_scale, frozen: as in linear_forward, for each projection."""
+    gate, c_gate = proj_forward(x, params, "gate_proj", lora_scale, frozen)      # (B, L, d_ff)
+    up, c_up = proj_forward(x, params, "up_proj", lora_scale, frozen)          # (B, L, d_ff)
     act, c_silu = silu_forward(gate)
-    out, c_down = proj_forward(act * up, params, "down_proj", lora_scale)
+    out, c_down = proj_forward(act * up, params, "down_proj", lora_scale, frozen)
     return out, {"gate_proj": c_gate, "up_proj": c_up, "silu": c_silu, "act": act, "up": up, "down_proj": c_down}
 
 
@@ -31,14 +32,14 @@ def swiglu_backward(dout, cache):
     return dx_gate + dx_up, grads
 
 
-def ffn_forward(x, params: dict, act: str = "gelu", lora_scale: float | None = None):
+def ffn_forward(x, params: dict, act: str = "gelu", lora_scale: float = 1.0, frozen: bool = False):
     """out = down(act(up(x))), act in 'gelu' | 'gelu_tanh' | 'relu'      (B, L, d_model) -> (B, L, d_ff) -> back"""
     if act not in ACTIVATIONS:
         raise ValueError(f"ffn_forward: unknown activation {act!r}; expected one of {', '.join(ACTIVATIONS)}")
     act_forward, _ = ACTIVATIONS[act]
-    up, c_up = proj_forward(x, params, "up_proj", lora_scale)            # (B, L, d_ff)
+    up, c_up = proj_forward(x, params, "up_proj", lora_scale, frozen)          # (B, L, d_ff)
     hidden, c_act = act_forward(up)
-    out, c_down = proj_forward(hidden, params, "down_proj", lora_scale)
+    out, c_down = proj_forward(hidden, params, "down_proj", lora_scale, frozen)
     return out, {"act_name": act, "up_proj": c_up, "act": c_act, "down_proj": c_down}
 
 

@@ -21,20 +21,21 @@ def post_norm_instead_of_pre_norm(x, params: dict, cfg, offset: int = 0):
 
 
 def rope_before_head_split(x, params: dict, n_heads: int, n_kv_heads: int, causal: bool = True,
-                           rope_theta: float | None = 10000.0, offset: int = 0, lora_scale: float | None = None):
+                           rope_theta: float | None = 10000.0, offset: int = 0, lora_scale: float = 1.0,
+                           frozen: bool = False):
     """Pitfall 2, spoiling attention_forward: RoPE on the flat (B, L, n * d_head) projection, so dimension i
     pairs with i + n*d_head/2 (in another head) at frequencies for a head n times wider; then the split.
     Returns (out, None): a wrong forward gets no backward."""
     check_heads(x, n_heads, n_kv_heads)
     G = n_heads // n_kv_heads
-    q, _ = proj_forward(x, params, "q_proj", lora_scale)                 # (B, L, n_heads * d_head)
-    k, _ = proj_forward(x, params, "k_proj", lora_scale)                 # (B, L, n_kv_heads * d_head)
-    v, _ = proj_forward(x, params, "v_proj", lora_scale)
+    q, _ = proj_forward(x, params, "q_proj", lora_scale, frozen)               # (B, L, n_heads * d_head)
+    k, _ = proj_forward(x, params, "k_proj", lora_scale, frozen)               # (B, L, n_kv_heads * d_head)
+    v, _ = proj_forward(x, params, "v_proj", lora_scale, frozen)
     if rope_theta is not None:                                            # PITFALL: before the head split
         q, k = rope_forward(q, rope_theta, offset)[0], rope_forward(k, rope_theta, offset)[0]
     q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)
     o, _ = sdpa_forward(q, repeat_kv(k, G), repeat_kv(v, G), causal)    # (B, n_heads, L, d_head)
-    return proj_forward(merge_heads(o), params, "o_proj", lora_scale)[0], None
+    return proj_forward(merge_heads(o), params, "o_proj", lora_scale, frozen)[0], None
 
 
 def drop_residual_grad(dout, cache):

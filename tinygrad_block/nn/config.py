@@ -64,9 +64,10 @@ class BlockConfig:
         if self.rope and self.d_head % 2:
             raise ValueError(f"BlockConfig: RoPE rotates pairs of dimensions, but d_head = {self.d_model} / "
                              f"{self.n_heads} = {self.d_head} is odd")
-        if self.lora_rank < 0 or self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
-            raise ValueError(f"BlockConfig: lora_rank must be >= 0 and lora_targets among {PROJECTIONS}, "
-                             f"got {self.lora_rank}, {self.lora_targets}")
+        if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
+            raise ValueError(f"BlockConfig: lora_rank must be an int >= 0 (0: no LoRA), got {self.lora_rank!r}")
+        if self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
+            raise ValueError(f"BlockConfig: lora_targets must be among {PROJECTIONS}, got {self.lora_targets!r}")
 
     def with_(self, **changes) -> BlockConfig:
         """A copy with some fields changed (validated again)."""

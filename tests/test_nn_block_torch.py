@@ -1,6 +1,6 @@
-"""The whole transformer block against two independent oracles, forward and backward, in float64.
+"""nn/block.py and nn/attention.py against PyTorch and Hugging Face, forward and backward, in float64.
 
-Part 1: a plain PyTorch (eager) implementation of the block written here from its equations, across every
+Part 1: the block in plain PyTorch (tools/torch_block.py, written from the equations) across every
 architectural choice of BlockConfig (MHA/GQA/MQA, pre/post/parallel, RMS/Layer norm, the four FFNs, biases,
 LoRA, causal or not, RoPE on or off, a position offset); output, input gradient and every parameter gradient
 agree to 1e-12 relative.
@@ -10,42 +10,24 @@ agreement to 1e-10 relative once HF's float32 islands (RMSNorm, RoPE tables, sof
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from conftest import rel_err
+from conftest import random_block, rel_err
 
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.nn import attention as attention_module
+from tools import torch_block
 
-TOL = 1e-12        # ours vs the PyTorch block written here: same float64 math, different op order
+TOL = 1e-12        # ours vs tools/torch_block.py: the same float64 math, in another order
 HF_TOL = 1e-10     # ours vs Hugging Face's LlamaDecoderLayer in float64
 B, L = 2, 5
 
 
-# ---------------------------------------------------------------- shared: our block, randomised, run
-def make_block(cfg: nn.BlockConfig, seed: int) -> nn.TransformerBlock:
-    """Our block in float64 with every parameter nontrivial: the weights as initialised (random), biases and
-    LoRA B random (they start at zero), norm gains around 1 (they start at one)."""
-    blk = nn.TransformerBlock(cfg, generator=tb.Generator(seed), dtype=tb.float64)
-    rng = np.random.default_rng(seed + 1000)
-    state = {}
-    for name, p in blk.named_parameters():
-        a = np.array(p.numpy(), dtype=np.float64)
-        if name.endswith((".bias", ".lora_B")):
-            a = 0.3 * rng.standard_normal(a.shape)
-        elif name.startswith("norm"):
-            a = 1.0 + 0.3 * rng.standard_normal(a.shape)
-        state[name] = tb.tensor(a)
-    blk.load_state_dict(state)
-    return blk
-
-
+# ---------------------------------------------------------------- our block, run
 def run_ours(blk, x_np, g_np, offset):
     """Output, input gradient and {name: parameter gradient or None} of our block."""
     x = tb.tensor(x_np, requires_grad=True)
@@ -67,77 +49,6 @@ class Params(dict):
     def __getitem__(self, name):
         self.used.add(name)
         return super().__getitem__(name)
-
-
-def t_linear(P: Params, cfg, name: str, x):
-    """x W^T + b + (alpha / r) (x A^T) B^T; the bias and the adapter only where configured."""
-    y = F.linear(x, P[f"{name}.weight"], P[f"{name}.bias"] if cfg.bias else None)
-    if cfg.lora_rank and name.split(".")[-1] in cfg.lora_targets:
-        y = y + (cfg.lora_alpha / cfg.lora_rank) * F.linear(F.linear(x, P[f"{name}.lora_A"]), P[f"{name}.lora_B"])
-    return y
-
-
-def t_norm(P: Params, cfg, name: str, x):
-    if cfg.norm == "rms":
-        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + cfg.norm_eps) * P[f"{name}.weight"]
-    bias = P[f"{name}.bias"] if cfg.bias else None
-    return F.layer_norm(x, (cfg.d_model,), P[f"{name}.weight"], bias, cfg.norm_eps)
-
-
-def rope_cos_sin(positions, d_head: int, theta: float):
-    """HF Llama's half-split tables: angle[p, i] = p * theta^(-2i / d_head), i < d_head/2, repeated twice."""
-    inv_freq = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)       # (d_head/2,)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]                       # (L, d_head/2)
-    emb = torch.cat([angles, angles], dim=-1)                                                # (L, d_head)
-    return emb.cos(), emb.sin()
-
-
-def rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
-
-
-def t_attention(P: Params, cfg, x, offset: int, probe: list | None = None):
-    Bx, Lx, _ = x.shape
-    H, H_kv = cfg.n_heads, cfg.n_kv_heads
-    dh = cfg.d_model // H
-    q = t_linear(P, cfg, "attn.q_proj", x).view(Bx, Lx, H, dh).transpose(1, 2)        # (B, H, L, dh)
-    k = t_linear(P, cfg, "attn.k_proj", x).view(Bx, Lx, H_kv, dh).transpose(1, 2)     # (B, H_kv, L, dh)
-    v = t_linear(P, cfg, "attn.v_proj", x).view(Bx, Lx, H_kv, dh).transpose(1, 2)
-    if cfg.rope:
-        cos, sin = rope_cos_sin(torch.arange(offset, offset + Lx), dh, cfg.rope_theta)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        if probe is not None:
-            probe += [q.detach().numpy(), k.detach().numpy()]
-    k = k.repeat_interleave(H // H_kv, dim=1)                                          # query head h -> kv h // g
-    v = v.repeat_interleave(H // H_kv, dim=1)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)                                  # (B, H, L, L)
-    if cfg.causal:
-        scores = scores + torch.triu(torch.full((Lx, Lx), float("-inf"), dtype=torch.float64), diagonal=1)
-    out = torch.softmax(scores, dim=-1) @ v                                           # (B, H, L, dh)
-    out = out.transpose(1, 2).reshape(Bx, Lx, cfg.d_model)
-    return t_linear(P, cfg, "attn.o_proj", out)
-
-
-def t_ffn(P: Params, cfg, x):
-    if cfg.ffn == "swiglu":
-        return t_linear(P, cfg, "ffn.down_proj",
-                        F.silu(t_linear(P, cfg, "ffn.gate_proj", x)) * t_linear(P, cfg, "ffn.up_proj", x))
-    act = {"gelu": lambda h: F.gelu(h, approximate="none"), "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"),
-           "relu": F.relu}[cfg.ffn]
-    return t_linear(P, cfg, "ffn.down_proj", act(t_linear(P, cfg, "ffn.up_proj", x)))
-
-
-def t_block(P: Params, cfg, x, offset: int, probe: list | None = None):
-    attn = lambda t: t_attention(P, cfg, t, offset, probe)  # noqa: E731
-    norm1, norm2 = (lambda t: t_norm(P, cfg, "norm1", t)), (lambda t: t_norm(P, cfg, "norm2", t))
-    if cfg.parallel:
-        return x + attn(norm1(x)) + t_ffn(P, cfg, norm2(x))
-    if cfg.norm_position == "post":
-        h = norm1(x + attn(x))
-        return norm2(h + t_ffn(P, cfg, h))
-    h = x + attn(norm1(x))
-    return h + t_ffn(P, cfg, norm2(h))
 
 
 @dataclass(frozen=True)
@@ -197,7 +108,7 @@ def probe_rope(monkeypatch) -> list:
 def test_block_matches_pytorch_reference(case: Case, monkeypatch):
     cfg = nn.BlockConfig(**{**BASE, **case.cfg})
     seed = sum(map(ord, case.name))
-    blk = make_block(cfg, seed)
+    blk = random_block(cfg, seed)
     rng = np.random.default_rng(seed)
     x_np = rng.standard_normal((B, L, cfg.d_model))
     g_np = rng.standard_normal((B, L, cfg.d_model))
@@ -211,7 +122,7 @@ def test_block_matches_pytorch_reference(case: Case, monkeypatch):
                 for n, p in blk.named_parameters()})
     xt = torch.tensor(x_np, requires_grad=True)
     ref_seen = []
-    ref = t_block(P, cfg, xt, case.offset, ref_seen)
+    ref = torch_block.block_forward(xt, P, cfg, offset=case.offset, probe=ref_seen)
     ref.backward(torch.tensor(g_np))
 
     assert P.used == set(P), f"parameters the equations never read: {sorted(set(P) - P.used)}"
@@ -242,7 +153,7 @@ def test_block_matches_pytorch_reference(case: Case, monkeypatch):
 #  1. LlamaRMSNorm.forward casts to float32 (`hidden_states.to(torch.float32)`) before the mean of squares and
 #     casts back: ~5e-8 relative. Patched with the same formula without the casts.
 #  2. LlamaRotaryEmbedding computes inv_freq (`torch.arange(..., dtype=torch.float)`) and cos/sin in float32:
-#     ~1e-8. We build cos/sin in float64 with the same formula (`rope_cos_sin`) and pass them as
+#     ~1e-8. We build cos/sin in float64 with the same formula (`torch_block.rope_cos_sin`) and pass them as
 #     position_embeddings; a test checks they equal HF's float32 tables to float32 precision.
 #  3. eager_attention_forward takes `softmax(..., dtype=torch.float32).to(query.dtype)`: ~2e-8. Patched: a
 #     softmax that ignores the dtype argument for float64 input (HF's eager attention code runs unchanged).
@@ -325,14 +236,14 @@ def test_block_matches_hf_llama_decoder_layer(case: Case, hf, monkeypatch):
     float64_preserving(monkeypatch, modeling_llama)
     cfg = nn.BlockConfig(**case.cfg, max_seq_len=64)            # Llama: rms, pre-norm, SwiGLU, no bias, RoPE
     seed = sum(map(ord, case.name)) + 7
-    blk = make_block(cfg, seed)
+    blk = random_block(cfg, seed)
     config, layer = hf_layer(LlamaConfig, modeling_llama, cfg, blk)
     rng = np.random.default_rng(seed)
     x_np = rng.standard_normal((B, L, cfg.d_model))
     g_np = rng.standard_normal((B, L, cfg.d_model))
 
     position_ids = torch.arange(case.offset, case.offset + L)[None].expand(B, L)
-    cos, sin = rope_cos_sin(position_ids[0], cfg.d_head, cfg.rope_theta)                  # trap 2: float64
+    cos, sin = torch_block.rope_cos_sin(L, cfg.d_head, cfg.rope_theta, offset=case.offset)  # trap 2: float64
     cos, sin = cos[None].expand(B, L, -1), sin[None].expand(B, L, -1)                     # (B, L, d_head)
     hf_seen, hf_apply = [], modeling_llama.apply_rotary_pos_emb
 
@@ -367,7 +278,7 @@ def test_float64_rope_tables_equal_hf_rotary_embedding(hf):
         rotary = modeling_llama.LlamaRotaryEmbedding(config)
         position_ids = torch.arange(offset, offset + L)[None]
         cos32, sin32 = rotary(torch.zeros(1, dtype=torch.float32), position_ids)
-        cos, sin = rope_cos_sin(position_ids[0], d_head, theta)
+        cos, sin = torch_block.rope_cos_sin(L, d_head, theta, offset=offset)
         assert cos32.dtype == torch.float32
         assert rel_err(cos32[0].numpy(), cos.numpy()) < 1e-5
         assert rel_err(sin32[0].numpy(), sin.numpy()) < 1e-5
@@ -381,7 +292,7 @@ def test_unpatched_hf_layer_agrees_only_to_float32_precision(hf):
     leave a float32-sized error, far above HF_TOL but below 1e-5, so the 1e-10 agreement above is not luck."""
     LlamaConfig, modeling_llama = hf
     cfg = nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=64)
-    blk = make_block(cfg, 3)
+    blk = random_block(cfg, 3)
     config, layer = hf_layer(LlamaConfig, modeling_llama, cfg, blk)
     rng = np.random.default_rng(3)
     x_np, g_np = rng.standard_normal((B, L, 16)), rng.standard_normal((B, L, 16))

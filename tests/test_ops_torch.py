@@ -1,4 +1,5 @@
-"""PyTorch as the reference oracle: forward and backward of every op match torch to 1e-12 (float64).
+"""function.py's primitives and tensor.py's composite ops against PyTorch: forward and backward of every op match
+torch to 1e-12 (float64).
 
 Each case builds the same random float64 inputs in both engines, runs the op, backpropagates the same random
 upstream gradient and compares the output and every input gradient norm-wise (`conftest.rel_err`). Inputs are

@@ -1,0 +1,169 @@
+"""Measuring models with the engine itself: built on the shape-only 'meta' device, so even a 70B model counts
+in milliseconds. Parameters from named_parameters(), FLOPs and activation bytes from observers at the choke
+point, the recorded graph, and the walk of one token through a block, step by step, by the named steps."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .backend import Generator, float16, float32, int64
+from .counting import FlopCounter, count_flops, count_saved_bytes
+from .graph import Graph, record_graph
+from .nn import LM, BlockConfig, TransformerBlock
+from .tensor import Tensor, ones_like, randn, zeros
+from .trace import observe
+
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
+
+
+# ---------------------------------------------------------------- models on the meta device
+def meta_lm(cfg: BlockConfig, dtype=float32) -> LM:
+    """The whole model with shapes only: building even a 70B model takes milliseconds and no memory."""
+    return LM(cfg, generator=Generator(0), dtype=dtype, device="meta")
+
+
+def meta_ids(B: int, L: int) -> Tensor:
+    """Token ids of shape (B, L) on meta: their values never matter for counting."""
+    return zeros(B, L, dtype=int64, device="meta")                  # (B, L) token ids
+
+
+# ---------------------------------------------------------------- parameters
+PROJECTION_ROWS = {"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "o_proj": "W_O", "gate_proj": "W_gate",
+                   "up_proj": "W_up", "down_proj": "W_down"}
+MODEL_ROWS = {"embed": "embedding", "pos_embed": "position_embedding", "norm": "final_norm", "lm_head": "lm_head"}
+
+
+def block_row(name: str) -> str:
+    """A block's parameter name ('attn.q_proj.weight', 'norm1.weight', ...) -> its component row."""
+    parts = name.split(".")
+    if parts[-1] in ("lora_A", "lora_B"):
+        return "lora"
+    if parts[0] in ("norm1", "norm2"):
+        return "norms"
+    return "biases" if parts[-1] == "bias" else PROJECTION_ROWS[parts[-2]]
+
+
+def measured_params(cfg: BlockConfig) -> tuple[dict, dict, Counter]:
+    """From named_parameters() of the model built on meta: {row: [shapes]} of one block (layers.0), of the
+    model, and the block's parameter count per submodule ('attn', 'ffn', 'norm1', 'norm2')."""
+    block, model, submodules = {}, {}, Counter()
+    for name, p in meta_lm(cfg).named_parameters():
+        top, rest = name.split(".", 1)
+        if top == "layers":
+            index, rest = rest.split(".", 1)
+            model.setdefault("blocks", []).append(p.shape)
+            if index == "0":
+                block.setdefault(block_row(rest), []).append(p.shape)
+                submodules[rest.split(".")[0]] += p.size
+        else:
+            model.setdefault(MODEL_ROWS[top], []).append(p.shape)
+    return block, model, submodules
+
+
+# ---------------------------------------------------------------- FLOPs and activation bytes
+def count_model(cfg: BlockConfig, B: int, L: int) -> FlopCounter:
+    """Forward and backward of the whole model on meta under count_flops; upstream gradient of zeros."""
+    model = meta_lm(cfg)
+    with count_flops() as fc:
+        logits = model(meta_ids(B, L))                               # (B, L, vocab_size)
+        logits.backward(zeros(*logits.shape, dtype=logits.dtype, device="meta"))
+    return fc
+
+
+def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
+    """Bytes that the forward keeps for backward, measured on meta in the engine's dtype for `dtype` (a name
+    in DTYPES): per block (layers.0 inside the model, whose input is the embedding's output) and in all."""
+    model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
+    with count_saved_bytes() as saved:
+        model(meta_ids(B, L))
+    per_layer = saved.total("model.layers.0")
+    return {"per_layer": per_layer, "layers": per_layer * cfg.n_layers, "model": saved.total()}
+
+
+# ---------------------------------------------------------------- recorded graphs
+def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool,
+           device: str = "cpu") -> Graph:
+    """Run one block (or the whole model) forward (and backward) under record_graph; shape-only unless values
+    are asked for, then on `device`, every intermediate keeping its gradient."""
+    device = device if values else "meta"
+    g = Generator(0)
+    module = LM(cfg, generator=g, device=device) if whole_model else TransformerBlock(cfg, generator=g, device=device)
+    x = zeros(B, L, dtype=int64, device=device) if whole_model else \
+        randn(B, L, cfg.d_model, generator=g, device=device, requires_grad=True)
+    with record_graph(module, x, retain_grads=values) as graph:
+        out = module(x)
+        if backward:
+            out.backward(ones_like(out))
+    return graph
+
+
+ALIASES = {"permute", "expand", "slice"}  # ops whose output is a view of their input's memory on every device
+
+
+def record_bytes(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool) -> int:
+    """Memory that `record(..., values=True)` holds at its end, measured by recording on meta: the graph keeps
+    every tensor it saw (parameters, inputs, each op's output and, after backward, each gradient) alive; views
+    share their input's memory (a reshape is counted, as it copies a transposed input)."""
+    graph = record(cfg, whole_model=whole_model, B=B, L=L, backward=backward, values=False)
+    return sum(n.tensor.nbytes for n in graph.nodes if n.label not in ALIASES or n.kind != "op")
+
+
+# ---------------------------------------------------------------- the walk
+PROJECTIONS = {"q_proj": "Q projection", "k_proj": "K projection", "v_proj": "V projection",
+               "o_proj": "O projection", "gate_proj": "gate projection", "up_proj": "up projection",
+               "down_proj": "down projection"}
+NORMS = {"rms": "RMSNorm", "layer": "LayerNorm"}
+ACTIVATIONS = {"swiglu": "SiLU(gate)", "relu": "ReLU", "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
+STEPS = {("", "residual"): "residual add", ("attn", "rope"): "RoPE on q, k",
+         ("attn", "repeat kv"): "repeat K, V heads (GQA)", ("attn", "scores"): "scores q k^T / sqrt(d_head)",
+         ("attn", "mask"): "causal mask", ("attn", "softmax"): "softmax", ("attn", "weighted sum"): "weights @ V",
+         ("ffn", "gate"): "SiLU(gate) * up"}
+MOVEMENT = {"reshape", "permute", "expand"}
+
+
+@dataclass
+class Step:
+    """Consecutive primitive calls of one named step: what they compute, where, and what they cost."""
+    operation: str                  # 'RMSNorm (norm1)', 'Q projection', 'RoPE on q, k', 'softmax', ...
+    scope: str                      # the module of its first call: 'block.attn', 'block.attn.q_proj', ...
+    shape: tuple = ()               # the output of its last call
+    ops: Counter = field(default_factory=Counter)   # primitive name -> calls
+    matmul_flops: int = 0
+    flops: int = 0
+
+
+def step_label(cfg: BlockConfig, scope: tuple, step: str, op: str) -> str | None:
+    """The walk's name for a call in module `scope` (a block's, e.g. ('block', 'attn')) and named step `step`;
+    None for movement in no named step (the head split and merge), which joins the step before."""
+    where = scope[1:]                                                # drop 'block'
+    if where and where[0] in ("norm1", "norm2"):
+        return f"{NORMS[cfg.norm]} ({where[0]})"
+    if len(where) > 1:
+        return PROJECTIONS[where[1]]
+    module = where[0] if where else ""
+    if (module, step) == ("ffn", "activation"):
+        return ACTIVATIONS[cfg.ffn]
+    if (module, step) in STEPS:
+        return STEPS[module, step]
+    return None if op in MOVEMENT else f"{'.'.join(scope)} {step or op}"
+
+
+def walk(cfg: BlockConfig, B: int = 1, L: int = 1) -> list[Step]:
+    """Run one block's forward on meta for x of shape (B, L, d_model); its primitive calls, grouped into steps
+    by the names the modules give them (consecutive calls with the same label form one step)."""
+    block = TransformerBlock(cfg, generator=Generator(0), device="meta")
+    steps: list[Step] = []
+
+    def observer(event):
+        label = step_label(cfg, event.scope, event.step, event.op.name)
+        if not steps or (label is not None and label != steps[-1].operation):
+            steps.append(Step(label or event.op.name, ".".join(event.scope)))
+        step, flops = steps[-1], event.flops
+        step.ops[event.op.name] += 1
+        step.flops += flops
+        step.matmul_flops += flops if event.op.name == "matmul" else 0
+        step.shape = event.output.shape
+
+    with observe(observer):
+        block(zeros(B, L, cfg.d_model, device="meta"))               # (B, L, d_model)
+    return steps
