@@ -72,9 +72,11 @@ BERT = GPT2.with_(norm_position="post", ffn="gelu", causal=False, norm_eps=1e-12
 PARALLEL = LLAMA.with_(parallel=True, ffn="relu")
 
 
-def msg(*fragments: str) -> str:
-    """A `match=` regex requiring every literal fragment, in any order."""
-    return "(?s)" + "".join(f"(?=.*{re.escape(f)})" for f in fragments)
+def msg(op: str | None, *fragments: str) -> str:
+    """A `match=` regex that requires the op name (as a word, unless None) and every literal fragment, in any
+    order."""
+    parts = ([rf"\b{re.escape(op)}\b"] if op else []) + [re.escape(f) for f in fragments]
+    return "(?s)" + "".join(f"(?=.*{p})" for p in parts)
 
 
 def rng(seed: int = 0) -> np.random.Generator:

@@ -10,19 +10,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import DEVICES, needs_gpu
+from conftest import DEVICES, msg, needs_gpu
 from hypothesis import given
 from hypothesis import strategies as st
 
 import tinygrad_block as tb
 from tinygrad_block import device as devices
 from tinygrad_block import manual, nn
-
-
-def msg(op: str | None, *fragments: str) -> str:
-    """A `match=` regex that requires the op name (as a word) and every literal fragment, in any order."""
-    parts = ([rf"\b{re.escape(op)}\b"] if op else []) + [re.escape(f) for f in fragments]
-    return "(?s)" + "".join(f"(?=.*{p})" for p in parts)
 
 
 def test_msg_helper_requires_every_fragment():

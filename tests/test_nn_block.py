@@ -127,5 +127,5 @@ def test_named_parameters_of_a_lora_block():
 
 @pytest.mark.parametrize("shape", [(5, D), (1, 1, 5, D), (1, 5, D + 1), (1, 5, 8)])
 def test_block_rejects_wrong_rank_or_width(shape):
-    with pytest.raises(ValueError, match=msg("TransformerBlock", f"d_model={D}", str(shape))):
+    with pytest.raises(ValueError, match=msg(None, "TransformerBlock", f"d_model={D}", str(shape))):
         block(LLAMA)(tb.zeros(*shape, dtype=F64))

@@ -33,12 +33,12 @@ from tinygrad_block import manual, nn
     (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, lora_rank=2, lora_targets=("w_q",)), ["lora_targets", "w_q"]),
 ])
 def test_bad_block_config_raises_naming_the_field_and_values(kwargs, fragments):
-    with pytest.raises(ValueError, match=msg("BlockConfig", *fragments)):
+    with pytest.raises(ValueError, match=msg(None, "BlockConfig", *fragments)):
         nn.BlockConfig(**kwargs)
 
 
 def test_with_revalidates_and_odd_d_head_is_fine_without_rope():
-    with pytest.raises(ValueError, match=msg("n_kv_heads=3")):
+    with pytest.raises(ValueError, match=msg(None, "n_kv_heads=3")):
         LLAMA.with_(n_kv_heads=3)
     cfg = nn.BlockConfig(12, 4, 4, 8, rope=False)
     assert cfg.d_head == 3
@@ -49,7 +49,7 @@ def test_with_revalidates_and_odd_d_head_is_fine_without_rope():
 
 
 def test_unknown_preset_lists_the_presets():
-    with pytest.raises(ValueError, match=msg("'nope'", *nn.PRESETS)):
+    with pytest.raises(ValueError, match=msg(None, "'nope'", *nn.PRESETS)):
         nn.preset("nope")
 
 

@@ -35,10 +35,10 @@ def test_load_state_dict_names_missing_and_unexpected_keys():
     state = blk.state_dict()
     missing = dict(state)
     del missing["attn.k_proj.weight"]
-    with pytest.raises(KeyError, match=msg("missing", "attn.k_proj.weight")):
+    with pytest.raises(KeyError, match=msg(None, "missing", "attn.k_proj.weight")):
         blk.load_state_dict(missing)
     extra = dict(state, **{"attn.k_proj.bias": tb.zeros(8, dtype=F64)})
-    with pytest.raises(KeyError, match=msg("unexpected", "attn.k_proj.bias")):
+    with pytest.raises(KeyError, match=msg(None, "unexpected", "attn.k_proj.bias")):
         blk.load_state_dict(extra)
 
 
@@ -47,13 +47,13 @@ def test_load_state_dict_names_a_misshaped_or_mistyped_entry_and_loads_nothing()
     before = {k: v.numpy().copy() for k, v in blk.state_dict().items()}
     new = {k: t64(v + 1.0) for k, v in before.items()}      # all valid but one
     bad_shape = dict(new, **{"attn.k_proj.weight": tb.zeros(D, D, dtype=F64)})
-    with pytest.raises(ValueError, match=msg("attn.k_proj.weight", f"({D}, {D})", f"({H_KV * D // H}, {D})")):
+    with pytest.raises(ValueError, match=msg(None, "attn.k_proj.weight", f"({D}, {D})", f"({H_KV * D // H}, {D})")):
         blk.load_state_dict(bad_shape)
     bad_dtype = dict(new, **{"ffn.up_proj.weight": tb.zeros(D_FF, D, dtype=tb.float32)})
-    with pytest.raises(ValueError, match=msg("ffn.up_proj.weight", "float32", "float64", f"({D_FF}, {D})")):
+    with pytest.raises(ValueError, match=msg(None, "ffn.up_proj.weight", "float32", "float64", f"({D_FF}, {D})")):
         blk.load_state_dict(bad_dtype)
     not_tensor = dict(new, **{"norm1.weight": np.ones(D)})
-    with pytest.raises(TypeError, match=msg("norm1.weight", "Tensor", "ndarray")):
+    with pytest.raises(TypeError, match=msg(None, "norm1.weight", "Tensor", "ndarray")):
         blk.load_state_dict(not_tensor)
     for k, v in blk.state_dict().items():                     # validated before anything is copied
         np.testing.assert_array_equal(v.numpy(), before[k])
@@ -124,7 +124,7 @@ def test_to_float32_casts_parameters_and_rope_tables_and_still_runs():
 ], ids=["block", "linear", "embedding", "swiglu", "mlp", "attention"])
 @pytest.mark.parametrize("bad", [None, 0, np.random.default_rng(0)], ids=["none", "int", "numpy-rng"])
 def test_modules_need_an_explicit_generator(make, bad):
-    with pytest.raises(TypeError, match=msg("generator", "tb.Generator")):
+    with pytest.raises(TypeError, match=msg(None, "generator", "tb.Generator")):
         make(bad)
 
 
