@@ -1,12 +1,12 @@
-"""DOT text for a recorded Graph: op nodes, module boxes (scopes collapsed below a depth), clusters per scope,
-the residual stream drawn as a straight highway; in the backward view, where gradients split and sum.
+"""DOT text for a GraphView: op nodes, module boxes, a dashed cluster per module scope (a fold of identical layers
+labelled × n), a dotted cluster per named step where a module's own ops are drawn, the residual stream as a
+straight highway; in the backward view, where gradients split and sum.
 
-Depth counts below the root module: at depth 1 a block shows norm1, attn, norm2 and ffn as boxes and its
-own ops (the residual adds) one by one; depth 2 opens attn and ffn; depth None shows every primitive.
+Depth counts below the root module: at depth 1 a block shows norm1, attn, norm2 and ffn as boxes and its own
+ops (the residual adds) one by one; depth 2 opens attn and ffn; depth None shows every primitive. The view's
+classes live in graph_view.py, which imports this module for `GraphView.to_dot`.
 """
 from __future__ import annotations
-
-from collections import Counter
 
 STYLE = {
     "op": 'shape=box, style="rounded,filled", fillcolor="#e8eef7", color="#5b7db1"',
@@ -17,12 +17,17 @@ STYLE = {
     "input": 'shape=invhouse, style=filled, fillcolor="#f3e5f5", color="#7b1fa2"',
     "const": 'shape=plaintext, fontcolor="#777777"',
     "grad": 'shape=ellipse, style="filled,dashed", fillcolor="#ffe0b2", color="#e65100"',
+    "fold": 'shape=note, style=filled, fillcolor="#f1f8e9", color="#4c8a46", fontsize=11',
 }
 HIGHWAY = 'penwidth=3, color="#2e7d32", weight=50'
+SCOPE_CLUSTER = 'style="rounded,dashed"; color="#9e9e9e";'
+FOLD_CLUSTER = 'style="rounded,bold"; color="#4c8a46"; penwidth=2;'
+STEP_CLUSTER = 'style="rounded,dotted"; color="#7986cb"; fontcolor="#3949ab"; fontsize=9;'
+UNCLUSTERED_STEPS = {"", "residual"}     # the residual adds sit on the highway, far apart
 
 
 def _human(n: int) -> str:
-    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+    for unit, size in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= size:
             return f"{n / size:.2f} {unit}FLOPs"
     return f"{n} FLOPs"
@@ -32,154 +37,89 @@ def _shape(shape) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _summary(t) -> str:
-    """mean and std of a tensor's values (and of its .grad), if it has values."""
-    if t is None or t.device == "meta":
-        return ""
-    v = t.numpy().astype("float64")
-    text = f"\\nvalue mean {_finite(v).mean():.3g} std {_finite(v).std():.3g}" if v.size else ""
-    if t.grad is not None and t.grad.device != "meta":
-        gv = t.grad.numpy()
-        text += f"\\ngrad mean {gv.mean():.3g} std {gv.std():.3g}"
-    return text
+def label(view, n) -> str:
+    """The node's text, lines joined by DOT's \\n: what it is, its shape, its FLOPs."""
+    if n.kind == "box":
+        head = view.module_name(n.scope) + ("′ (backward)" if view.phase == "backward" else "")
+        flops = f"{_human(n.flops)} each\\n× {n.repeat} = {_human(n.flops * n.repeat)}" if n.repeat > 1 else \
+            _human(n.flops)
+        return f"{head}{f'  × {n.repeat}' if n.repeat > 1 else ''}\\n{_shape(n.shape)}\\n{flops}"
+    if n.kind in ("residual", "accumulate"):
+        lines = ["+", n.note, _shape(n.shape)]
+    elif n.kind == "op":
+        lines = [n.label + (" (with a scalar)" if n.scalar else ""), n.note, f"{_shape(n.shape)} {n.dtype}"]
+    elif n.kind == "param" or n.name.startswith("g"):
+        return f"{n.label}\\n{_shape(n.shape)}"
+    else:
+        return f"{n.label}\\n{_shape(n.shape)} {n.dtype}"
+    lines += [f"{n.flops:,} FLOPs" if n.flops else "", *n.summary.split("\n")]
+    return "\\n".join(line for line in lines if line)
 
 
-def _finite(v):
-    """The finite entries (masked attention scores hold -inf)."""
-    return v[(v == v) & (abs(v) != float("inf"))]
+def cluster_of(n) -> tuple:
+    """The clusters a node sits in, outermost first: module scopes below the root, then its named step (only
+    where a module's own ops are drawn). Gradient sinks sit outside."""
+    if n.name.startswith("g"):
+        return ()
+    scope = n.scope[:-1] if n.kind == "box" else n.scope
+    path = tuple(scope[:k] for k in range(2, len(scope) + 1))
+    return path + (((*scope, "step", n.step),) if n.step not in UNCLUSTERED_STEPS else ())
 
 
-class _Emitter:
-    def __init__(self, graph, depth, phase, values):
-        self.g, self.depth, self.phase, self.values = graph, depth, phase, values
-        self.keys: dict = {}          # shown key -> DOT name, in order of appearance
-        self.members: dict = {}       # box key, or a merged "paths meet" node -> the node indices inside
-        self.edges = []
-        self.uses = Counter(j for i in graph.ops(phase) for j in graph.nodes[i].inputs)
-
-    def collapsed(self, scope) -> bool:
-        return self.depth is not None and len(scope) - 1 >= self.depth and len(scope) > 0
-
-    def key(self, i):
-        """What node i is drawn as: itself, the box of its collapsed scope, or None (hidden)."""
-        n = self.g.nodes[i]
-        if n.phase != self.phase:
-            return None               # the backward view does not redraw forward tensors
-        if self.collapsed(n.scope):
-            return ("box", n.scope[:self.depth + 1]) if n.kind == "op" else None
-        if self.depth is not None and n.origin == "accumulate":
-            first = self.g.nodes[n.inputs[0]]
-            if first.origin == "accumulate" and first.scope == n.scope and self.uses[n.inputs[0]] == 1:
-                return self.key(n.inputs[0])    # a partial sum: one node where all the paths into a tensor meet
-        if n.kind == "const" and not n.shape:
-            return None               # scalars appear in their op's label
-        return ("node", i)
-
-    def name(self, key) -> str:
-        if key not in self.keys:
-            self.keys[key] = f"{'b' if key[0] == 'box' else 'n'}{len(self.keys)}"
-        return self.keys[key]
-
-    def op_label(self, i) -> tuple[str, str]:
-        n = self.g.nodes[i]
-        summary = _summary(n.tensor) if self.values else ""
-        flops = sum(self.g.nodes[j].flops for j in self.members.get(("node", i), [i]))   # merged sums add up
-        flops = f"\\n{flops:,} FLOPs" if flops else ""
-        if n.phase == "backward" and n.origin == "accumulate":
-            return f"+\\npaths meet\\n{_shape(n.shape)}{flops}" + summary, "accumulate"
-        if n.phase == "forward" and n.label == "add" and len(n.scope) == 1:
-            return f"+\\nresidual\\n{_shape(n.shape)}{flops}" + summary, "residual"
-        scalars = [j for j in n.inputs if self.g.nodes[j].kind == "const" and not self.g.nodes[j].shape]
-        extra = " (with a scalar)" if scalars else ""
-        if n.phase == "backward":
-            adds_copies = n.origin == "expand" and n.label == "sum"
-            extra += f"\\nbackward of {n.origin}" + (": copies add up" if adds_copies else "")
-        return f"{n.label}{extra}\\n{_shape(n.shape)} {n.dtype}{flops}" + summary, "op"
-
-    def node_line(self, key) -> str:
-        name = self.name(key)
-        if key[0] == "box":
-            members = self.members[key]
-            last = self.g.nodes[members[-1]]
-            flops = sum(self.g.nodes[i].flops for i in members)
-            title = ".".join(key[1][1:]) or key[1][0]
-            title += "′ (backward)" if self.phase == "backward" else ""
-            return f'  {name} [label="{title}\\n{_shape(last.shape)}\\n{_human(flops)}", {STYLE["box"]}];'
-        n = self.g.nodes[key[1]]
-        if n.kind == "op":
-            label, style = self.op_label(key[1])
-        elif n.kind == "param":
-            label, style = f"{n.label}\\n{_shape(n.shape)}", "param"
-        else:
-            style = "grad" if n.phase == "backward" else n.kind      # the gradient backward() starts from
-            label = f"{n.label}\\n{_shape(n.shape)} {n.dtype}"
-        return f'  {name} [label="{label}", {STYLE[style]}];'
-
-    def highway(self, src, dst) -> bool:
-        """Residual stream: an edge between the root's own nodes (the input and the residual adds; backward: the
-        gradient backward() starts from, and the sums where the paths meet)."""
-        ends = [self.g.nodes[k[1]] for k in (src, dst) if k[0] == "node"]
-        return len(ends) == 2 and all(len(n.scope) <= 1 and (n.kind == "input" or n.label == "add" or
-                                                             n.origin == "accumulate") for n in ends)
-
-    def collect(self):
-        for i in self.g.ops(self.phase):
-            dst = self.key(i)
-            if dst[0] == "box" or dst[1] != i:           # inside a box, or a partial sum merged into a node
-                self.members.setdefault(dst, [dst[1]] if dst[0] == "node" else []).append(i)
-            self.name(dst)
-            for j in self.g.nodes[i].inputs:
-                src = self.key(j)
-                if src is not None and src != dst and (src, dst) not in self.edges:
-                    self.name(src)
-                    self.edges.append((src, dst))
-
-    def clusters(self) -> list[str]:
-        """Nodes nested in `subgraph cluster_*` blocks, one per module scope below the root."""
-        tree: dict = {}
-        for key in self.keys:
-            scope = key[1][:-1] if key[0] == "box" else self.g.nodes[key[1]].scope
-            tree.setdefault(tuple(scope[1:]), []).append(key)
-        out, opened = [], []
-        for scope in sorted(tree, key=lambda s: min(int(self.keys[k][1:]) for k in tree[s])):
-            while opened and opened[-1] != scope[:len(opened[-1])]:
-                opened.pop()
-                out.append("  }")
-            for level in range(len(opened[-1]) + 1 if opened else 1, len(scope) + 1):
-                opened.append(scope[:level])
-                out.append(f'  subgraph "cluster_{".".join(scope[:level])}" {{ label="{scope[level - 1]}"; '
-                           'style="rounded,dashed"; color="#9e9e9e";')
-            out += [self.node_line(k) for k in tree[scope]]
-        out += ["  }"] * len(opened)
-        return out
-
-    def grad_sinks(self) -> list[str]:
-        """Backward view: where each parameter's gradient comes out."""
-        out = []
-        for i, n in enumerate(self.g.nodes):
-            if n.kind not in ("param", "input") or n.phase != "forward" or n.tensor.grad is None \
-                    or self.collapsed(n.scope):
-                continue
-            made = self.g.grad_of(n.tensor.grad)
-            if made is not None and self.key(made) is not None:
-                sink = f"g{i}"
-                out.append(f'  {sink} [label="∂ {n.label}\\n{_shape(n.shape)}", {STYLE["grad"]}];')
-                out.append(f"  {self.name(self.key(made))} -> {sink};")
-        return out
+def cluster_head(view, key: tuple) -> str:
+    """`subgraph "cluster_..." {` with the label and style of a module, a fold of layers, or a step."""
+    if key[-2:-1] == ("step",):
+        name, text, style = ".".join(key[1:-2]) + ":" + key[-1], key[-1], STEP_CLUSTER
+    else:
+        name, text = ".".join(key[1:]), view.module_name(key)
+        style = FOLD_CLUSTER if key in view.folds else SCOPE_CLUSTER
+    return f'  subgraph "cluster_{name}" {{ label="{text}"; {style}'
 
 
-def emit(graph, depth, phase, values, title) -> str:
-    e = _Emitter(graph, depth, phase, values)
-    e.collect()
-    head = [f'digraph "{title or phase}" {{', '  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10];',
-            '  edge [fontname="Helvetica", fontsize=9, color="#555555"];',
-            f'  labelloc=t; label="{title or phase}";']
-    edges = []
-    for src, dst in e.edges:
-        attrs = [HIGHWAY] if e.highway(src, dst) else []
-        if depth is not None:
-            shape = (e.g.nodes[e.members[src][-1]] if src[0] == "box" else e.g.nodes[src[1]]).shape
-            attrs.append(f'label=" {_shape(shape)}"')
-        edges.append(f"  {e.keys[src]} -> {e.keys[dst]}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
-    sinks = e.grad_sinks() if phase == "backward" else []
-    return "\n".join(head + e.clusters() + edges + sinks + ["}"]) + "\n"
+def fold_note(view, key: tuple, first: str) -> list[str]:
+    """A note beside a fold's first node (edges go around nodes, not labels): how many layers, their FLOPs."""
+    first_layer, last_layer = view.folds[key]
+    n = last_layer - first_layer + 1
+    flops = sum(m.flops for m in view.nodes if m.scope[:len(key)] == key)
+    note = f"fold_{'.'.join(key[1:])}"
+    return [f'  "{note}" [label="× {n}\\lidentical layers,\\ldrawn once\\l{_human(flops)} each\\l'
+            f'{_human(flops * n)} in all\\l", {STYLE["fold"]}];', f'  {{ rank=same; "{note}"; {first}; }}']
+
+
+def clusters(view) -> list[str]:
+    """Node lines nested in `subgraph cluster_*` blocks, each cluster's nodes together, in order of appearance."""
+    tree: dict = {}
+    for n in view.nodes:
+        if not n.name.startswith("g"):
+            tree.setdefault(cluster_of(n), []).append(n)
+    out, opened = [], []
+    for path, nodes in tree.items():
+        while opened and opened[-1] not in path:
+            opened.pop()
+            out.append("  }")
+        for key in path[len(opened):]:
+            opened.append(key)
+            out.append(cluster_head(view, key))
+            out += fold_note(view, key, nodes[0].name) if key in view.folds else []
+        out += [f'  {n.name} [label="{label(view, n)}", {STYLE[n.kind]}];' for n in nodes]
+    return out + ["  }"] * len(opened)
+
+
+def emit(view, title: str | None) -> str:
+    """The DOT text of a GraphView: the header, the nodes in their nested clusters, the edges, then where each
+    gradient comes out. Deterministic: the same view gives the same bytes."""
+    title = title or view.phase
+    head = [f'digraph "{title}" {{', '  rankdir=TB; newrank=true; fontname="Helvetica";',
+            '  node [fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9, color="#555555"];',
+            f'  labelloc=t; label="{title}";']
+    sinks = {n.name: n for n in view.nodes if n.name.startswith("g")}
+    edges, tail = [], []
+    for e in view.edges:
+        if e.dst in sinks:
+            tail += [f'  {e.dst} [label="{label(view, sinks[e.dst])}", {STYLE["grad"]}];', f"  {e.src} -> {e.dst};"]
+            continue
+        attrs = [HIGHWAY] if e.highway else []
+        if view.depth is not None:
+            attrs.append(f'label=" {_shape(e.shape)}"')
+        edges.append(f"  {e.src} -> {e.dst}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
+    return "\n".join(head + clusters(view) + edges + tail + ["}"]) + "\n"

@@ -1,5 +1,6 @@
-"""Regenerate the README's graph images: the tiny block's forward graph at depth 2 and its backward graph
-(the gradient flow) at depth 1, as DOT sources and SVG drawings in docs/images/.
+"""Regenerate the README's graph images, as DOT sources and SVG drawings in docs/images/: the tiny block's
+forward graph at depth 2 and its backward graph (the gradient flow) at depth 1, and Llama-2-70B's whole model at
+depth 2 (80 identical layers drawn once), on the shape-only device.
 
     python tools/render_readme_graphs.py          # tests/test_readme_graphs.py checks the output is current
 """
@@ -8,18 +9,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinygrad_block import nn
-from tinygrad_block.cli import record
+from tinygrad_block.measure import record
 from tinygrad_block.graph import render
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
-VIEWS = {"tiny_block_forward_depth2": dict(depth=2, title="tiny block, forward, depth 2"),
-         "tiny_block_backward": dict(depth=1, backward=True, title="tiny block, backward (the gradient flow), depth 1")}
+RUNS = {"block": dict(cfg="tiny", whole_model=False, L=8), "model": dict(cfg="llama2-70b", whole_model=True, L=16)}
+VIEWS = {"tiny_block_forward_depth2": ("block", dict(depth=2, title="tiny block, forward, depth 2")),
+         "tiny_block_backward": ("block", dict(depth=1, backward=True,
+                                               title="tiny block, backward (the gradient flow), depth 1")),
+         "llama2_70b_model_depth2": ("model", dict(depth=2, title="llama2-70b model, forward, depth 2"))}
 
 
 def dot_sources() -> dict[str, str]:
-    """DOT text of each README view, from one forward and backward of the tiny block (B=1, L=8)."""
-    graph = record(nn.preset("tiny"), whole_model=False, B=1, L=8, backward=True, values=False)
-    return {name: graph.to_dot(**view) for name, view in VIEWS.items()}
+    """DOT text of each README view, from one forward and backward of the tiny block (B=1, L=8) and of the
+    Llama-2-70B model (B=1, L=16)."""
+    graphs = {run: record(nn.preset(a["cfg"]), whole_model=a["whole_model"], B=1, L=a["L"], backward=True,
+                          values=False) for run, a in RUNS.items()}
+    return {name: graphs[run].to_dot(**view) for name, (run, view) in VIEWS.items()}
 
 
 def main() -> None:
