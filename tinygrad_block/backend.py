@@ -310,12 +310,12 @@ class ArrayBackend:
         return getattr(self.xp, op)(a, b)  # op is a numpy ufunc name: less, equal, greater_equal, ...
 
     def where(self, cond, a, b):
-        """cond ? a : b as a bitwise select, b ^ ((a ^ b) & mask): exact for every value (inf, nan, -0.0), and
+        """cond ? a : b as a bitwise select, b ^ ((a ^ b) * cond): exact for every value (inf, nan, -0.0), and
         about 10x faster than np.where, which branches per element, on a mixed mask (a sigmoid's, a ReLU's)."""
         dtype, bits = a.dtype, _UINT[a.dtype.itemsize]
-        mask = self.xp.negative(cond.astype(bits))                      # all ones where cond holds
         a, b = a.view(bits), b.view(bits)
-        return self.xp.bitwise_xor(b, self.xp.bitwise_and(self.xp.bitwise_xor(a, b), mask)).view(dtype)
+        picked = self.xp.multiply(self.xp.bitwise_xor(a, b), cond)     # a ^ b where cond holds, 0 elsewhere
+        return self.xp.bitwise_xor(picked, b).view(dtype)
 
     # ---- reductions ----
     def sum(self, a, axes, keepdims):
