@@ -481,7 +481,16 @@ def test_graph_values_refuses_a_run_too_big_for_memory_with_the_estimate(tmp_pat
     error = one_line_error(run_cli(*argv, "--out", str(tmp_path / "g.dot")), "--values", "over the limit of 2.00 GiB")
     estimate = float(re.search(r"about ([\d.,]+) GiB", error).group(1).replace(",", ""))
     assert estimate >= 2 * 8 * cfg.n_heads * 2048**2 * 4 / 2**30
-    assert not (tmp_path / "g.dot").exists()
+    assert not (tmp_path / "g.dot").exists() and "lower --seq-len and --batch" in error
+
+
+def test_graph_values_on_a_model_too_big_at_any_length_says_to_choose_a_smaller_preset(tmp_path):
+    """Llama-2-70B's parameters alone are 68,976,648,192 x 4 bytes = 257 GiB: fewer tokens cannot help."""
+    error = one_line_error(run_cli("graph", "--preset", "llama2-70b", "--model", "--values", "--out",
+                                   str(tmp_path / "g.dot")), "choose a smaller preset", "even at B=1, L=1")
+    assert "lower --seq-len" not in error
+    at_one = float(re.search(r"it needs ([\d.,]+) GiB", error).group(1).replace(",", ""))
+    assert at_one >= 68_976_648_192 * 4 / 2**30
 
 
 def test_record_bytes_is_what_the_recording_holds():

@@ -324,11 +324,13 @@ def check_values_memory(args: argparse.Namespace) -> None:
     need = record_bytes(args.preset, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward)
     if need > VALUES_LIMIT:
         what = "the model" if args.model else "one block"
+        at_one = record_bytes(args.preset, whole_model=args.model, B=1, L=1, backward=args.backward)
+        smaller = "lower --seq-len and --batch" if at_one <= VALUES_LIMIT else \
+            f"choose a smaller preset (even at B=1, L=1 it needs {human_bytes(at_one)})"
         raise CommandError(f"--values runs {what} of {args.preset.name} at B={args.batch}, L={args.seq_len:,} on "
                            f"{args.device} in float32 and would hold about {human_bytes(need)} (parameters, every "
                            f"intermediate{' and gradient' if args.backward else ''}), over the limit of "
-                           f"{human_bytes(VALUES_LIMIT)}; drop --values to draw on the shape-only device, or lower "
-                           f"--seq-len and --batch")
+                           f"{human_bytes(VALUES_LIMIT)}; drop --values to draw on the shape-only device, or {smaller}")
 
 
 def write_graph(dot: str, path: Path, fmt: str) -> None:
