@@ -177,3 +177,16 @@ def test_sequence_beyond_the_context_length_raises(rope):
         blk(tb.zeros(1, 9, D, dtype=F64))
     with pytest.raises(ValueError, match=msg(None, "max_seq_len=8", "5..8")):
         blk(tb.zeros(1, 4, D, dtype=F64), offset=5)
+
+
+def test_the_causal_mask_is_built_once_per_length_and_equals_numpys():
+    """Oracle: np.triu of -inf above the diagonal. The same tensor serves every call at one length; a new
+    length builds a new one (and only the latest is kept)."""
+    cfg = nn.preset("tiny")
+    attn = nn.Attention(cfg, generator=tb.Generator(0), dtype=tb.float64)
+    x5, x7 = tb.zeros(1, 5, cfg.d_model, dtype=tb.float64), tb.zeros(1, 7, cfg.d_model, dtype=tb.float64)
+    first = attn.mask(5, x5)
+    np.testing.assert_array_equal(first.numpy(), np.triu(np.full((5, 5), -np.inf), 1))
+    assert attn.mask(5, x5) is first and first.dtype == tb.float64
+    seven = attn.mask(7, x7)
+    assert seven is not first and seven.shape == (7, 7) and attn.mask(7, x7) is seven

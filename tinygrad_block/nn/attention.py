@@ -66,7 +66,7 @@ class Attention(Module):
         self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
         if cfg.rope:
             self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device)
-        self.masks = {}  # (L, dtype, backend) -> the causal mask, built once per length
+        self.last_mask = (None, None)  # ((L, dtype, backend), the causal mask): rebuilt only when L changes
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
         cfg = self.cfg
@@ -95,11 +95,12 @@ class Attention(Module):
         return self.o_proj(out)
 
     def mask(self, L: int, like: Tensor) -> Tensor:
-        """The causal mask for L positions, in `like`'s dtype and device: built on first use, then reused."""
+        """The causal mask for L positions, in `like`'s dtype and device: built on first use, then reused while
+        the length stays the same (one mask is kept: a model run at many lengths does not hoard L x L tables)."""
         key = (L, like.dtype, like.backend)
-        if key not in self.masks:
-            self.masks[key] = causal_mask(L, like.dtype, like.backend)
-        return self.masks[key]
+        if self.last_mask[0] != key:
+            self.last_mask = (key, causal_mask(L, like.dtype, like.backend))
+        return self.last_mask[1]
 
     def _check_positions(self, offset, L: int) -> None:
         """Positions offset .. offset + L - 1 must lie in the RoPE table (the context length)."""
