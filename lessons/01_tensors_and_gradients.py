@@ -45,7 +45,8 @@ def scalar_example():
 # %% [markdown]
 # ## 2. Which primitives ran?
 #
-# `tb.observe` calls a function after every primitive, forward and backward. $y = x^2 + 3x$ is three
+# `tb.observe` calls a function after every primitive, forward and backward, with an event that says which op
+# ran (`e.op.name`), in which phase (`e.phase`), on which inputs and output. $y = x^2 + 3x$ is three
 # primitives forward (mul, mul, add). Backward, `add` passes its gradient through unchanged (no op). The
 # `mul` in $x \cdot x$ uses $x$ twice, so it sends two gradients to $x$ ($g \cdot x$ for each use): 2 muls.
 # The `mul` in $3x$ sends one ($g \cdot 3$; the constant needs none): 1 mul. Three gradients arrive at $x$
