@@ -356,6 +356,31 @@ def test_graph_of_the_whole_model_at_depth_1_draws_the_identical_layers_once(cap
     assert data["nodes"] == 5                                 # token ids, embed, the 32 layers as one, norm, head
 
 
+def test_graph_all_layers_draws_every_layer(capsys, tmp_path):
+    out = tmp_path / "model.dot"
+    data = json.loads(run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--all-layers",
+                          "--out", str(out), "--json"))
+    text = out.read_text()
+    assert data["nodes"] == 4 + 32 and "×" not in text
+    assert all(f'label="layers.{i}\\n' in text for i in range(32))
+
+
+def png_width(path) -> int:
+    return int.from_bytes(path.read_bytes()[16:20], "big")          # the IHDR chunk: width, then height
+
+
+def test_graph_dpi_scales_a_png_and_is_refused_for_vector_drawings(capsys, tmp_path):
+    widths = {}
+    for dpi in (100, 300):
+        out = tmp_path / f"{dpi}.png"
+        run(capsys, "graph", "--preset", "tiny", "--depth", "1", "--dpi", str(dpi), "--out", str(out))
+        widths[dpi] = png_width(tmp_path / f"{dpi}.png")
+    assert 2.9 < widths[300] / widths[100] < 3.1
+    error = one_line_error(run_cli("graph", "--preset", "tiny", "--dpi", "100", "--out", str(tmp_path / "x.svg")),
+                           "--dpi 100", "only a .png has pixels")
+    assert "svg" in error and not (tmp_path / "x.svg").exists()
+
+
 def test_graph_values_on_every_device_draw_the_same_numbers(capsys, tmp_path, device):
     """--values runs the block on --device: the same drawing, and the same value summaries as on
     the CPU up to float32 rounding (a GPU sums in another order; a summary has three significant digits)."""

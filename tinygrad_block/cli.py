@@ -18,7 +18,7 @@ from . import accounting
 from .counting import FlopCounter
 from .curriculum import notes_for
 from .device import get_backend
-from .graph import render
+from .graph import PNG_DPI, render
 from .measure import DTYPES, count_model, measured_activations, measured_params, record, record_bytes, walk
 from .nn import PRESETS, BlockConfig, preset
 
@@ -333,13 +333,13 @@ def check_values_memory(args: argparse.Namespace) -> None:
                            f"{human_bytes(VALUES_LIMIT)}; drop --values to draw on the shape-only device, or {smaller}")
 
 
-def write_graph(dot: str, path: Path, fmt: str) -> None:
+def write_graph(dot: str, path: Path, fmt: str, dpi: int | None = None) -> None:
     """DOT text as is, or rendered by graphviz; a missing graphviz or an unwritable path is a CommandError."""
     try:
         if fmt == "dot":
             path.write_text(dot)
         else:
-            render(dot, path)
+            render(dot, path, dpi=dpi)
     except RuntimeError as e:                                        # graphviz (package or `dot`) missing
         raise CommandError(f"--out {path}: {e}") from None
     except OSError as e:
@@ -355,6 +355,8 @@ def graph_data(args: argparse.Namespace) -> dict:
     if path.is_dir():
         raise CommandError(f"--out {path}: is a folder; give a file name ending in .{fmt}")
     writable_folder(path.parent, "--out")
+    if args.dpi is not None and fmt != "png":
+        raise CommandError(f"--dpi {args.dpi}: only a .png has pixels; {path.name} is a vector drawing ({fmt})")
     if args.values:
         check_values_memory(args)
     start = time.perf_counter()
@@ -362,10 +364,10 @@ def graph_data(args: argparse.Namespace) -> dict:
                    values=args.values, device=args.device)
     title = (f"{cfg.name} {'model' if args.model else 'block'}, x {(args.batch, args.seq_len)}"
              f"{', backward' if args.backward else ''}{f', depth {args.depth}' if args.depth is not None else ''}")
-    view = graph.view(args.depth, backward=args.backward, values=args.values)
+    view = graph.view(args.depth, backward=args.backward, values=args.values, fold=not args.all_layers)
     for warning in view.warnings:                                    # e.g. a drawing too big to read
         print(f"{PROG} graph: warning: {warning}", file=sys.stderr)
-    write_graph(view.to_dot(title), path, fmt)
+    write_graph(view.to_dot(title), path, fmt, args.dpi)
     return {"command": "graph", "preset": cfg.name, "model": args.model, "depth": args.depth,
             "backward": args.backward, "seq_len": args.seq_len, "batch": args.batch, "path": str(path),
             "format": fmt, "nodes": len(view.nodes), "edges": len(view.edges),
@@ -457,6 +459,10 @@ def add_counting_command(commands, name: str) -> None:
                        f"model for real: refused above {human_bytes(VALUES_LIMIT)})")
         p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE",
                        help="where --values runs: cpu (default), cuda, cuda:N")
+        p.add_argument("--all-layers", action="store_true",
+                       help="with --model: draw every layer, not identical layers once with their count")
+        p.add_argument("--dpi", type=_positive, default=None, metavar="N",
+                       help=f"pixels per inch of a .png (default {PNG_DPI})")
     p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
 
 
