@@ -481,7 +481,60 @@ def parser() -> argparse.ArgumentParser:
                       help="where the block runs: cpu (default), cuda, cuda:N")
     for name in COMMANDS:
         add_counting_command(commands, name)
+    add_course_commands(commands)
     return top
+
+
+def _lesson_number(text: str) -> int:
+    """argparse type: a lesson number, 1 or 01."""
+    if not text.isdigit() or not 1 <= int(text) <= 99:
+        raise argparse.ArgumentTypeError(f"a lesson number is 1 to 99 (e.g. 01), got {text!r}")
+    return int(text)
+
+
+def add_course_commands(commands) -> None:
+    """lesson, exercise and check: the course's commands (course.py)."""
+    p = commands.add_parser("lesson", help="run a numbered lesson, or write it as a notebook",
+                            description="Run lessons/NN_*.py as a script, or with --notebook write it as a .ipynb.")
+    p.add_argument("number", type=_lesson_number, metavar="NN")
+    p.add_argument("--notebook", action="store_true", help="write the lesson as a .ipynb (the 'notebook' extra)")
+    p.add_argument("--out-dir", default=None, metavar="DIR", help="where the notebook goes (default lessons/out/NN)")
+    p = commands.add_parser("exercise", help="write a lesson's exercises as a starter file to fill in",
+                            description="Write exercise_NN.py: a lesson's exercises, each a function to write.")
+    p.add_argument("number", type=_lesson_number, metavar="NN")
+    p.add_argument("--out", default=None, metavar="FILE", help="the file to write (default exercise_NN.py)")
+    p.add_argument("--force", action="store_true", help="replace the file if it exists")
+    p = commands.add_parser("check", help="check your solutions to a lesson's exercises",
+                            description="Run the lesson's checker on your file; each exercise passes or says why not.")
+    p.add_argument("number", type=_lesson_number, metavar="NN")
+    p.add_argument("file", nargs="?", default=None, metavar="FILE", help="your solutions (default exercise_NN.py)")
+
+
+def run_course(args: argparse.Namespace, out=print) -> int:
+    """The course's commands; a course mistake (no such lesson, no file) becomes one line, status 2."""
+    from . import course
+    try:
+        if args.command == "lesson" and not args.notebook:
+            return course.run_lesson(args.number)
+        if args.command == "lesson":
+            path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None)
+            out(f"lesson {args.number:02d}: wrote {path} (open it with Jupyter; run its cells in order)")
+            return 0
+        default = Path(f"exercise_{args.number:02d}.py")
+        if args.command == "exercise":
+            path = course.write_starter(args.number, Path(args.out) if args.out else default, args.force)
+            out(f"exercise {args.number:02d}: wrote {path}; fill in each function, then run "
+                f"`{PROG} check {args.number:02d}{'' if path == default else ' ' + str(path)}`")
+            return 0
+        path = Path(args.file) if args.file else default
+        results = course.check(args.number, course.load_solution(path, args.number))
+    except course.CourseError as e:
+        raise CommandError(str(e)) from None
+    for name, why in results:
+        out(f"  {'ok  ' if why is None else 'FAIL'} {name}" + ("" if why is None else f": {why}"))
+    passed = sum(why is None for _, why in results)
+    out(f"check {args.number:02d}: {passed} of {len(results)} exercises pass ({path})")
+    return 0 if passed == len(results) else 1
 
 
 def run_tour(args: argparse.Namespace) -> int:
@@ -522,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
         top.print_help()
         return 2
     try:
+        if args.command in ("lesson", "exercise", "check"):
+            return run_course(args)
         return run_tour(args) if args.command == "tour" else run(args)
     except CommandError as e:
         top.exit(2, f"{top.prog} {args.command}: error: {e}\n")

@@ -1,0 +1,128 @@
+"""The course commands (course.py, exercises/): lessons found and run, notebooks written, starters handed out,
+and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from conftest import msg
+
+import tinygrad_block as tb
+from tinygrad_block import course
+from tinygrad_block.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "lessons" / "solutions"
+
+
+def solution(number: int, **replaced) -> types.ModuleType:
+    """The reference solution of lesson `number`, with some functions replaced by wrong ones."""
+    module = course.load_solution(SOLUTIONS / f"{number:02d}.py", number)
+    for name, function in replaced.items():
+        setattr(module, name, function)
+    return module
+
+
+def failures(number: int, module) -> dict:
+    return {name: why for name, why in course.check(number, module) if why is not None}
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("[0-9][0-9].py")), ids=lambda p: p.stem)
+def test_every_checker_accepts_its_reference_solution(path):
+    number = int(path.stem)
+    assert failures(number, solution(number)) == {}
+    names = [name for name, _ in course.exercises(number).checks]
+    assert names == [name for name, _ in course.check(number, solution(number))]
+
+
+def test_every_lesson_with_exercises_has_a_reference_solution():
+    numbers = sorted(int(p.stem[2:]) for p in (ROOT / "tinygrad_block" / "exercises").glob("ex[0-9][0-9].py"))
+    assert numbers and all((SOLUTIONS / f"{n:02d}.py").is_file() for n in numbers)
+
+
+# ---------------------------------------------------------------- lesson 01's checkers reject wrong answers
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # the naive solution's e^1000
+def test_softplus_that_overflows_is_rejected():
+    naive = lambda x: (x.exp() + 1.0).log()                                     # noqa: E731
+    assert "not finite at x = 1000" in failures(1, solution(1, softplus=naive))["softplus"]
+
+
+def test_softplus_with_inconsistent_branches_at_the_kink_is_rejected():
+    """max(x, 0) splits its gradient at the tie (1/2) while |x| takes the x branch: at 0 they sum to 0, not the
+    sigmoid's 1/2. The values are right; only the gradient check can see it."""
+    kinked = lambda x: x.maximum(0.0) + ((-x.abs()).exp() + 1.0).log()        # noqa: E731
+    why = failures(1, solution(1, softplus=kinked))["softplus"]
+    assert "at x = 0 is 0.0" in why and "sigmoid" in why and "0.5" in why
+
+
+def test_softplus_outside_the_graph_is_rejected():
+    import numpy as np
+    detached = lambda x: tb.tensor(np.logaddexp(0.0, x.numpy()))               # noqa: E731
+    assert "no gradient reached x" in failures(1, solution(1, softplus=detached))["softplus"]
+
+
+def test_a_two_point_difference_is_rejected_with_the_reason():
+    two_point = lambda f, x, h=1e-3: (f(x + h) - f(x - h)) / (2 * h)          # noqa: E731
+    why = failures(1, solution(1, central_difference=two_point))["central_difference"]
+    assert "error 9.01e-08" in why and "two-point" in why
+
+
+def test_the_starter_fails_every_check_as_not_written_yet(tmp_path):
+    path = course.write_starter(1, tmp_path / "exercise_01.py")
+    results = course.check(1, course.load_solution(path, 1))
+    assert results and all(why == "not written yet (it still raises NotImplementedError)" for _, why in results)
+
+
+# ---------------------------------------------------------------- the commands
+def run_cli(*argv, cwd):
+    return subprocess.run([sys.executable, "-m", "tinygrad_block", *argv], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_exercise_then_check_from_the_command_line(tmp_path):
+    made = run_cli("exercise", "1", cwd=tmp_path)
+    assert made.returncode == 0 and (tmp_path / "exercise_01.py").is_file()
+    again = run_cli("exercise", "01", cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    unfinished = run_cli("check", "01", cwd=tmp_path)
+    assert unfinished.returncode == 1 and "0 of 2 exercises pass" in unfinished.stdout
+    (tmp_path / "mine.py").write_text((SOLUTIONS / "01.py").read_text())
+    done = run_cli("check", "1", "mine.py", cwd=tmp_path)
+    assert done.returncode == 0 and "2 of 2 exercises pass" in done.stdout
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["check", "1", "nope.py"], ["no file nope.py", "exercise 01"]),
+    (["check", "42"], ["lesson 42 has no exercises yet", "01"]),
+    (["lesson", "42"], ["there is no lesson 42", "01_tensors_and_gradients"]),
+    (["exercise", "x1"], ["a lesson number is 1 to 99"]),
+])
+def test_course_mistakes_are_one_line(tmp_path, argv, fragments):
+    result = run_cli(*argv, cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert all(f in lines[-1] for f in fragments), result.stderr
+
+
+def test_a_solution_that_does_not_import_is_one_line(tmp_path):
+    (tmp_path / "broken.py").write_text("def softplus(x):\n    return (\n")
+    result = run_cli("check", "1", "broken.py", cwd=tmp_path)
+    assert result.returncode == 2 and "broken.py does not run: SyntaxError" in result.stderr
+
+
+def test_lesson_runs_the_script(tmp_path):
+    result = run_cli("lesson", "1", cwd=tmp_path)
+    assert result.returncode == 0 and "gradcheck of a weighted sum passed" in result.stdout
+
+
+def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
+    assert main(["lesson", "1", "--notebook", "--out-dir", str(tmp_path)]) == 0
+    path = tmp_path / "01_tensors_and_gradients.ipynb"
+    notebook = json.loads(path.read_text())
+    script = (ROOT / "lessons" / "01_tensors_and_gradients.py").read_text()
+    kinds = [c["cell_type"] for c in notebook["cells"]]
+    assert kinds.count("code") == script.count("\n# %%\n") + script.startswith("# %%\n")
+    assert kinds.count("markdown") == script.count("# %% [markdown]")
+    assert str(path) in capsys.readouterr().out and msg(None, "wrote")

@@ -1,0 +1,115 @@
+"""The course around the numbered lessons: find and run a lesson, write it as a notebook, hand out a lesson's
+exercises as a starter file, and check a learner's solutions against the lesson's checker.
+
+A lesson is `lessons/NN_slug.py` in the repository (jupytext percent format: a script and a notebook at once).
+Its exercises live in `tinygrad_block/exercises/exNN.py`: the starter text a learner fills in, and a list of
+checks, each a function that takes the learner's module and raises `CheckFailed` saying precisely what is
+wrong. Reference solutions are kept apart, in `lessons/solutions/NN.py`.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+
+
+class CourseError(Exception):
+    """A learner's mistake in using the course commands (a missing lesson or file): one line, status 2."""
+
+
+class CheckFailed(Exception):
+    """A solution that does not do what the exercise asks; the message says what, with the numbers."""
+
+
+def lesson_path(number: int) -> Path:
+    """lessons/NN_*.py for lesson `number`, or a CourseError naming the lessons there are."""
+    if not LESSONS.is_dir():
+        raise CourseError(f"the lessons are the repository's lessons/ folder, not found at {LESSONS}; "
+                          "run the course from a clone of the repository")
+    found = sorted(LESSONS.glob(f"{number:02d}_*.py"))
+    if not found:
+        have = ", ".join(p.stem for p in sorted(LESSONS.glob("[0-9][0-9]_*.py")))
+        raise CourseError(f"there is no lesson {number:02d}; the lessons are: {have}")
+    return found[0]
+
+
+def run_lesson(number: int) -> int:
+    """Run a lesson as a script, its output straight to the terminal; its exit status."""
+    return subprocess.run([sys.executable, str(lesson_path(number))]).returncode
+
+
+def write_notebook(number: int, out_dir: Path | None = None) -> Path:
+    """The lesson as a .ipynb (cells as in the script, no outputs yet), under lessons/out/NN/ by default."""
+    try:
+        import jupytext
+    except ImportError:
+        raise CourseError("writing a notebook needs jupytext: install the 'notebook' extra, "
+                          "pip install 'tinygrad_block[notebook]'") from None
+    path = lesson_path(number)
+    out = (out_dir or LESSONS / "out" / f"{number:02d}") / f"{path.stem}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(path), out)
+    return out
+
+
+@dataclass
+class Exercises:
+    """One lesson's exercises: the starter text and the checks (name, function of the learner's module)."""
+    number: int
+    starter: str
+    checks: list
+
+
+def exercises(number: int) -> Exercises:
+    """The exercises of lesson `number`, or a CourseError naming the lessons that have some."""
+    try:
+        module = importlib.import_module(f".exercises.ex{number:02d}", __package__)
+    except ModuleNotFoundError:
+        have = ", ".join(p.stem[2:] for p in sorted((Path(__file__).parent / "exercises").glob("ex[0-9][0-9].py")))
+        raise CourseError(f"lesson {number:02d} has no exercises yet; lessons with exercises: {have}") from None
+    return Exercises(number, module.STARTER, module.CHECKS)
+
+
+def write_starter(number: int, path: Path, force: bool = False) -> Path:
+    """Write the starter file of lesson `number`'s exercises; never over a file already there, unless `force`."""
+    text = exercises(number).starter
+    if path.exists() and not force:
+        raise CourseError(f"{path} already exists (your work?); pass --force to replace it, or --out another file")
+    path.write_text(text)
+    return path
+
+
+def load_solution(path: Path, number: int):
+    """The learner's file for lesson `number` as a module; a CourseError if it is missing or does not import."""
+    exercises(number)                                                # a lesson without exercises says so first
+    if not path.is_file():
+        raise CourseError(f"no file {path}; write the starter with `python -m tinygrad_block exercise "
+                          f"{number:02d}`, fill it in, then check it")
+    spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the learner's own code: report it in one line
+        raise CourseError(f"{path} does not run: {type(e).__name__}: {e}") from None
+    return module
+
+
+def check(number: int, module) -> list[tuple[str, str | None]]:
+    """Run every check of lesson `number` on the learner's module: (name, None if it passed, else why not)."""
+    results = []
+    for name, run in exercises(number).checks:
+        try:
+            run(module)
+            results.append((name, None))
+        except CheckFailed as e:
+            results.append((name, str(e)))
+        except NotImplementedError:
+            results.append((name, "not written yet (it still raises NotImplementedError)"))
+        except Exception as e:  # the learner's code failed inside the check
+            results.append((name, f"raised {type(e).__name__}: {e}"))
+    return results

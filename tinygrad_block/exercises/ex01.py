@@ -1,0 +1,77 @@
+"""Lesson 01's exercises: softplus from Tensor ops, stable and differentiable; the four-point central
+difference. Each check compares with an independent oracle (numpy's logaddexp, the sigmoid, known derivatives)
+and says what is wrong, with the numbers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import tinygrad_block as tb
+
+from ..course import CheckFailed
+
+STARTER = '''"""Lesson 01 exercises. Fill in each function, then run:  python -m tinygrad_block check 01"""
+import tinygrad_block as tb
+
+
+def softplus(x: tb.Tensor) -> tb.Tensor:
+    """log(1 + e^x) elementwise, written with Tensor ops so that autograd differentiates it.
+    It must stay finite and exact for large |x| (try x = 1000 and x = -1000): e^1000 overflows."""
+    raise NotImplementedError
+
+
+def central_difference(f, x: float, h: float = 1e-3) -> float:
+    """df/dx at x from f at the four points x - 2h, x - h, x + h, x + 2h, with an error of order h^4
+    (a two-point difference has an error of order h^2: at h = 1e-3 that is a million times larger)."""
+    raise NotImplementedError
+'''
+
+KINK = (" (at the kink x = 0, pieces like max(x, 0) and |x| each pick a one-sided gradient: make them pick "
+        "the same side, e.g. both from the branch x >= 0)")
+XS = np.array([-1000.0, -30.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 30.0, 1000.0])
+
+
+def check_softplus(solution) -> None:
+    """Values against numpy's logaddexp(0, x); the gradient against the sigmoid, its derivative by hand."""
+    x = tb.tensor(XS, dtype=tb.float64, requires_grad=True)
+    y = solution.softplus(x)
+    if not isinstance(y, tb.Tensor) or y.shape != x.shape:
+        raise CheckFailed(f"softplus must return a Tensor of x's shape {x.shape}; got {type(y).__name__} "
+                          f"{getattr(y, 'shape', '')}")
+    got, want = y.numpy(), np.logaddexp(0.0, XS)
+    bad = ~np.isfinite(got)
+    if bad.any():
+        raise CheckFailed(f"softplus is not finite at x = {XS[bad][0]:g} (got {float(got[bad][0])}); e^x "
+                          "overflows there: write it as max(x, 0) + log(1 + e^-|x|)")
+    err = np.abs(got - want) / np.maximum(1.0, np.abs(want))
+    if err.max() > 1e-12:
+        i = int(err.argmax())
+        raise CheckFailed(f"softplus({XS[i]:g}) = {float(got[i])!r}, expected {float(want[i])!r} (log(1 + e^x))")
+    if not y.requires_grad:
+        raise CheckFailed("no gradient reached x: build softplus from Tensor ops, not from numpy arrays")
+    y.sum().backward()
+    if x.grad is None:
+        raise CheckFailed("no gradient reached x: build softplus from Tensor ops, not from numpy arrays")
+    sigmoid = np.exp(-np.logaddexp(0.0, -XS))                        # 1 / (1 + e^-x), stable
+    gerr = np.abs(x.grad.numpy() - sigmoid)
+    if not np.all(np.isfinite(x.grad.numpy())) or gerr.max() > 1e-12:
+        i = int(np.nanargmax(np.where(np.isfinite(gerr), gerr, np.inf)))
+        raise CheckFailed(f"d softplus/dx at x = {XS[i]:g} is {float(x.grad.numpy()[i])!r}; it should be the "
+                          f"sigmoid 1 / (1 + e^-x) = {float(sigmoid[i])!r}" + (KINK if XS[i] == 0 else ""))
+
+
+def check_central_difference(solution) -> None:
+    """sin at 1 (exact: cos 1) and x^4 at 2 (exact: 32, which a four-point difference gets up to rounding)."""
+    for name, f, x, exact, bound in (("sin", math.sin, 1.0, math.cos(1.0), 1e-11),
+                                     ("x**4", lambda t: t ** 4, 2.0, 32.0, 1e-8)):
+        got = solution.central_difference(f, x, 1e-3)
+        err = abs(got - exact)
+        if not err <= bound:
+            hint = (" (that is the size of a two-point difference's error, of order h^2: use four points)"
+                    if 1e-8 < err < 1e-4 else "")
+            raise CheckFailed(f"central_difference({name}, {x}, h=1e-3) = {got!r}, exact {exact!r}: error {err:.2e}, "
+                              f"expected at most {bound:.0e}{hint}")
+
+
+CHECKS = [("softplus", check_softplus), ("central_difference", check_central_difference)]
