@@ -115,3 +115,20 @@ def random_block(cfg, seed: int = 0, device: str = "cpu", dtype=F64) -> nn.Trans
     blk = block(cfg, seed, dtype)
     randomize(blk, seed)
     return blk.to(device)
+
+
+# ---------------------------------------------------------------- the course's exercises
+def solution(number: int, **replaced):
+    """The reference solution of lesson `number` (lessons/solutions/NN.py), with some functions replaced by
+    wrong ones."""
+    from tinygrad_block import course
+    module = course.load_solution(ROOT / "lessons" / "solutions" / f"{number:02d}.py", number)
+    for name, function in replaced.items():
+        setattr(module, name, function)
+    return module
+
+
+def failures(number: int, module) -> dict:
+    """{exercise name: what the checker says is wrong} for the exercises `module` fails."""
+    from tinygrad_block import course
+    return {name: why for name, why in course.check(number, module) if why is not None}

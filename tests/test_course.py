@@ -3,29 +3,17 @@ and each checker against its reference solution (lessons/solutions/) and against
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
-import tinygrad_block as tb
 from tinygrad_block import course
 from tinygrad_block.cli import main
 
+from conftest import failures, solution
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "lessons" / "solutions"
-
-
-def solution(number: int, **replaced) -> types.ModuleType:
-    """The reference solution of lesson `number`, with some functions replaced by wrong ones."""
-    module = course.load_solution(SOLUTIONS / f"{number:02d}.py", number)
-    for name, function in replaced.items():
-        setattr(module, name, function)
-    return module
-
-
-def failures(number: int, module) -> dict:
-    return {name: why for name, why in course.check(number, module) if why is not None}
 
 
 @pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("[0-9][0-9].py")), ids=lambda p: p.stem)
@@ -39,33 +27,6 @@ def test_every_checker_accepts_its_reference_solution(path):
 def test_every_lesson_with_exercises_has_a_reference_solution():
     numbers = sorted(int(p.stem[2:]) for p in (ROOT / "tinygrad_block" / "exercises").glob("ex[0-9][0-9].py"))
     assert numbers and all((SOLUTIONS / f"{n:02d}.py").is_file() for n in numbers)
-
-
-# ---------------------------------------------------------------- lesson 01's checkers reject wrong answers
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # the naive solution's e^1000
-def test_softplus_that_overflows_is_rejected():
-    naive = lambda x: (x.exp() + 1.0).log()                                     # noqa: E731
-    assert "not finite at x = 1000" in failures(1, solution(1, softplus=naive))["softplus"]
-
-
-def test_softplus_with_inconsistent_branches_at_the_kink_is_rejected():
-    """max(x, 0) splits its gradient at the tie (1/2) while |x| takes the x branch: at 0 they sum to 0, not the
-    sigmoid's 1/2. The values are right; only the gradient check can see it."""
-    kinked = lambda x: x.maximum(0.0) + ((-x.abs()).exp() + 1.0).log()        # noqa: E731
-    why = failures(1, solution(1, softplus=kinked))["softplus"]
-    assert "at x = 0 is 0.0" in why and "sigmoid" in why and "0.5" in why
-
-
-def test_softplus_outside_the_graph_is_rejected():
-    import numpy as np
-    detached = lambda x: tb.tensor(np.logaddexp(0.0, x.numpy()))               # noqa: E731
-    assert "no gradient reached x" in failures(1, solution(1, softplus=detached))["softplus"]
-
-
-def test_a_two_point_difference_is_rejected_with_the_reason():
-    two_point = lambda f, x, h=1e-3: (f(x + h) - f(x - h)) / (2 * h)          # noqa: E731
-    why = failures(1, solution(1, central_difference=two_point))["central_difference"]
-    assert "error 9.01e-08" in why and "two-point" in why
 
 
 def test_the_starter_fails_every_check_as_not_written_yet(tmp_path):

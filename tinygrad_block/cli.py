@@ -498,6 +498,8 @@ def add_course_commands(commands) -> None:
                             description="Run lessons/NN_*.py as a script, or with --notebook write it as a .ipynb.")
     p.add_argument("number", type=_lesson_number, metavar="NN")
     p.add_argument("--notebook", action="store_true", help="write the lesson as a .ipynb (the 'notebook' extra)")
+    p.add_argument("--execute", action="store_true",
+                   help="with --notebook: run every cell too, so the notebook holds its outputs and pictures")
     p.add_argument("--out-dir", default=None, metavar="DIR", help="where the notebook goes (default lessons/out/NN)")
     p = commands.add_parser("exercise", help="write a lesson's exercises as a starter file to fill in",
                             description="Write exercise_NN.py: a lesson's exercises, each a function to write.")
@@ -515,10 +517,15 @@ def run_course(args: argparse.Namespace, out=print) -> int:
     from . import course
     try:
         if args.command == "lesson" and not args.notebook:
+            if args.execute or args.out_dir:
+                raise course.CourseError("--execute and --out-dir go with --notebook: "
+                                         f"{PROG} lesson {args.number:02d} --notebook --execute")
             return course.run_lesson(args.number)
         if args.command == "lesson":
-            path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None)
-            out(f"lesson {args.number:02d}: wrote {path} (open it with Jupyter; run its cells in order)")
+            path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None, args.execute)
+            how = "its cells have run: open it with Jupyter" if args.execute else \
+                "open it with Jupyter; run its cells in order"
+            out(f"lesson {args.number:02d}: wrote {path} ({how})")
             return 0
         default = Path(f"exercise_{args.number:02d}.py")
         if args.command == "exercise":

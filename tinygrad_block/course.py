@@ -5,6 +5,9 @@ A lesson is `lessons/NN_slug.py` in the repository (jupytext percent format: a s
 Its exercises live in `tinygrad_block/exercises/exNN.py`: the starter text a learner fills in, and a list of
 checks, each a function that takes the learner's module and raises `CheckFailed` saying precisely what is
 wrong. Reference solutions are kept apart, in `lessons/solutions/NN.py`.
+
+Lessons draw their pictures through `out_dir`, `figure` and `show`: each picture is saved under
+lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, shown inline.
 """
 from __future__ import annotations
 
@@ -43,8 +46,9 @@ def run_lesson(number: int) -> int:
     return subprocess.run([sys.executable, str(lesson_path(number))]).returncode
 
 
-def write_notebook(number: int, out_dir: Path | None = None) -> Path:
-    """The lesson as a .ipynb (cells as in the script, no outputs yet), under lessons/out/NN/ by default."""
+def write_notebook(number: int, out_dir: Path | None = None, execute: bool = False) -> Path:
+    """The lesson as a .ipynb under lessons/out/NN/ by default: its cells as in the script, and with `execute`
+    their outputs too (every cell run in order by a Jupyter kernel, pictures inline)."""
     try:
         import jupytext
     except ImportError:
@@ -53,8 +57,64 @@ def write_notebook(number: int, out_dir: Path | None = None) -> Path:
     path = lesson_path(number)
     out = (out_dir or LESSONS / "out" / f"{number:02d}") / f"{path.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    jupytext.write(jupytext.read(path), out)
+    notebook = jupytext.read(path)
+    if execute:
+        notebook = _execute(notebook, path)
+    jupytext.write(notebook, out)
     return out
+
+
+def _execute(notebook, path: Path):
+    """Run every cell of `notebook` in a fresh kernel, from the repository root; a failing cell is a CourseError
+    naming the lesson and the error."""
+    try:
+        import nbclient
+    except ImportError:
+        raise CourseError("executing a notebook needs nbclient and ipykernel: install the 'notebook' extra, "
+                          "pip install 'tinygrad_block[notebook]'") from None
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                                     extra_arguments=["--IPKernelApp.log_level=ERROR"],   # no start-up chatter
+                                     resources={"metadata": {"path": str(LESSONS.parent)}})
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as e:
+        last = [line for line in str(e).strip().splitlines() if line.strip()][-1]
+        raise CourseError(f"{path.name} failed as a notebook: {last}") from None
+    return notebook
+
+
+# ---------------------------------------------------------------- pictures, saved and shown
+def out_dir(number: int) -> Path:
+    """lessons/out/NN/, created: where lesson `number` keeps its pictures and drawings."""
+    path = LESSONS / "out" / f"{number:02d}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figure(width: float = 6.4, height: float = 4.0):
+    """A matplotlib Figure (no window, no pyplot state), or a CourseError saying how to install matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise CourseError("the lessons draw with matplotlib: install the 'viz' extra, "
+                          "pip install 'tinygrad_block[viz]'") from None
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def show(picture, path: Path | None = None, dpi: int = 120) -> Path:
+    """Save a matplotlib Figure to `path` (or take an image already written at `picture`), print where it is,
+    and show it inline when the lesson runs as a notebook."""
+    if path is not None:
+        picture.savefig(path, dpi=dpi)
+    else:
+        path = Path(picture)
+    shown = path.relative_to(LESSONS.parent) if path.is_relative_to(LESSONS.parent) else path
+    print(f"picture: {shown}")
+    if "ipykernel" in sys.modules:                                   # running as a notebook
+        from IPython.display import SVG, Image, display
+        display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
+    return path
 
 
 @dataclass

@@ -1,0 +1,33 @@
+"""Lesson 01's checkers (tinygrad_block/exercises/ex01.py) reject typical wrong answers, each with the reason."""
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from conftest import failures, solution
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")   # the naive solution's e^1000
+def test_softplus_that_overflows_is_rejected():
+    naive = lambda x: (x.exp() + 1.0).log()                                     # noqa: E731
+    assert "not finite at x = 1000" in failures(1, solution(1, softplus=naive))["softplus"]
+
+
+def test_softplus_with_inconsistent_branches_at_the_kink_is_rejected():
+    """max(x, 0) splits its gradient at the tie (1/2) while |x| takes the x branch: at 0 they sum to 0, not the
+    sigmoid's 1/2. The values are right; only the gradient check can see it."""
+    kinked = lambda x: x.maximum(0.0) + ((-x.abs()).exp() + 1.0).log()        # noqa: E731
+    why = failures(1, solution(1, softplus=kinked))["softplus"]
+    assert "at x = 0 is 0.0" in why and "sigmoid" in why and "0.5" in why
+
+
+def test_softplus_outside_the_graph_is_rejected():
+    detached = lambda x: tb.tensor(np.logaddexp(0.0, x.numpy()))               # noqa: E731
+    assert "no gradient reached x" in failures(1, solution(1, softplus=detached))["softplus"]
+
+
+def test_a_two_point_difference_is_rejected_with_the_reason():
+    two_point = lambda f, x, h=1e-3: (f(x + h) - f(x - h)) / (2 * h)          # noqa: E731
+    why = failures(1, solution(1, central_difference=two_point))["central_difference"]
+    assert "error 9.01e-08" in why and "two-point" in why
+
+
