@@ -47,17 +47,19 @@ def test_exercise_then_check_from_the_command_line(tmp_path):
     again = run_cli("exercise", "01", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
     unfinished = run_cli("check", "01", cwd=tmp_path)
-    assert unfinished.returncode == 1 and "0 of 2 exercises pass" in unfinished.stdout
+    n = len(course.exercises(1).checks)
+    assert unfinished.returncode == 1 and f"0 of {n} exercises pass" in unfinished.stdout
     (tmp_path / "mine.py").write_text((SOLUTIONS / "01.py").read_text())
     done = run_cli("check", "1", "mine.py", cwd=tmp_path)
-    assert done.returncode == 0 and "2 of 2 exercises pass" in done.stdout
+    assert done.returncode == 0 and f"{n} of {n} exercises pass" in done.stdout
 
 
 @pytest.mark.parametrize("argv, fragments", [
     (["check", "1", "nope.py"], ["no file nope.py", "exercise 01"]),
     (["check", "42"], ["lesson 42 has no exercises yet", "01"]),
-    (["lesson", "42"], ["there is no lesson 42", "01_tensors_and_gradients"]),
+    (["lesson", "42"], ["there is no lesson 42", "01_tensors_and_the_graph"]),
     (["exercise", "x1"], ["a lesson number is 1 to 99"]),
+    (["lesson", "1", "--execute"], ["--execute and --out-dir go with --notebook", "lesson 01 --notebook --execute"]),
 ])
 def test_course_mistakes_are_one_line(tmp_path, argv, fragments):
     result = run_cli(*argv, cwd=tmp_path)
@@ -74,16 +76,26 @@ def test_a_solution_that_does_not_import_is_one_line(tmp_path):
 
 def test_lesson_runs_the_script(tmp_path):
     result = run_cli("lesson", "1", cwd=tmp_path)
-    assert result.returncode == 0 and "gradcheck of a weighted sum passed" in result.stdout
+    assert result.returncode == 0 and "y = 10, dy/dx = 7" in result.stdout
 
 
 def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
     assert main(["lesson", "1", "--notebook", "--out-dir", str(tmp_path)]) == 0
-    path = tmp_path / "01_tensors_and_gradients.ipynb"
+    path = tmp_path / "01_tensors_and_the_graph.ipynb"
     notebook = json.loads(path.read_text())
-    script = (ROOT / "lessons" / "01_tensors_and_gradients.py").read_text()
+    script = (ROOT / "lessons" / "01_tensors_and_the_graph.py").read_text()
     kinds = [c["cell_type"] for c in notebook["cells"]]
     assert kinds.count("code") == script.count("\n# %%\n") + script.startswith("# %%\n")
     assert kinds.count("markdown") == script.count("# %% [markdown]")
     printed = capsys.readouterr().out
     assert f"wrote {path}" in printed
+
+
+def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path):
+    result = run_cli("lesson", "01", "--notebook", "--execute", "--out-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0 and "its cells have run" in result.stdout, result.stderr
+    assert result.stderr == "", "no kernel chatter on the terminal"
+    notebook = json.loads((tmp_path / "01_tensors_and_the_graph.ipynb").read_text())
+    outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+    assert any("dy/dx = 7" in "".join(o.get("text", "")) for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the graph drawing is shown inline"

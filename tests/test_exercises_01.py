@@ -31,3 +31,33 @@ def test_a_two_point_difference_is_rejected_with_the_reason():
     assert "error 9.01e-08" in why and "two-point" in why
 
 
+
+
+def _recursive_count(y, seen=None):
+    """Counts each call once, but by recursion: Python's stack ends near 1000 deep."""
+    seen = set() if seen is None else seen
+    call = y._ctx if isinstance(y, tb.Tensor) else y
+    if call is None or call in seen:
+        return 0
+    seen.add(call)
+    return 1 + sum(_recursive_count(e, seen) for e in call.edges if e is not None and not isinstance(e, tb.Tensor))
+
+
+def _count_paths(y):
+    """Counts every path to each call: a call reached twice counts twice."""
+    stack, n = [y._ctx], 0
+    while stack:
+        call = stack.pop()
+        n += 1
+        stack += [e for e in call.edges if e is not None and not isinstance(e, tb.Tensor)]
+    return n
+
+
+def test_count_ops_that_counts_paths_is_rejected_with_the_reason():
+    why = failures(1, solution(1, count_ops=_count_paths))["count_ops"]
+    assert "z = x * x; y = z + z: got 3, the graph holds 2" in why and "counts once" in why
+
+
+def test_count_ops_by_recursion_fails_on_a_deep_graph():
+    why = failures(1, solution(1, count_ops=_recursive_count))["count_ops"]
+    assert why.startswith("raised RecursionError")

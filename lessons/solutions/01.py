@@ -13,3 +13,14 @@ def central_difference(f, x: float, h: float = 1e-3) -> float:
     """(f(x - 2h) - 8 f(x - h) + 8 f(x + h) - f(x + 2h)) / 12h: the h^2 error terms of two central differences,
     of widths h and 2h, cancel."""
     return (f(x - 2 * h) - 8 * f(x - h) + 8 * f(x + h) - f(x + 2 * h)) / (12 * h)
+
+
+def count_ops(y: tb.Tensor) -> int:
+    """Depth-first over the edges with an explicit stack (no recursion limit), each call visited once."""
+    seen, stack = set(), [y._ctx] if y._ctx is not None else []
+    while stack:
+        call = stack.pop()
+        if call not in seen:
+            seen.add(call)
+            stack += [edge for edge in call.edges if edge is not None and not isinstance(edge, tb.Tensor)]
+    return len(seen)

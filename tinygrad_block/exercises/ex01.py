@@ -1,6 +1,6 @@
-"""Lesson 01's exercises: softplus from Tensor ops, stable and differentiable; the four-point central
-difference. Each check compares with an independent oracle (numpy's logaddexp, the sigmoid, known derivatives)
-and says what is wrong, with the numbers."""
+"""Lesson 01's exercises: softplus from Tensor ops, stable and differentiable; counting the primitive calls of a
+recorded graph. Each check compares with an independent oracle (numpy's logaddexp, the sigmoid, the calls
+`tb.observe` saw while the graph was built) and says what is wrong, with the numbers."""
 from __future__ import annotations
 
 import math
@@ -24,6 +24,13 @@ def softplus(x: tb.Tensor) -> tb.Tensor:
 def central_difference(f, x: float, h: float = 1e-3) -> float:
     """df/dx at x from f at the four points x - 2h, x - h, x + h, x + 2h, with an error of order h^4
     (a two-point difference has an error of order h^2: at h = 1e-3 that is a million times larger)."""
+    raise NotImplementedError
+
+
+def count_ops(y: tb.Tensor) -> int:
+    """How many primitive calls the recorded graph behind y holds: follow y._ctx (the call that made y) and each
+    call's .edges (the call that made each input, or a leaf tensor, or None); count each call once, however many
+    paths reach it. Graphs can be thousands of calls deep."""
     raise NotImplementedError
 '''
 
@@ -74,4 +81,38 @@ def check_central_difference(solution) -> None:
                               f"expected at most {bound:.0e}{hint}")
 
 
-CHECKS = [("softplus", check_softplus), ("central_difference", check_central_difference)]
+def _graphs():
+    """(what, builder) pairs: each builder makes a graph from a fresh x that requires grad."""
+    def deep(x):
+        for _ in range(3000):
+            x = x * 1.0001
+        return x
+
+    def squares(x):
+        for _ in range(3):
+            x = x * x
+        return x
+    return [("y = x * x + x * 3", lambda x: x * x + x * 3.0),
+            ("z = x * x; y = z + z", lambda x: (lambda z: z + z)(x * x)),
+            ("three squarings, y = ((x^2)^2)^2", squares),
+            ("softmax(x).sum() of a (2, 5) x", lambda x: x.softmax().sum()),
+            ("3000 multiplications in a row", deep)]
+
+
+def check_count_ops(solution) -> None:
+    """Each graph's count against the number of primitive calls tb.observe saw while it was built."""
+    for what, build in _graphs():
+        x = tb.tensor(np.linspace(0.5, 1.5, 10).reshape(2, 5), dtype=tb.float64, requires_grad=True)
+        events = []
+        with tb.observe(events.append):
+            y = build(x)
+        seen = [e for e in events if e.output.requires_grad]
+        got = solution.count_ops(y)
+        if got != len(seen):
+            hint = (" (a call reached along several paths counts once: remember which calls you have visited)"
+                    if isinstance(got, int) and got > len(seen) else "")
+            raise CheckFailed(f"count_ops for {what}: got {got!r}, the graph holds {len(seen)} primitive calls{hint}")
+
+
+CHECKS = [("softplus", check_softplus), ("central_difference", check_central_difference),
+          ("count_ops", check_count_ops)]

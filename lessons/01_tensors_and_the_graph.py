@@ -1,0 +1,225 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Lesson 01 — Tensors and the computation graph
+#
+# Everything in this course, from one multiplication to a 70-billion-parameter model, runs on a small engine
+# you can read in an evening. This lesson opens it: what a tensor is, which operations the engine really
+# knows, and what it writes down while your code runs.
+#
+# **What you will learn**
+# - what a tensor holds: its data, shape, dtype and device, including a device that has shapes but no data;
+# - the two kinds of operation: **primitives**, each a short class with a forward, a backward and a FLOP
+#   rule, and **composites**, written from primitives;
+# - how running a forward pass records a **graph** of the primitive calls, and how to watch them happen;
+# - how `backward()` reads that graph to produce a derivative;
+# - what a mistake looks like: an error that names the op and the shapes, never a silent guess.
+#
+# Run it as a script, `python -m tinygrad_block lesson 01`, or as a notebook,
+# `python -m tinygrad_block lesson 01 --notebook --execute` (it lands in `lessons/out/01/`).
+
+# %%
+import inspect
+
+import numpy as np
+
+import tinygrad_block as tb
+from tinygrad_block import function
+from tinygrad_block.course import out_dir, show
+from tinygrad_block.graph import record_graph
+
+OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
+
+# %% [markdown]
+# ## 1. A tensor: data, shape, dtype, device
+#
+# A `Tensor` wraps an array. Its **shape** says how many numbers lie along each axis and its **dtype** how each
+# number is stored. A tensor made from Python floats is `float32`, the default for running models (4 bytes a
+# number); gradient checks use `float64` (8 bytes), which carries about 16 significant digits instead of 7.
+# Integers stay integers (`int64`): they are indices, such as token ids.
+#
+# The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU through CuPy) or
+# `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` the feed-forward matrix of a
+# 70B model, 8192 × 28672 numbers, costs nothing to make, yet it still knows that it would take
+# 8192 · 28672 · 4 bytes = 939,524,096 bytes (0.875 GiB) in float32. Lessons 11 and 12 count whole models
+# that way.
+
+# %%
+x = tb.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+ids = tb.tensor([3, 1, 4])
+w = tb.zeros(8192, 28672, device="meta")
+print(f"x: shape {x.shape}, dtype {x.dtype}, device {x.device!r}, {x.nbytes} bytes")
+print(f"ids: dtype {ids.dtype};  x in float64: {x.to(tb.float64).nbytes} bytes")
+print(f"a 70B FFN weight on 'meta': {w}, would take {w.nbytes:,} bytes = {w.nbytes / 2**30:.3f} GiB")
+assert x.shape == (2, 3) and x.dtype == tb.float32 and x.nbytes == 2 * 3 * 4 and x.device == "cpu"
+assert ids.dtype == tb.int64 and x.to(tb.float64).nbytes == 2 * 3 * 8
+assert w.nbytes == 8192 * 28672 * 4 == 939_524_096 and w.nbytes / 2**30 == 0.875
+
+# %% [markdown]
+# ## 2. Primitives: forward, backward and FLOPs in one place
+#
+# The engine knows about thirty **primitives**: elementwise maths (`add`, `mul`, `exp`, `log`, ...), reductions
+# (`sum`, `max`), the matrix product, and shape ops that move numbers without computing (`reshape`,
+# `permute`, `expand`, `slice`, ...). Each one is a class that says three things side by side: how to compute
+# its output, how to turn the gradient of its output into gradients of its inputs, and how many floating-point
+# operations (FLOPs) it costs. Here is `exp` in full. Because $\frac{d}{da}e^a = e^a$, its backward multiplies
+# the incoming gradient `g` by the output it saved; its FLOP rule, inherited from every elementwise op, is one
+# per output element.
+
+# %%
+print(inspect.getsource(function.Exp))
+
+
+def leaves(cls):
+    """The classes at the tips of cls's family tree: the primitives (shared bases like Elementwise are not)."""
+    below = cls.__subclasses__()
+    return [leaf for sub in below for leaf in leaves(sub)] if below else [cls]
+
+
+primitives = sorted(cls.name for cls in leaves(function.Function))
+print(f"{len(primitives)} primitives: {', '.join(primitives)}")
+assert "def backward(self, g)" in inspect.getsource(function.Exp) and abs(len(primitives) - 30) <= 2
+assert {"add", "mul", "exp", "sum", "max", "matmul", "reshape", "expand"} <= set(primitives)
+assert function.Exp().flops((2, 5), (2, 5)) == 10                          # one per element
+
+# %% [markdown]
+# ## 3. Composites are written from primitives
+#
+# Everything else is a **composite**: a method written with other tensor operations, which needs no backward
+# of its own because each primitive inside it has one. Softmax is the example. For each row $z$,
+# $\mathrm{softmax}(z)_i = e^{z_i - m} / \sum_j e^{z_j - m}$ with $m = \max_j z_j$. Subtracting the maximum
+# changes nothing mathematically but keeps $e^{\cdot}$ from overflowing (lesson 05 shows why that matters).
+#
+# `tb.observe` calls a function of yours after every primitive, with an **event** that says which op ran
+# (`e.op.name`), on which inputs, with which output and how many FLOPs (`e.flops`). Watching a softmax of a
+# (2, 5) tensor shows seven primitive calls. There is one max per row, and an `expand` to copy it back across
+# the row (broadcasting is an explicit op: lesson 03), then a subtraction, 10 exponentials, and one sum per
+# row with its own `expand`. Last comes a division. The reductions cost 4 FLOPs per row of 5 (the engine
+# counts $n - 1$ comparisons or additions per row), so 8 each. The elementwise ops cost 10 each, and the
+# `expand`s cost nothing.
+
+# %%
+z = tb.randn(2, 5, generator=tb.Generator(0))
+events = []
+with tb.observe(events.append):
+    p = z.softmax(axis=-1)
+ops = [(e.op.name, e.output.shape, e.flops) for e in events]
+for name, shape, flops in ops:
+    print(f"  {name:7s} -> {shape}  {flops:2d} FLOPs")
+assert [name for name, _, _ in ops] == ["max", "expand", "sub", "exp", "sum", "expand", "div"]
+assert [f for _, _, f in ops] == [2 * 4, 0, 10, 10, 2 * 4, 0, 10]
+assert np.allclose(p.numpy(), np.exp(z.numpy()) / np.exp(z.numpy()).sum(-1, keepdims=True), rtol=1e-6)
+print(f"softmax of a (2, 5) tensor: {len(ops)} primitive calls, {sum(f for *_, f in ops)} FLOPs; rows sum to "
+      f"{', '.join(f'{r:.6f}' for r in p.numpy().sum(-1))}")
+assert np.allclose(p.numpy().sum(-1), 1.0, rtol=1e-6)
+
+# %% [markdown]
+# ## 4. Running the forward pass records a graph
+#
+# Take $y = x^2 + 3x$ with $x = 2$: three primitive calls, `mul` ($x \cdot x$), `mul` ($x \cdot 3$) and
+# `add`. When an input **requires a gradient**, each call leaves a note on its output: `y._ctx` is the `Add`
+# call that made `y`, and its `edges` lead to the two `Mul` calls that made its inputs. The edges of
+# $x \cdot x$ lead twice to the tensor $x$ itself, a **leaf**, made by no op. Following the edges back from `y`
+# visits every call that contributed to it. That chain of notes *is* the computation graph, and it is all that
+# `backward()` needs.
+#
+# The constant 3 required no gradient, so it has no edge (`None`). Under `tb.no_grad()` nothing is recorded
+# at all, which is how you run a model when you only want its output.
+
+# %%
+x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
+y = x * x + x * 3.0
+add = y._ctx
+square, triple = add.edges
+print(f"y = {y.item():g}, made by {add.name}; its inputs were made by {square.name} and {triple.name}")
+print(f"x*x reads the leaf x twice: {square.edges[0] is x and square.edges[1] is x}; "
+      f"x*3 reads x and a constant: {triple.edges[0] is x}, {triple.edges[1]}")
+with tb.no_grad():
+    y_plain = x * x + x * 3.0
+print(f"under no_grad: y = {y_plain.item():g}, recorded: {y_plain._ctx is not None}")
+assert y.item() == 10.0 and (add.name, square.name, triple.name) == ("add", "mul", "mul")
+assert square.edges == (x, x) and triple.edges == (x, None)
+assert x.is_leaf and not y.is_leaf and y_plain._ctx is None and y_plain.item() == 10.0
+
+# %% [markdown]
+# The library can draw what it records. `record_graph` watches the primitive calls, and `render` pipes the
+# drawing through graphviz. In the picture below the input $x$ feeds both multiplications (one arrow to
+# $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own: its box says
+# "with a scalar". Lesson 10 draws whole transformer blocks this way, forward and backward.
+
+# %%
+x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
+with record_graph(None, x) as graph:
+    y = x * x + x * 3.0
+view = graph.view()
+drawing = graph.render(OUT / "square_plus_triple.png", dpi=150)
+show(drawing)
+print(f"{len([n for n in view.nodes if n.kind == 'op'])} op nodes: {[n.label for n in view.nodes if n.kind == 'op']}")
+assert sorted(n.label for n in view.nodes if n.kind == "op") == ["add", "mul", "mul"]
+assert drawing.read_bytes()[:4] == b"\x89PNG"
+
+# %% [markdown]
+# ## 5. `backward()` reads the graph in reverse
+#
+# By hand, $dy/dx = 2x + 3 = 7$ at $x = 2$. `y.backward()` walks the graph from `y` back to the leaves.
+# At each call it applies that primitive's backward rule, and it adds up the gradients arriving at a leaf.
+# Watching it: `add` passes its gradient through unchanged, so it calls no primitive. The `mul` in $x \cdot x$
+# sends two gradients to $x$ ($g \cdot x$ once for each use): 2 multiplications. The `mul` in $3x$ sends one
+# ($g \cdot 3$; the constant needs none): 1 multiplication. Three gradients arrive at $x$ and are summed:
+# 2 additions. Five primitives backward for three forward, and out comes $2 \cdot 2 + 3 = 7$. Lesson 02 takes
+# this apart: the order of the walk, and the sums where a tensor is reused.
+
+# %%
+x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
+calls = []
+with tb.observe(lambda e: calls.append((e.phase, e.op.name))):
+    y = x * x + x * 3.0
+    y.backward()
+forward = [name for phase, name in calls if phase == "forward"]
+backward = [name for phase, name in calls if phase == "backward"]
+print(f"y = {y.item():g}, dy/dx = {x.grad.item():g}")
+print(f"forward: {forward}; backward: {backward}")
+assert (y.item(), x.grad.item()) == (10.0, 2 * 2.0 + 3)
+assert forward == ["mul", "mul", "add"] and sorted(backward) == ["add", "add", "mul", "mul", "mul"]
+
+# %% [markdown]
+# ## 6. Mistakes are errors that say what is wrong
+#
+# The engine never guesses. Adding a (3, 4) tensor to a (4, 3) tensor could be "fixed" by transposing one of
+# them, and a ragged list could be padded, but either guess would hide a bug in your code. Instead the error
+# names the op, the shapes involved and what was expected.
+
+# %%
+mistakes = {"add (3, 4) + (4, 3)": lambda: tb.zeros(3, 4) + tb.zeros(4, 3),
+            "a ragged list": lambda: tb.tensor([[1.0, 2.0], [3.0]]),
+            "gradient of an integer": lambda: tb.tensor([1, 2], requires_grad=True)}
+said = {}
+for what, mistake in mistakes.items():
+    try:
+        mistake()
+    except (ValueError, TypeError) as e:
+        said[what] = f"{type(e).__name__}: {e}"
+        print(f"{what}:\n    {said[what]}")
+assert "add: shapes (3, 4) and (4, 3) cannot be broadcast" in said["add (3, 4) + (4, 3)"]
+assert "ragged nested list" in said["a ragged list"]
+assert "only floating-point tensors can require grad" in said["gradient of an integer"]
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. `softplus(x)`: $\log(1 + e^x)$ written with tensor operations, so that autograd differentiates it. It must
+#    stay finite and exact at $x = \pm 1000$, where $e^{1000}$ overflows; rewrite it so that nothing large is
+#    ever exponentiated. Its gradient must be the sigmoid everywhere, including at the kink $x = 0$ of
+#    whatever pieces you use.
+# 2. `count_ops(y)`: how many primitive calls the recorded graph behind `y` holds, found by following
+#    `y._ctx` and each call's `edges` (section 4). A call reached along two paths, such as `z` in
+#    `z = x * x; y = z + z`, counts once.
+#
+# `python -m tinygrad_block exercise 01` writes `exercise_01.py` with both functions to fill in;
+# `python -m tinygrad_block check 01` checks them and says what is wrong.
