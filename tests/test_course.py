@@ -99,3 +99,10 @@ def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictur
     outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert any("dy/dx = 7" in "".join(o.get("text", "")) for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs), "the graph drawing is shown inline"
+
+
+def test_a_lesson_cell_that_fails_as_a_notebook_is_one_line_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "07_broken.py").write_text("# %%\nx = 1\n\n# %%\nassert x == 2, 'x is not 2'\n")
+    monkeypatch.setattr(course, "LESSONS", tmp_path)
+    with pytest.raises(course.CourseError, match=r"^07_broken.py failed as a notebook: AssertionError: x is not 2$"):
+        course.write_notebook(7, tmp_path, execute=True)

@@ -548,7 +548,10 @@ def run_tour(args: argparse.Namespace) -> int:
     """The tour (tour.py); status 1 if its own checks fail."""
     from .tour import run as tour                                    # numpy-side tables: loaded for the tour only
     writable_folder(Path(args.out_dir), "--out-dir")
-    return 0 if tour(out_dir=args.out_dir, device=args.device)["ok"] else 1
+    ok = tour(out_dir=args.out_dir, device=args.device)["ok"]
+    print(f"next, the course, one lesson at a time: {PROG} lesson 01 (add --notebook --execute for a notebook); "
+          "lessons/README.md lists them all")
+    return 0 if ok else 1
 
 
 def run(args: argparse.Namespace, out=print) -> int:

@@ -79,8 +79,7 @@ def _execute(notebook, path: Path):
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as e:
-        last = [line for line in str(e).strip().splitlines() if line.strip()][-1]
-        raise CourseError(f"{path.name} failed as a notebook: {last}") from None
+        raise CourseError(f"{path.name} failed as a notebook: {e.ename}: {e.evalue}") from None
     return notebook
 
 
