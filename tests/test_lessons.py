@@ -83,3 +83,35 @@ def test_lesson_runs_as_an_executed_notebook(path, tmp_path):
     shown = sum(o.get("output_type") == "display_data" for c in code for o in c["outputs"])
     drawn = sum("show(" in "".join(c["source"]) for c in code)
     assert shown >= drawn, "each picture is shown inline"
+
+
+def _table_rows(text: str, heading: str) -> list[list[str]]:
+    """The rows of every markdown table under `heading` (up to the next heading of the same level)."""
+    level = heading.split(" ")[0]
+    part = text.split(heading, 1)[1]
+    part = re.split(rf"^{level} ", part, flags=re.M)[0]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in part.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")][1:]
+
+
+def test_the_index_lists_every_lesson_file_and_the_planned_ones():
+    text = (ROOT / "lessons" / "README.md").read_text()
+    rows = _table_rows(text, "## The lessons")
+    files = {p.name for p in LESSONS}
+    listed = {re.search(r"`(\d\d_\w+\.py)`", row[1]).group(1) for row in rows if "`" in row[1]}
+    assert listed == files, "the index names exactly the lesson files there are"
+    planned = {int(row[0]) for row in rows if "`" not in row[1]}
+    assert all(int(p.stem[:2]) not in planned for p in LESSONS)
+
+
+def test_the_coverage_table_names_existing_or_planned_lessons():
+    text = (ROOT / "lessons" / "README.md").read_text()
+    index = {int(row[0]) for row in _table_rows(text, "## The lessons")}
+    coverage = _table_rows(text, "## Coverage of the curriculum")
+    assert len(coverage) >= 40, "every section of every curriculum document has a row"
+    existing = {int(p.stem[:2]) for p in LESSONS}
+    for section, lessons, *rest in coverage:
+        numbers = {int(n) for n in re.findall(r"\b(\d\d)\b", lessons)}
+        assert numbers and numbers <= index, f"{section!r} names lessons {sorted(numbers)} not in the index"
+        later = numbers - existing
+        assert not later or "planned" in " ".join(rest), f"{section!r}: lessons {sorted(later)} are not written yet"
