@@ -1,0 +1,429 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Lesson 05 — Attention
+#
+# Attention is the only place in a transformer block where tokens exchange information: every other step works
+# on each position alone. This lesson builds it from its parts: scores, a scale, a mask, a softmax, heads and an
+# output projection. For each part it shows what goes wrong without it.
+#
+# **What you will learn**
+# - why the scores $q \cdot k$ are divided by $\sqrt{d_k}$: their variance grows with the head width, and
+#   without the scale softmax saturates and its gradient vanishes (measured, and plotted);
+# - the causal mask, and why it is added as $-\infty$ *before* the softmax;
+# - why softmax subtracts each row's maximum: the naive formula overflows in float32 at scores near 89;
+# - attention in `nn.Attention`, shape by shape, and proof that no token reads the future;
+# - what the heads compute, and why the output projection $W_O$ is what mixes them;
+# - what attention patterns look like, drawn as heatmaps.
+#
+# Run it as a script, `python -m tinygrad_block lesson 05`, or as a notebook,
+# `python -m tinygrad_block lesson 05 --notebook --execute` (it lands in `lessons/out/05/`).
+
+# %%
+import math
+
+import numpy as np
+
+import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block.course import figure, out_dir, show
+
+OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
+
+# %% [markdown]
+# ## 1. Scores, and why they are divided by $\sqrt{d_k}$
+#
+# Each position asks a question with its **query** $q$ and offers an answer to others with its **key** $k$. Both
+# are vectors of the head width $d_k$ (`d_head` in the library). How well key $j$ answers query $i$ is the dot
+# product $s_{ij} = q_i \cdot k_j = \sum_{t=1}^{d_k} q_{it} k_{jt}$, and softmax turns a row of scores into
+# weights that sum to 1.
+#
+# Suppose the entries of $q$ and $k$ are independent, with mean 0 and variance 1 (roughly what a normalised
+# input and well-initialised projections give). Each product $q_t k_t$ then has mean 0 and variance 1, and a
+# sum of $d_k$ independent such terms has variance $d_k$. So the scores spread out as $\sqrt{d_k}$: about 11 for
+# Llama's $d_k = 128$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 at every head width.
+#
+# Below, 20000 random pairs for each width: the measured variance of $q \cdot k$ is $d_k$ within 5 %, and
+# after the scale it is 1 within 5 %.
+
+# %%
+g = tb.Generator(0)
+N = 20_000
+variances = {}
+print(f"{'d_k':>5} {'var(q.k)':>10} {'var(q.k)/d_k':>13} {'var(q.k / sqrt(d_k))':>21}")
+for d_k in (16, 64, 128, 256):
+    q = tb.randn(N, d_k, generator=g, dtype=tb.float64)
+    k = tb.randn(N, d_k, generator=g, dtype=tb.float64)
+    dots = (q * k).sum(axis=-1)                                   # (N,): one score per pair
+    variances[d_k] = (dots.var().item(), (dots / math.sqrt(d_k)).var().item())
+    raw, scaled = variances[d_k]
+    print(f"{d_k:>5} {raw:>10.2f} {raw / d_k:>13.3f} {scaled:>21.3f}")
+    assert abs(raw / d_k - 1) < 0.05 and abs(scaled - 1) < 0.05
+assert round(math.sqrt(128)) == 11
+
+# %% [markdown]
+# ## 2. Without the scale, softmax saturates
+#
+# Why does the spread matter? Softmax, $p_j = e^{s_j} / \sum_l e^{s_l}$, compares *differences* of scores: a
+# gap of 10 between the best key and the next makes the ratio of their weights $e^{10} \approx 2.2 \times 10^4$. When
+# scores spread by $\sqrt{d_k}$, wide heads produce such gaps all the time, and a row puts nearly all its weight
+# on one key. That row is almost one-hot, and the gradient through it almost vanishes. The softmax Jacobian is
+# $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$, and with one $p_i \approx 1$ and the others
+# $\approx 0$ every entry is close to 0. Training cannot move a saturated row.
+#
+# The experiment: one query against 16 random keys, in 400 independent rows, at head widths $d_k$ = 2 to 512.
+# For each width we measure the largest weight in a row (averaged over the rows) and the size of the gradient
+# that reaches the scores, $\lVert \partial \mathcal{L} / \partial s \rVert$ for a random upstream gradient
+# (the median over rows). Both are measured with and without the scale.
+#
+# With the scale, the picture does not depend on the width: the largest weight stays between 0.2 and 0.3
+# (a uniform row would give 1/16 = 0.0625), and the gradient stays the same size. Without it, at Llama's
+# $d_k = 128$ the largest weight averages more than 0.85, over 40 % of the rows put more than 99 % of their
+# weight on a single key, and the median gradient is more than 15 times smaller than with the scale. At
+# $d_k = 512$ it is more than 500 times smaller.
+
+# %%
+R, KEYS = 400, 16
+widths = [2 ** i for i in range(1, 10)]                          # 2 .. 512
+saturation = {"scaled": {"top": [], "one_hot": [], "grad": []}, "unscaled": {"top": [], "one_hot": [], "grad": []}}
+g = tb.Generator(1)
+for d_k in widths:
+    q = tb.randn(R, 1, d_k, generator=g, dtype=tb.float64)       # one query per row
+    k = tb.randn(R, KEYS, d_k, generator=g, dtype=tb.float64)    # 16 keys per row
+    upstream = tb.randn(R, 1, KEYS, generator=g, dtype=tb.float64)
+    dots = q @ k.mT                                              # (R, 1, 16)
+    for name, scores in (("scaled", dots / math.sqrt(d_k)), ("unscaled", dots)):
+        s = scores.detach().requires_grad_()
+        p = s.softmax(axis=-1)
+        (p * upstream).sum().backward()                          # dL/ds for a random upstream gradient
+        top = p.numpy().max(axis=-1)
+        saturation[name]["top"].append(top.mean())
+        saturation[name]["one_hot"].append((top > 0.99).mean())
+        saturation[name]["grad"].append(np.median(np.linalg.norm(s.grad.numpy()[:, 0], axis=-1)))
+sc, un = ({key: np.array(v) for key, v in saturation[name].items()} for name in ("scaled", "unscaled"))
+at128, at512 = widths.index(128), widths.index(512)
+print(f"{'d_k':>5} {'top weight, scaled':>19} {'unscaled':>9} {'rows > 0.99, unscaled':>22} "
+      f"{'median |grad|, scaled':>22} {'unscaled':>9}")
+for i, d_k in enumerate(widths):
+    print(f"{d_k:>5} {sc['top'][i]:>19.3f} {un['top'][i]:>9.3f} {un['one_hot'][i]:>22.1%} "
+          f"{sc['grad'][i]:>22.4f} {un['grad'][i]:>9.5f}")
+assert (0.2 < sc["top"]).all() and (sc["top"] < 0.3).all() and sc["one_hot"].max() == 0.0
+assert sc["grad"].max() / sc["grad"].min() < 1.2 and 1 / KEYS == 0.0625   # scaled: the same gradient at every width
+assert un["top"][at128] > 0.85 and un["one_hot"][at128] > 0.40 and round(math.exp(10) / 1e4, 1) == 2.2
+assert sc["grad"][at128] / un["grad"][at128] > 15 and sc["grad"][at512] / un["grad"][at512] > 500
+
+fig = figure(11, 4)
+left, right = fig.subplots(1, 2)
+left.plot(widths, sc["top"], "o-", label=r"scaled: softmax($q\cdot k/\sqrt{d_k}$)")
+left.plot(widths, un["top"], "s-", label=r"unscaled: softmax($q\cdot k$)")
+left.axhline(1 / KEYS, color="gray", ls=":", label="uniform over 16 keys")
+left.set(xscale="log", xlabel="head width $d_k$", ylabel="largest weight in a row (mean of 400 rows)",
+         title="Without the scale, rows become one-hot", ylim=(0, 1.02))
+left.set_xticks(widths, [str(w) for w in widths])
+left.legend(loc="center right")
+right.plot(widths, sc["grad"], "o-", label="scaled")
+right.plot(widths, un["grad"], "s-", label="unscaled")
+right.set(xscale="log", yscale="log", xlabel="head width $d_k$",
+          ylabel=r"median $\|\partial L/\partial s\|$ over rows", title="...and the gradient through them vanishes")
+right.set_xticks(widths, [str(w) for w in widths])
+right.legend()
+show(fig, OUT / "softmax_saturation.png")
+
+# %% [markdown]
+# ## 3. The causal mask
+#
+# A language model predicts each token from the ones before it, so position $i$ may read keys $j \le i$ only.
+# The **causal mask** is an $L \times L$ table added to the scores: 0 where $j \le i$ and $-\infty$ where
+# $j > i$ (the future). Since $e^{-\infty} = 0$, softmax gives every future key a weight of exactly 0, and it
+# spreads each row's weight over the keys that remain: row 0 can only read itself (weight 1), row $i$ reads
+# $i + 1$ keys, and every row still sums to 1.
+#
+# The mask goes in *before* the softmax. Zeroing the future weights *after* the softmax would leave rows that
+# no longer sum to 1: in the example below, row 0 would keep only the weight it gave itself, 0.14, and every
+# row but the last would sum to less than 1. `nn.causal_mask` builds the table (attention builds it once per
+# length and reuses it). It is a constant, so no op is recorded for it, and in the backward pass its add lets
+# the gradient through unchanged.
+
+# %%
+L5 = 5
+mask = nn.causal_mask(L5, tb.float64, tb.get_backend("cpu"))      # (5, 5): 0 on and below the diagonal
+print("causal mask for L = 5:\n", mask.numpy())
+scores = tb.randn(L5, L5, generator=tb.Generator(2), dtype=tb.float64)
+weights = (scores + mask).softmax(axis=-1)
+zeroed_after = scores.softmax(axis=-1).numpy() * np.tril(np.ones((L5, L5)))
+print("softmax(scores + mask):\n", weights.numpy().round(3))
+print(f"rows sum to {weights.numpy().sum(-1).round(12)}; zeroing after the softmax leaves "
+      f"{zeroed_after.sum(-1).round(3)}")
+assert np.array_equal(mask.numpy(), np.triu(np.full((L5, L5), -np.inf), k=1))
+assert (weights.numpy()[np.triu_indices(L5, k=1)] == 0.0).all() and weights.numpy()[0, 0] == 1.0
+assert np.allclose(weights.numpy().sum(-1), 1.0, rtol=0, atol=1e-15)
+assert [int((w > 0).sum()) for w in weights.numpy()] == [1, 2, 3, 4, 5]
+assert round(zeroed_after[0].sum(), 2) == 0.14 and (zeroed_after.sum(-1)[:-1] < 1.0).all()
+
+# %% [markdown]
+# ## 4. The stable softmax
+#
+# Written as in the textbook, $e^{s_j} / \sum_l e^{s_l}$ overflows. The largest float32 number is about
+# $3.4 \times 10^{38} = e^{88.72}$, so $e^{88}$ is still finite but $e^{89}$ is already infinite. A row of scores
+# $[100, 99, 98]$ gives $\infty / \infty$, which is NaN. Such scores happen: attention scores are not bounded,
+# and the same softmax turns the model's final logits into probabilities. At the other end, a row of scores all
+# near $-110$ underflows: every $e^{s}$ rounds to 0, and $0/0$ is NaN too.
+#
+# The cure costs one reduction. Softmax does not change when the same number $m$ is subtracted from every score
+# of a row, because $e^{s_j - m} / \sum_l e^{s_l - m} = e^{s_j} / \sum_l e^{s_l}$. With $m = \max_l s_l$ the
+# largest exponent is exactly $e^0 = 1$, so the sum lies between 1 and the row length: it can neither overflow
+# nor be zero. `Tensor.softmax` does exactly this. It treats $m$ as a constant, outside the graph, which is
+# allowed because the result does not depend on it. Its gradient is still the exact Jacobian product
+# $p \odot (g - p \cdot g)$. In a masked row the maximum is never $-\infty$, because the diagonal is always
+# unmasked.
+
+# %%
+big = tb.tensor([[100.0, 99.0, 98.0]])                           # float32
+tiny = tb.tensor([[-110.0, -111.0, -112.0]])
+with np.errstate(over="ignore", invalid="ignore"):               # the overflows, on purpose
+    edge = tb.tensor([88.0, 89.0]).exp()
+    naive_big = (big.exp() / big.exp().sum(axis=-1, keepdims=True)).numpy()
+    naive_tiny = (tiny.exp() / tiny.exp().sum(axis=-1, keepdims=True)).numpy()
+stable_big, stable_tiny = big.softmax(axis=-1).numpy(), tiny.softmax(axis=-1).numpy()
+
+
+def softmax_f64(s):
+    """The stable formula in float64 numpy: the oracle for the float32 results."""
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+print(f"float32: e^88 = {edge.numpy()[0]:.4g}, e^89 = {edge.numpy()[1]}; ln(float32 max) = "
+      f"{math.log(np.finfo(np.float32).max):.2f}")
+print(f"scores [100, 99, 98]:    naive {naive_big[0]}, stable {stable_big[0].round(6)}")
+print(f"scores [-110, -111, -112]: naive {naive_tiny[0]}, stable {stable_tiny[0].round(6)}")
+assert np.isfinite(edge.numpy()[0]) and np.isinf(edge.numpy()[1])
+assert round(math.log(np.finfo(np.float32).max), 2) == 88.72 and round(float(np.finfo(np.float32).max) / 1e38, 1) == 3.4
+assert np.isnan(naive_big).all() and np.isnan(naive_tiny).all()
+assert np.allclose(stable_big, softmax_f64(np.array([[100.0, 99.0, 98.0]])), rtol=1e-6)
+assert np.allclose(stable_tiny, softmax_f64(np.array([[-110.0, -111.0, -112.0]])), rtol=1e-6)
+
+s = (tb.randn(3, 6, generator=tb.Generator(3), dtype=tb.float64) * 50.0).requires_grad_()   # scores up to ~100
+upstream = tb.randn(3, 6, generator=tb.Generator(4), dtype=tb.float64)
+p = s.softmax(axis=-1)
+(p * upstream).sum().backward()
+pn, gn = p.numpy(), upstream.numpy()
+by_hand = pn * (gn - (pn * gn).sum(-1, keepdims=True))          # the Jacobian product, derived by hand
+print(f"gradient through the stable softmax vs p * (g - p.g): max difference "
+      f"{np.abs(s.grad.numpy() - by_hand).max():.1e}")
+assert np.abs(s.grad.numpy() - by_hand).max() < 1e-15
+
+# %% [markdown]
+# ## 5. Attention, shape by shape
+#
+# Here is `nn.Attention.forward` step by step on the `tiny` preset ($d_{model} = 64$, 4 query heads of
+# $d_{head} = 16$, 2 key/value heads), for a batch of $B = 2$ sequences of $L = 8$ tokens in float64. Every
+# intermediate is kept:
+#
+# | step | shape |
+# |---|---|
+# | `a = norm1(x)` | (2, 8, 64) |
+# | `q = q_proj(a)` | (2, 8, 64): 4 heads × 16 |
+# | `k = k_proj(a)`, `v = v_proj(a)` | (2, 8, 32): only 2 KV heads × 16 |
+# | split heads: `reshape(B, L, heads, d_head).transpose(1, 2)` | q (2, 4, 8, 16); k, v (2, 2, 8, 16) |
+# | RoPE on q and k, not v (lesson 06) | unchanged |
+# | `repeat_kv`: each KV head copied for its 2 query heads (lesson 06) | k, v (2, 4, 8, 16) |
+# | scores $q k^\top / \sqrt{16}$ | (2, 4, 8, 8) |
+# | plus the causal mask | (2, 4, 8, 8) |
+# | `softmax(scores) @ v` | (2, 4, 8, 16) |
+# | merge heads: `transpose(1, 2).reshape(B, L, 64)` | (2, 8, 64) |
+# | `o_proj` | (2, 8, 64) |
+#
+# Two details deserve a look. The split is a `reshape` followed by a `transpose`, not one reshape to
+# (B, heads, L, d_head): the projection's 64 outputs of one token are laid out head after head, so the reshape
+# cuts each token's row into heads, and the transpose brings the heads forward as a batch axis. The product
+# $q k^\top$ uses `k.mT`, which swaps only the last two axes; `.T` would reverse all four. The steps, run by
+# hand, give exactly the array that `block.attn` computes.
+
+# %%
+CFG = nn.preset("tiny")
+B, L = 2, 8
+g = tb.Generator(0)
+block = nn.TransformerBlock(CFG, generator=g, dtype=tb.float64)
+x = tb.randn(B, L, CFG.d_model, generator=g, dtype=tb.float64)
+
+
+def attention_steps(attn: nn.Attention, a: tb.Tensor) -> dict:
+    """attn(a) written out step by step: every intermediate, by name (the same ops as nn.Attention.forward)."""
+    H, H_kv, d_head = CFG.n_heads, CFG.n_kv_heads, CFG.d_head
+    Bn, Ln, _ = a.shape
+    s = {"a": a, "q": attn.q_proj(a), "k": attn.k_proj(a), "v": attn.v_proj(a)}
+    s["q heads"] = s["q"].reshape(Bn, Ln, H, d_head).transpose(1, 2)        # (B, H, L, d_head)
+    s["k heads"] = s["k"].reshape(Bn, Ln, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
+    s["v heads"] = s["v"].reshape(Bn, Ln, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
+    cos, sin = attn.rope_cos[:Ln], attn.rope_sin[:Ln]                       # (L, d_head)
+    s["q rotated"] = nn.apply_rope(s["q heads"], cos, sin)
+    s["k rotated"] = nn.apply_rope(s["k heads"], cos, sin)
+    s["k repeated"] = nn.repeat_kv(s["k rotated"], H // H_kv)               # (B, H, L, d_head)
+    s["v repeated"] = nn.repeat_kv(s["v heads"], H // H_kv)                 # (B, H, L, d_head)
+    s["scores"] = (s["q rotated"] / math.sqrt(d_head)) @ s["k repeated"].mT    # (B, H, L, L)
+    s["masked"] = s["scores"] + nn.causal_mask(Ln, a.dtype, a.backend)     # -inf above the diagonal
+    s["weights"] = s["masked"].softmax(axis=-1)                             # (B, H, L, L)
+    s["weighted"] = s["weights"] @ s["v repeated"]                          # (B, H, L, d_head)
+    s["merged"] = s["weighted"].transpose(1, 2).reshape(Bn, Ln, H * d_head)  # (B, L, d_model)
+    s["out"] = attn.o_proj(s["merged"])
+    return s
+
+
+steps = attention_steps(block.attn, block.norm1(x))
+shapes = {name: t.shape for name, t in steps.items()}
+for name, shape in shapes.items():
+    print(f"  {name:11} {shape}")
+same = np.array_equal(steps["out"].numpy(), block.attn(block.norm1(x)).numpy())
+print(f"step by step == block.attn(norm1(x)), bit for bit: {same}")
+assert (CFG.d_model, CFG.n_heads, CFG.n_kv_heads, CFG.d_head) == (64, 4, 2, 16)
+assert shapes == {"a": (2, 8, 64), "q": (2, 8, 64), "k": (2, 8, 32), "v": (2, 8, 32),
+                  "q heads": (2, 4, 8, 16), "k heads": (2, 2, 8, 16), "v heads": (2, 2, 8, 16),
+                  "q rotated": (2, 4, 8, 16), "k rotated": (2, 2, 8, 16), "k repeated": (2, 4, 8, 16),
+                  "v repeated": (2, 4, 8, 16), "scores": (2, 4, 8, 8), "masked": (2, 4, 8, 8),
+                  "weights": (2, 4, 8, 8), "weighted": (2, 4, 8, 16), "merged": (2, 8, 64), "out": (2, 8, 64)}
+assert same and steps["q heads"].numpy()[0, 1, 3].tolist() == steps["q"].numpy()[0, 3, 16:32].tolist()
+
+# %% [markdown]
+# ### No token reads the future
+#
+# The mask's promise holds for the whole block, not only for one softmax. Change every number of token 5 and
+# run the block again. The outputs at positions 0 to 4 do not change at all (the difference is exactly 0, not
+# merely small), while positions 5, 6 and 7, which may read token 5, all change. Every other step of the block
+# (the norms, the projections, RoPE, the FFN) works on each position alone, so attention's mask is the only
+# thing standing between a position and its future.
+
+# %%
+changed = x.numpy().copy()
+changed[:, 5] += 1.0                                              # every feature of token 5
+diff = np.abs(block(tb.tensor(changed, dtype=tb.float64)).numpy() - block(x).numpy())
+per_position = diff.max(axis=(0, 2))                              # (L,): largest change at each position
+print(f"token 5 changed; largest change of the block's output per position: "
+      f"{np.array2string(per_position, precision=3)}")
+assert (per_position[:5] == 0.0).all() and (per_position[5:] > 0.0).all()
+
+# %% [markdown]
+# ## 6. Heads, and why $W_O$ mixes them
+#
+# Each head has its own queries and keys, so each computes its own attention pattern and reads its own
+# $d_{head} = 16$ numbers from the values. Merging the heads is only a concatenation: head $h$'s result lands in
+# features $16h$ to $16h + 15$ of the merged vector, side by side with the others, with no arithmetic between
+# them. The mixing is done by the output projection. Split $W_O$ into the blocks of columns that read each head
+# (the library stores weights as (out, in), so these are its columns; in the $x W_O$ convention of many papers
+# they are rows):
+#
+# $$\mathrm{out} = \mathrm{concat}(o_0, \dots, o_{H-1})\, W_O^\top = \sum_{h} o_h\, W_{O,h}^\top,\qquad
+# W_{O,h} = W_O[:,\, 16h : 16h + 16].$$
+#
+# So attention's output is a **sum of one contribution per head**, and each contribution has the full width
+# $d_{model} = 64$: every head writes into every output feature, through its own 64 × 16 block of $W_O$.
+#
+# That answers a classic interview question: *what is the role of $W_O$?* Switch one head off (zero its 16
+# numbers before the merge) and look at what changes:
+# - **without $W_O$** (the merged vector itself), exactly the 16 features of that head change, and the other 48
+#   do not move at all;
+# - **with $W_O$**, all 64 output features change, and the change is exactly that head's contribution
+#   $o_h W_{O,h}^\top$.
+#
+# Without $W_O$, a head could only write into its own fixed 16 coordinates of the residual stream. With it,
+# each head chooses where its result goes. What head $h$ does to a token's vector, from the value it reads to
+# what it writes, is the 64 × 64 matrix $W_{O,h} W_{V,h}$ ($W_{V,h}$: the 16 rows of `v_proj.weight` that make
+# the values head $h$ reads). Its rank is 16 ($d_{head}$), so each head reads one 16-dimensional subspace of the
+# stream and writes another. Later layers read all 64 features, so they can
+# still combine what different heads wrote.
+
+# %%
+H, d_head = CFG.n_heads, CFG.d_head
+o, w_o = steps["weighted"], block.attn.o_proj.weight                     # (B, H, L, 16); (64, 64) = (out, in)
+contributions = [o[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].mT for h in range(H)]   # each (B, L, 64)
+total = contributions[0] + contributions[1] + contributions[2] + contributions[3]
+print(f"sum of the {H} head contributions vs o_proj(merged): max difference "
+      f"{np.abs(total.numpy() - steps['out'].numpy()).max():.1e}")
+assert np.abs(total.numpy() - steps["out"].numpy()).max() < 1e-14
+assert all(c.shape == (B, L, CFG.d_model) for c in contributions)
+
+off = 1                                                                  # switch head 1 off
+keep = tb.tensor([1.0 if h != off else 0.0 for h in range(H)], dtype=tb.float64).reshape(1, H, 1, 1)
+merged_off = (o * keep).transpose(1, 2).reshape(B, L, CFG.d_model)      # (B, L, 64)
+out_off = block.attn.o_proj(merged_off)
+merged_change = np.abs(merged_off.numpy() - steps["merged"].numpy()).max(axis=(0, 1))   # (64,) per feature
+out_change = np.abs(out_off.numpy() - steps["out"].numpy()).max(axis=(0, 1))
+moved = np.flatnonzero(merged_change)
+print(f"head {off} off, without W_O: {len(moved)} features change ({moved.min()}..{moved.max()}), "
+      f"{int((merged_change == 0).sum())} are exactly unchanged")
+removed = steps["out"].numpy() - out_off.numpy()                          # what switching head 1 off took away
+print(f"head {off} off, with W_O: {int((out_change > 0).sum())} of {CFG.d_model} output features change; "
+      f"change vs head {off}'s contribution: {np.abs(removed - contributions[off].numpy()).max():.1e}")
+assert moved.tolist() == list(range(16, 32)) and int((merged_change == 0).sum()) == 48
+assert (out_change > 0).all()
+assert np.abs(removed - contributions[off].numpy()).max() < 1e-14
+
+w_v = block.attn.v_proj.weight.numpy()                                   # (32, 64): 2 KV heads of 16
+ranks = [int(np.linalg.matrix_rank(w_o.numpy()[:, h * 16:(h + 1) * 16] @ w_v[(h // 2) * 16:(h // 2 + 1) * 16]))
+         for h in range(H)]
+print(f"rank of each head's 64 x 64 matrix W_O,h W_V,h: {ranks}")
+assert ranks == [d_head] * H == [16, 16, 16, 16]
+
+# %% [markdown]
+# ## 7. What the heads look at
+#
+# The weights after the softmax form one $L \times L$ **attention pattern** per head: row $i$ says how query
+# position $i$ spreads its attention over the key positions. Below are the four heads of the tiny block on one
+# sequence of 12 random tokens. Everything above the diagonal is exactly 0 (drawn in grey: the future), the first
+# row is always a single 1 (position 0 can only read itself), and each row sums to 1.
+#
+# Heads 0 and 1 read the same keys (they share KV head 0; lesson 06), yet their patterns differ, because their
+# queries differ. These weights are random, so the patterns have no meaning yet. In a trained model, heads
+# learn sharp, readable patterns, such as "look at the previous token" or "look at the first token", and
+# lesson 14 trains one.
+
+# %%
+L12 = 12
+x12 = tb.randn(1, L12, CFG.d_model, generator=tb.Generator(5), dtype=tb.float64)
+patterns = attention_steps(block.attn, block.norm1(x12))["weights"].numpy()[0]   # (H, L, L)
+above = patterns[:, *np.triu_indices(L12, k=1)]                          # every weight on a future key
+print(f"patterns {patterns.shape}; largest weight above the diagonal {above.max()}; "
+      f"rows sum to 1 within {np.abs(patterns.sum(-1) - 1).max():.0e}")
+print("head 0's pattern, rows 0..4:\n", patterns[0, :5, :5].round(2))
+assert (above == 0.0).all()
+assert (patterns[:, 0, 0] == 1.0).all() and np.abs(patterns.sum(-1) - 1).max() < 1e-14
+assert np.abs(patterns[0] - patterns[1]).max() > 0.1
+
+fig = figure(13, 3.9)
+axes = fig.subplots(1, H)
+future = np.triu(np.ones((L12, L12), dtype=bool), k=1)
+for h, ax in enumerate(axes):
+    ax.set_facecolor("0.85")                                             # masked cells show this grey
+    image = ax.imshow(np.ma.masked_where(future, patterns[h]), cmap="viridis", vmin=0, vmax=1)
+    ax.set(title=f"head {h} (KV head {h // 2})", xlabel="key position", xticks=range(0, L12, 2),
+           yticks=range(0, L12, 2))
+    if h == 0:
+        ax.set_ylabel("query position")
+fig.colorbar(image, ax=axes, shrink=0.85, label="attention weight")
+fig.suptitle("Causal attention patterns of the tiny block (random weights; grey: the future, weight exactly 0)")
+show(fig, OUT / "attention_patterns.png")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. `attention`: scaled dot-product attention from tensor operations. Given q, k, v of shape (B, H, L, d_head),
+#    `attention(q, k, v, causal)` returns softmax($q k^\top / \sqrt{d_{head}}$ + mask) $v$, with the causal mask
+#    when `causal` is true. The checker compares with a numpy implementation and with the hand-derived gradient,
+#    and it recognises the usual slips: a missing scale, the mask on the wrong triangle, the mask applied after
+#    the softmax.
+# 2. `stable_softmax`: `stable_softmax(x, axis)` is a softmax that stays finite for scores of ±1000 and gives
+#    exactly 0 to entries of $-\infty$ (masked keys), along any axis. Its gradient must be the Jacobian product
+#    $p \odot (g - p \cdot g)$.
+# 3. `head_contributions`: split attention's output into one $d_{model}$-wide contribution per head (section 6).
+#    Given the heads' outputs `weighted`, (B, H, L, d_head), and `o_weight`, which is `o_proj.weight` (stored
+#    (out, in)), `head_contributions(weighted, o_weight)` returns a tensor (H, B, L, d_model) whose sum over
+#    heads is the output projection of the merged heads.
+#
+# `python -m tinygrad_block exercise 05` writes `exercise_05.py` with the three functions to fill in;
+# `python -m tinygrad_block check 05` checks them and says what is wrong.

@@ -1,0 +1,106 @@
+"""Lesson 05's checkers (tinygrad_block/exercises/ex05.py) reject typical wrong answers, each with the reason."""
+import math
+
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from conftest import failures, solution
+
+
+def _attention(scale=None, masked=1, lower=False, after_softmax=False):
+    """Attention with one slip: another scale, the mask on another diagonal or triangle, or the future weights
+    zeroed after the softmax."""
+    def attention(q, k, v, causal):
+        L, d = q.shape[-2], q.shape[-1]
+        s = (q @ k.mT) * (1 / math.sqrt(d) if scale is None else scale)
+        if causal:
+            future = np.tril(np.ones((L, L)), k=-1) if lower else np.triu(np.ones((L, L)), k=masked)
+            if after_softmax:
+                return (s.softmax(axis=-1) * tb.tensor(1 - future, dtype=q.dtype)) @ v
+            s = s + tb.tensor(np.where(future > 0, -np.inf, 0.0), dtype=q.dtype)
+        return s.softmax(axis=-1) @ v
+    return attention
+
+
+def test_attention_without_the_scale_is_rejected_with_the_reason():
+    why = failures(5, solution(5, attention=_attention(scale=1.0)))["attention"]
+    assert "causal=False" in why and "not divided by sqrt(d_head) = 2" in why
+
+
+def test_attention_divided_by_d_is_rejected():
+    why = failures(5, solution(5, attention=_attention(scale=0.25)))["attention"]
+    assert "divided by d_head = 4, not by its square root" in why
+
+
+def test_attention_masking_the_wrong_triangle_is_rejected():
+    why = failures(5, solution(5, attention=_attention(lower=True)))["attention"]
+    assert "causal=True" in why and "wrong triangle" in why and "np.triu(..., k=1)" in why
+
+
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_attention_masking_the_diagonal_is_rejected():
+    assert "hides the diagonal too" in failures(5, solution(5, attention=_attention(masked=0)))["attention"]
+
+
+def test_attention_masked_after_the_softmax_is_rejected():
+    why = failures(5, solution(5, attention=_attention(after_softmax=True)))["attention"]
+    assert "zeroed after the softmax" in why and "no longer sum to 1" in why
+
+
+def test_attention_that_ignores_causal_is_rejected():
+    unmasked = lambda q, k, v, causal: _attention()(q, k, v, False)                   # noqa: E731
+    why = failures(5, solution(5, attention=unmasked))["attention"]
+    assert "causal=True must hide the keys after each query" in why
+
+
+def test_attention_outside_the_graph_is_rejected():
+    detached = lambda q, k, v, causal: tb.tensor(_attention()(q, k, v, causal).numpy())   # noqa: E731
+    assert "no gradient reaches q, k, v" in failures(5, solution(5, attention=detached))["attention"]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value")
+def test_naive_softmax_is_rejected_with_the_reason():
+    def naive(x, axis=-1):
+        e = x.exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(5, solution(5, stable_softmax=naive))["stable_softmax"]
+    assert "[1000.0, 999.0, 998.0, 0.0, -1.0] is not finite" in why and "overflows" in why
+
+
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_softmax_shifted_by_the_global_maximum_is_rejected():
+    def global_max(x, axis=-1):
+        e = (x - x.max()).exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(5, solution(5, stable_softmax=global_max))["stable_softmax"]
+    assert "underflows" in why and "not the maximum of the whole tensor" in why
+
+
+def test_softmax_along_the_last_axis_only_is_rejected():
+    def last_axis(x, axis=-1):
+        e = (x - x.max(axis=-1, keepdims=True)).exp()
+        return e / e.sum(axis=-1, keepdims=True)
+    why = failures(5, solution(5, stable_softmax=last_axis))["stable_softmax"]
+    assert "axis=0" in why and "use the `axis` argument" in why
+
+
+def test_softmax_divided_by_the_total_is_rejected():
+    def total(x, axis=-1):
+        e = (x - x.max(axis=axis, keepdims=True)).exp()
+        return e / e.sum()
+    why = failures(5, solution(5, stable_softmax=total))["stable_softmax"]
+    assert "it sums to 0.175876, not 1" in why
+
+
+def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
+    def rows(weighted, w_o):
+        d_head = weighted.shape[-1]
+        return tb.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(weighted.shape[1])])
+    why = failures(5, solution(5, head_contributions=rows))["head_contributions"]
+    assert "stored (out, in)" in why and "columns" in why
+
+
+def test_head_contributions_as_a_list_are_rejected():
+    as_list = lambda weighted, w_o: list(solution(5).head_contributions(weighted, w_o))   # noqa: E731
+    assert "returned a list of 4" in failures(5, solution(5, head_contributions=as_list))["head_contributions"]

@@ -1,0 +1,232 @@
+"""Lesson 05's exercises: scaled dot-product attention from Tensor ops, a stable softmax, and attention's output
+split into one contribution per head. Each check compares with an independent oracle (attention and its gradient
+derived by hand in numpy, softmax in float64 numpy, the output projection as one numpy matmul) and says what is
+wrong, with the numbers, naming the usual slips when it sees one."""
+from __future__ import annotations
+
+import numpy as np
+
+import tinygrad_block as tb
+
+from ..course import CheckFailed
+
+STARTER = '''"""Lesson 05 exercises. Fill in each function, then run:  python -m tinygrad_block check 05"""
+import math
+
+import numpy as np
+
+import tinygrad_block as tb
+
+
+def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
+    """Scaled dot-product attention, softmax(q k^T / sqrt(d_head) + mask) v, for q, k, v of shape
+    (B, H, L, d_head) (one key/value head per query head). With causal=True, query i may read keys j <= i only:
+    add -inf to the scores where j > i, before the softmax (an (L, L) table made with numpy's np.triu and
+    tb.tensor(..., dtype=q.dtype) will do). Use Tensor ops so that autograd differentiates it: k.mT swaps the last
+    two axes, scores.softmax(axis=-1) is the library's softmax. Returns (B, H, L, d_head)."""
+    raise NotImplementedError
+
+
+def stable_softmax(x: tb.Tensor, axis: int = -1) -> tb.Tensor:
+    """e^x / sum e^x along `axis`, from Tensor ops (without x.softmax): finite for entries of +-1000, exactly 0
+    where x is -inf (a masked key), right along any axis, and differentiable."""
+    raise NotImplementedError
+
+
+def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
+    """What each head adds to attention's output. weighted: (B, H, L, d_head), the heads' outputs before the
+    merge; o_weight: o_proj.weight, shape (d_model, H * d_head), stored (out, in), so that o_proj(m) is
+    m @ o_weight.mT. Return one Tensor of shape (H, B, L, d_model) whose slice h is head h's contribution
+    (tb.stack makes one Tensor of a list); summed over h, it must equal o_proj of the merged heads,
+    weighted.transpose(1, 2).reshape(B, L, H * d_head) @ o_weight.mT."""
+    raise NotImplementedError
+'''
+
+
+def _as_array(got, name: str, shape: tuple) -> np.ndarray:
+    """The learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
+    if not isinstance(got, tb.Tensor):
+        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
+    if got.shape != shape:
+        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
+    return got.numpy()
+
+
+def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax in float64 numpy, each row shifted by its own maximum; entries of -inf get weight 0."""
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# ---------------------------------------------------------------- attention
+def _attention_np(q, k, v, causal: bool, scale: float | None = None, masked: int | None = 1,
+                  mask_after: bool = False, zero_scores: bool = False) -> np.ndarray:
+    """Attention in numpy; the keyword arguments produce the usual slips: another scale, the mask on another
+    diagonal (np.triu's k = masked, or np.tril when masked is negative), the weights zeroed after the softmax,
+    the scores multiplied by 0 instead of given -inf."""
+    L, d = q.shape[-2], q.shape[-1]
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d) if scale is None else scale)        # (B, H, L, L)
+    if causal:
+        future = np.triu(np.ones((L, L), bool), k=masked) if masked >= 0 else np.tril(np.ones((L, L), bool), k=masked)
+        if zero_scores:
+            s = np.where(future, 0.0, s)
+        elif mask_after:
+            return np.where(future, 0.0, _softmax(s)) @ v
+        else:
+            s = np.where(future, -np.inf, s)
+    with np.errstate(invalid="ignore"):
+        return _softmax(s) @ v
+
+
+def _attention_grads(q, k, v, dout):
+    """Causal attention's gradients by hand: dV = A^T dout, dA = dout V^T, dS = A (dA - sum(dA A)) (softmax),
+    dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
+    L, d = q.shape[-2], q.shape[-1]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + np.triu(np.full((L, L), -np.inf), k=1)
+    a = _softmax(s)                                                                     # (B, H, L, L)
+    da = dout @ np.swapaxes(v, -1, -2)
+    ds = a * (da - (da * a).sum(-1, keepdims=True))
+    return ds @ k / np.sqrt(d), np.swapaxes(ds, -1, -2) @ q / np.sqrt(d), np.swapaxes(a, -1, -2) @ dout
+
+
+def _qkv(seed: int = 0):
+    r = np.random.default_rng(seed)
+    B, H, L, d = 2, 3, 5, 4
+    return [r.standard_normal((B, H, L, d)) * 1.5 for _ in range(3)]
+
+
+ATTENTION_SLIPS = [  # (what the numpy slip produces, the hint), tried when the learner's result is wrong
+    (dict(scale=1.0), "the scores were not divided by sqrt(d_head) = 2"),
+    (dict(scale=0.25), "the scores were divided by d_head = 4, not by its square root, 2"),
+    (dict(masked=-1), "the mask is on the wrong triangle: it hides the keys before each query (j < i), not the "
+                      "future ones (j > i); -inf belongs above the diagonal, np.triu(..., k=1)"),
+    (dict(masked=0), "the mask hides the diagonal too: a query may read its own key (j = i); use np.triu(..., k=1)"),
+    (dict(mask_after=True), "the future weights were zeroed after the softmax, so the rows no longer sum to 1: add "
+                            "-inf to the scores before the softmax instead"),
+    (dict(zero_scores=True), "the future scores were set to 0, but e^0 = 1 still gives those keys weight: they "
+                             "need -inf, so that e^-inf = 0"),
+]
+
+
+def check_attention(solution) -> None:
+    """Values against numpy (causal and not), then the gradients against the hand-derived ones."""
+    qn, kn, vn = _qkv()
+    shape = qn.shape
+    for causal in (False, True):
+        q, k, v = (tb.tensor(a, dtype=tb.float64) for a in (qn, kn, vn))
+        got = _as_array(solution.attention(q, k, v, causal), "attention", shape)
+        want = _attention_np(qn, kn, vn, causal)
+        if np.isfinite(got).all() and np.abs(got - want).max() < 1e-10:
+            continue
+        for slip, hint in ATTENTION_SLIPS:
+            with np.errstate(invalid="ignore"):
+                wrong = _attention_np(qn, kn, vn, causal, **slip)
+            if np.allclose(got, wrong, rtol=0, atol=1e-10, equal_nan=True):
+                raise CheckFailed(f"attention(causal={causal}) is off by up to {np.nanmax(np.abs(got - want)):.3g}: "
+                                  f"{hint}")
+        if not np.isfinite(got).all():
+            raise CheckFailed(f"attention(causal={causal}) has non-finite entries ({np.isnan(got).sum()} NaN): a row "
+                              "whose keys are all masked has nothing to read; query i must keep keys 0..i")
+        other = _attention_np(qn, kn, vn, not causal)
+        if np.abs(got - other).max() < 1e-10:
+            raise CheckFailed(f"attention(causal={causal}) gives the {'causal' if not causal else 'unmasked'} result: "
+                              + ("causal=True must hide the keys after each query" if causal else
+                                 "causal=False must not mask anything (BERT-style attention reads every key)"))
+        i = np.unravel_index(np.abs(got - want).argmax(), shape)
+        raise CheckFailed(f"attention(causal={causal}) at index {tuple(int(j) for j in i)} is {got[i]!r}, expected "
+                          f"{want[i]!r} (softmax(q k^T / sqrt(d_head) + mask) v, computed in numpy)")
+    q, k, v = (tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in (qn, kn, vn))
+    dout = np.random.default_rng(1).standard_normal(shape)
+    out = solution.attention(q, k, v, True)
+    if not out.requires_grad:
+        raise CheckFailed("no gradient reaches q, k, v: build attention from Tensor ops, not from numpy arrays")
+    (out * tb.tensor(dout, dtype=tb.float64)).sum().backward()
+    for name, t, want in zip("qkv", (q, k, v), _attention_grads(qn, kn, vn, dout)):
+        if t.grad is None:
+            raise CheckFailed(f"no gradient reached {name}: build attention from Tensor ops, not from numpy arrays")
+        err = np.abs(t.grad.numpy() - want).max()
+        if not err < 1e-10:
+            raise CheckFailed(f"the gradient of {name} is off by {err:.3g} from the hand-derived one "
+                              "(dS = A (dA - sum(dA A)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d), dV = A^T dout)")
+
+
+# ---------------------------------------------------------------- stable softmax
+INF = np.inf
+ROWS = np.array([[1000.0, 999.0, 998.0, 0.0, -1.0],                 # e^1000 overflows
+                 [-1000.0, -1001.0, -999.0, -1000.5, -2000.0],        # e^-1000 underflows to 0
+                 [0.5, -INF, 1.5, -INF, 0.0],                          # masked keys get weight exactly 0
+                 [0.1, 0.2, -0.3, 0.4, 0.0]])
+COLUMNS = np.array([[500.0, -3.0, 0.0], [501.0, -INF, 0.0], [-200.0, -2.0, 0.0], [499.0, -4.0, 0.0]])
+
+
+def check_stable_softmax(solution) -> None:
+    """Along the last axis of ROWS and the first axis of COLUMNS, against float64 numpy; then the gradient against
+    the Jacobian product p (g - sum(p g)), derived by hand."""
+    for x, axis, kind in ((ROWS, -1, "row"), (COLUMNS, 0, "column")):
+        got = _as_array(solution.stable_softmax(tb.tensor(x, dtype=tb.float64), axis), "stable_softmax", x.shape)
+        want = _softmax(x, axis)
+        lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
+        for xi, gi, wi in zip(lines(x), lines(got), lines(want)):
+            where = f"stable_softmax(x, axis={axis}) for the {kind} {xi.tolist()}"
+            if not np.isfinite(gi).all():
+                hint = ("e^1000 overflows to inf, and inf/inf is NaN: subtract each row's maximum before exp"
+                        if xi.max() > 700 else
+                        "every e^x underflows to 0 here, and 0/0 is NaN: subtract each row's own maximum "
+                        "(x.max(axis, keepdims=True)), not the maximum of the whole tensor")
+                raise CheckFailed(f"{where} is not finite: {gi.tolist()}; {hint}")
+            if (gi[xi == -INF] != 0.0).any():
+                raise CheckFailed(f"{where}: entries of -inf (masked keys) must get weight exactly 0; got "
+                                  f"{np.round(gi, 4).tolist()}")
+            if not np.abs(gi - wi).max() < 1e-12:
+                if axis != -1 and np.abs(got - _softmax(x, -1)).max() < 1e-12:
+                    hint = f"; that is the softmax along the last axis: use the `axis` argument ({axis})"
+                elif abs(gi.sum() - 1) > 1e-9:
+                    hint = (f"; it sums to {gi.sum():.6f}, not 1: divide by the sum along `axis` "
+                            "(keepdims=True)")
+                else:
+                    hint = ""
+                raise CheckFailed(f"{where} is {np.round(gi, 6).tolist()}, expected {np.round(wi, 6).tolist()}"
+                                  f"{hint}")
+    x = tb.tensor(ROWS, dtype=tb.float64, requires_grad=True)
+    p = solution.stable_softmax(x, -1)
+    if not p.requires_grad:
+        raise CheckFailed("no gradient reaches x: build stable_softmax from Tensor ops, not from numpy arrays")
+    g = np.random.default_rng(2).standard_normal(ROWS.shape)
+    (p * tb.tensor(g, dtype=tb.float64)).sum().backward()
+    pn = _softmax(ROWS)
+    want = pn * (g - (pn * g).sum(-1, keepdims=True))
+    if x.grad is None or not np.isfinite(x.grad.numpy()).all() or np.abs(x.grad.numpy() - want).max() > 1e-12:
+        got = None if x.grad is None else x.grad.numpy()
+        raise CheckFailed(f"the gradient of stable_softmax is {got if got is None else np.round(got, 6).tolist()}, "
+                          f"expected p (g - sum(p g)) = {np.round(want, 6).tolist()}")
+
+
+# ---------------------------------------------------------------- one contribution per head
+def check_head_contributions(solution) -> None:
+    """Each head's slice against numpy (weighted[:, h] times the columns of o_weight that read head h), and their
+    sum against the output projection of the merged heads."""
+    r = np.random.default_rng(3)
+    B, H, L, d_head = 2, 4, 3, 5
+    d_model = H * d_head
+    weighted, w_o = r.standard_normal((B, H, L, d_head)), r.standard_normal((d_model, H * d_head))
+    got = solution.head_contributions(tb.tensor(weighted, dtype=tb.float64), tb.tensor(w_o, dtype=tb.float64))
+    if isinstance(got, (list, tuple)):
+        raise CheckFailed(f"head_contributions returned a {type(got).__name__} of {len(got)}; return one Tensor "
+                          f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
+    got = _as_array(got, "head_contributions", (H, B, L, d_model))
+    want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
+    full = weighted.transpose(0, 2, 1, 3).reshape(B, L, H * d_head) @ w_o.T               # o_proj(merged)
+    if np.abs(got - want).max() < 1e-12 and np.abs(got.sum(0) - full).max() < 1e-12:
+        return
+    rows = np.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(H)])
+    if np.abs(got - rows).max() < 1e-12:
+        raise CheckFailed("the contributions use rows h*d_head:(h+1)*d_head of o_weight; o_proj.weight is stored "
+                          "(out, in), so the weights that read head h are its columns, "
+                          "o_weight[:, h*d_head:(h+1)*d_head], applied as weighted[:, h] @ that.mT")
+    err = np.abs(got.sum(0) - full).max()
+    raise CheckFailed(f"head_contributions: the slices are off by up to {np.abs(got - want).max():.3g}, and their sum "
+                      f"differs from o_proj(merged) by {err:.3g}")
+
+
+CHECKS = [("attention", check_attention), ("stable_softmax", check_stable_softmax),
+          ("head_contributions", check_head_contributions)]
