@@ -213,11 +213,11 @@ assert "only floating-point tensors can require grad" in said["gradient of an in
 # %% [markdown]
 # ## Exercises
 #
-# 1. `softplus(x)`: $\log(1 + e^x)$ written with tensor operations, so that autograd differentiates it. It must
+# 1. `softplus`: $\log(1 + e^x)$ written with tensor operations, so that autograd differentiates it. It must
 #    stay finite and exact at $x = \pm 1000$, where $e^{1000}$ overflows; rewrite it so that nothing large is
 #    ever exponentiated. Its gradient must be the sigmoid everywhere, including at the kink $x = 0$ of
 #    whatever pieces you use.
-# 2. `count_ops(y)`: how many primitive calls the recorded graph behind `y` holds, found by following
+# 2. `count_ops`: how many primitive calls the recorded graph behind a tensor `y` holds, found by following
 #    `y._ctx` and each call's `edges` (section 4). A call reached along two paths, such as `z` in
 #    `z = x * x; y = z + z`, counts once.
 #

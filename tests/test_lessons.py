@@ -67,7 +67,7 @@ def test_each_cell_asserts_what_it_prints_at_top_level(path):
 @pytest.mark.parametrize("path", LESSONS, ids=ids)
 def test_lesson_never_cites_documents_the_reader_does_not_have(path):
     text = path.read_text()
-    assert not re.search(r"\b00[0-4]\b|seeds/|_[0-9a-f]{16}\.txt|curriculum document", text)
+    assert not re.search(r"(?<![\d,._])00[0-4](?![\d,_])|seeds/|_[0-9a-f]{16}\.txt|curriculum document", text)
 
 
 @pytest.mark.slow
@@ -90,8 +90,10 @@ def _table_rows(text: str, heading: str) -> list[list[str]]:
     level = heading.split(" ")[0]
     part = text.split(heading, 1)[1]
     part = re.split(rf"^{level} ", part, flags=re.M)[0]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in part.splitlines()
-            if line.startswith("|") and not set(line) <= set("|-: ")][1:]
+    lines = part.splitlines()
+    header = {i - 1 for i, line in enumerate(lines) if line.startswith("|") and set(line) <= set("|-: ")}
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for i, line in enumerate(lines)
+            if line.startswith("|") and not set(line) <= set("|-: ") and i not in header]
 
 
 def test_the_index_lists_every_lesson_file_and_the_planned_ones():

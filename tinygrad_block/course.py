@@ -101,7 +101,7 @@ def figure(width: float = 6.4, height: float = 4.0):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def show(picture, path: Path | None = None, dpi: int = 120) -> Path:
+def show(picture, path: Path | None = None, dpi: int = 120) -> None:
     """Save a matplotlib Figure to `path` (or take an image already written at `picture`), print where it is,
     and show it inline when the lesson runs as a notebook."""
     if path is not None:
@@ -113,7 +113,6 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> Path:
     if "ipykernel" in sys.modules:                                   # running as a notebook
         from IPython.display import SVG, Image, display
         display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
-    return path
 
 
 @dataclass

@@ -9,12 +9,6 @@ def softplus(x: tb.Tensor) -> tb.Tensor:
     return tb.where(positive, x, 0.0) + (tb.where(positive, -x, x).exp() + 1.0).log()
 
 
-def central_difference(f, x: float, h: float = 1e-3) -> float:
-    """(f(x - 2h) - 8 f(x - h) + 8 f(x + h) - f(x + 2h)) / 12h: the h^2 error terms of two central differences,
-    of widths h and 2h, cancel."""
-    return (f(x - 2 * h) - 8 * f(x - h) + 8 * f(x + h) - f(x + 2 * h)) / (12 * h)
-
-
 def count_ops(y: tb.Tensor) -> int:
     """Depth-first over the edges with an explicit stack (no recursion limit), each call visited once."""
     seen, stack = set(), [y._ctx] if y._ctx is not None else []
