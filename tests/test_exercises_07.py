@@ -1,0 +1,84 @@
+"""Lesson 07's checkers (tinygrad_block/exercises/ex07.py) reject typical wrong answers, each with the reason."""
+import math
+
+from tinygrad_block import nn
+from conftest import failures, solution
+
+
+def test_swiglu_with_silu_on_the_up_projection_is_rejected():
+    wrong = lambda x, wg, wu, wd: ((x @ wg.mT) * (x @ wu.mT).silu()) @ wd.mT            # noqa: E731
+    why = failures(7, solution(7, swiglu=wrong))["swiglu"]
+    assert "worked example" in why and "SiLU went on the up projection" in why
+
+
+def test_glu_instead_of_swiglu_is_rejected():
+    glu = lambda x, wg, wu, wd: ((x @ wg.mT).sigmoid() * (x @ wu.mT)) @ wd.mT           # noqa: E731
+    assert "that is GLU" in failures(7, solution(7, swiglu=glu))["swiglu"]
+
+
+def test_swiglu_with_untransposed_weights_is_rejected_with_the_layout():
+    untransposed = lambda x, wg, wu, wd: ((x @ wg).silu() * (x @ wu)) @ wd              # noqa: E731
+    why = failures(7, solution(7, swiglu=untransposed))["swiglu"]
+    assert "stored (out, in)" in why and "x @ w_gate.mT" in why
+
+
+def test_swiglu_outside_the_graph_is_rejected():
+    import tinygrad_block as tb
+    detached = lambda *a: tb.tensor(solution(7).swiglu(*a).numpy())                     # noqa: E731
+    assert "no gradient reaches" in failures(7, solution(7, swiglu=detached))["swiglu"]
+
+
+def test_width_rounded_to_the_nearest_multiple_is_rejected():
+    def nearest(d_model, multiple_of, multiplier=None):
+        hidden = 8 * d_model // 3
+        hidden = int(multiplier * hidden) if multiplier else hidden
+        return multiple_of * round(hidden / multiple_of)
+    why = failures(7, solution(7, swiglu_width=nearest))["swiglu_width"]
+    assert "swiglu_width(5120, 256) = 13568" in why and "13824" in why and "rounds UP" in why
+
+
+def test_width_without_the_multiplier_is_rejected():
+    plain = lambda d_model, multiple_of, multiplier=None: multiple_of * math.ceil(8 * d_model // 3 / multiple_of)  # noqa: E731
+    why = failures(7, solution(7, swiglu_width=plain))["swiglu_width"]
+    assert "swiglu_width(8192, 4096, 1.3) = 24576" in why and "28672" in why and "multiplier was left out" in why
+
+
+def test_width_as_a_float_is_rejected():
+    as_float = lambda *a: float(solution(7).swiglu_width(*a))                          # noqa: E731
+    assert "is a float" in failures(7, solution(7, swiglu_width=as_float))["swiglu_width"]
+
+
+def test_ffn_share_with_two_matrices_for_swiglu_is_rejected():
+    """The typical wrong answer: 2 d d_ff per FFN, as in the classic FFN. Llama-2-7B then seems to have 54.5 % of
+    its parameters in the FFNs, and the claim 'more than 60 %' would look false."""
+    def two_matrices(cfg):
+        d, ffn = cfg.d_model, 2 * cfg.d_model * cfg.d_ff
+        block = 4 * d * d + ffn + 2 * d
+        return cfg.n_layers * ffn / (cfg.n_layers * block + d + 2 * cfg.vocab_size * d)
+    why = failures(7, solution(7, ffn_share=two_matrices))["ffn_share"]
+    assert "ffn_share(preset('llama2-7b')) = 0.544923" in why and "SwiGLU has three" in why
+
+
+def test_ffn_share_of_one_block_is_rejected():
+    from tinygrad_block import accounting as acc
+    per_block = lambda cfg: acc.attention_ffn_shares(cfg).ffn                          # noqa: E731
+    assert "share of ONE BLOCK" in failures(7, solution(7, ffn_share=per_block))["ffn_share"]
+
+
+def test_ffn_share_that_counts_a_tied_head_twice_is_rejected():
+    def untied(cfg):
+        return solution(7).ffn_share(cfg.with_(tie_embeddings=False))
+    why = failures(7, solution(7, ffn_share=untied))["ffn_share"]
+    assert "smollm-135m" in why and "counted once" in why
+
+
+def test_ffn_share_without_the_biases_is_rejected():
+    def no_bias(cfg):
+        return solution(7).ffn_share(cfg.with_(bias=False)) if cfg.bias else solution(7).ffn_share(cfg)
+    why = failures(7, solution(7, ffn_share=no_bias))["ffn_share"]
+    assert "gpt2-small" in why and "biases are missing" in why
+
+
+def test_the_reference_share_of_llama2_7b_is_above_sixty_percent():
+    share = solution(7).ffn_share(nn.preset("llama2-7b"))
+    assert share > 0.6 and round(share, 4) == 0.6424
