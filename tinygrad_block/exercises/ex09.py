@@ -1,0 +1,227 @@
+"""Lesson 09's exercises: three backward passes by hand, in numpy. SwiGLU's (checked against autograd and finite
+differences), repeat_kv's group sum (against autograd and a loop over the heads) and RoPE's inverse rotation
+(against autograd and the rotation by minus the angle written pair by pair). Each check says what is wrong, with
+the numbers, and names the usual slip when it sees one."""
+from __future__ import annotations
+
+import numpy as np
+
+import tinygrad_block as tb
+
+from .. import nn
+from ..course import CheckFailed
+from ..gradcheck import central_difference, rel_err
+
+STARTER = '''"""Lesson 09 exercises. Fill in each function, then run:  python -m tinygrad_block check 09"""
+import numpy as np
+
+
+def swiglu_backward(x, w_gate, w_up, w_down, grad_out):
+    """SwiGLU's backward by hand, in numpy (no autograd). The forward is
+        out = (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T,    silu(z) = z * sigmoid(z),
+    with x: (B, L, d_model), w_gate and w_up: (d_ff, d_model), w_down: (d_model, d_ff) (weights stored
+    (out, in), as in PyTorch). grad_out, (B, L, d_model), is the gradient of the loss with respect to out.
+    Return (dx, dw_gate, dw_up, dw_down): numpy arrays of the shapes of x, w_gate, w_up and w_down."""
+    raise NotImplementedError
+
+
+def repeat_kv_backward(grad, n_rep):
+    """repeat_kv's backward, in numpy. The forward turned k, (B, H_kv, L, d_head), into (B, H_kv * n_rep, L, d_head):
+    query head h reads KV head h // n_rep. grad is the gradient of that repeated tensor,
+    (B, H_kv * n_rep, L, d_head). Return the gradient of k, (B, H_kv, L, d_head)."""
+    raise NotImplementedError
+
+
+def rope_backward(grad, cos, sin):
+    """RoPE's backward, in numpy. The forward is y = x * cos + rotate_half(x) * sin, where rotate_half maps the
+    two halves (x1, x2) of the last axis to (-x2, x1): pair i is dimension i with dimension i + d_head/2.
+    x, y and grad: (B, H, L, d_head); cos, sin: (L, d_head), the cosine and sine of each pair's angle at each
+    position, written twice along the last axis (cat(c, c)). grad is the gradient of y; return that of x."""
+    raise NotImplementedError
+'''
+
+
+def _array(got, what: str, shape: tuple) -> np.ndarray:
+    """The learner's result as a float numpy array of `shape`, or CheckFailed saying what came back instead."""
+    if isinstance(got, tb.Tensor):
+        raise CheckFailed(f"{what} must be a numpy array; got a Tensor. This exercise is by hand: numpy only, "
+                          "no autograd")
+    try:
+        arr = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"{what} must be a numpy array of shape {shape}; got {type(got).__name__}") from None
+    if arr.shape != shape:
+        raise CheckFailed(f"{what} must have shape {shape}; got {arr.shape}")
+    return arr
+
+
+def _sigmoid(z):
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+# ---------------------------------------------------------------- SwiGLU
+def _swiglu_np(x, w_gate, w_up, w_down):
+    z, u = x @ w_gate.T, x @ w_up.T
+    return (z * _sigmoid(z) * u) @ w_down.T
+
+
+def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
+    """(dx, dw_gate, dw_up, dw_down) by the engine's autograd."""
+    ts = [tb.tensor(a, requires_grad=True) for a in (x, w_gate, w_up, w_down)]
+    tx, tg, tu, td = ts
+    out = ((tx @ tg.mT).silu() * (tx @ tu.mT)) @ td.mT
+    out.backward(tb.tensor(grad_out))
+    return [t.grad.numpy() for t in ts]
+
+
+def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
+    """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it."""
+    z, u = x @ w_gate.T, x @ w_up.T
+    s = _sigmoid(z)
+    dm = grad_out @ w_down                                                # (B, L, d_ff)
+    du = dm * z * s
+
+    def grads(dz, du=du, gate=True, up=True):
+        dx = (dz @ w_gate if gate else 0.0) + (du @ w_up if up else 0.0)
+        return dx, dz.reshape(-1, dz.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+
+    right = dm * u * s * (1 + z * (1 - s))
+    return {
+        "SiLU's derivative is not sigmoid(z) alone: by the product rule on z * sigmoid(z) it is "
+        "sigmoid(z) + z sigmoid(z) (1 - sigmoid(z))": grads(dm * u * s),
+        "that derivative, sigmoid(z) (1 - sigmoid(z)), is the sigmoid's; SiLU(z) = z sigmoid(z) has "
+        "sigmoid(z) (1 + z (1 - sigmoid(z)))": grads(dm * u * s * (1 - s)),
+        "the gate's gradient misses the factor u = x @ w_up.T: at hidden = silu(z) * u each factor gets the "
+        "upstream gradient times the other": grads(dm * s * (1 + z * (1 - s))),
+        "dx has only the gate's branch: x feeds both the gate and the up projection, so dx = dz @ w_gate + "
+        "du @ w_up": grads(right, up=False),
+        "dx has only the up projection's branch: x feeds both, so dx = dz @ w_gate + du @ w_up":
+        grads(right, gate=False),
+    }
+
+
+SWIGLU_CASES = [((2, 3, 5), 7, 1.0), ((1, 4, 6), 10, 3.0)]               # (B, L, d_model), d_ff, gate scale
+
+
+def check_swiglu_backward(solution) -> None:
+    """Each gradient against autograd and finite differences (which agree with each other); the usual slips named."""
+    r = np.random.default_rng(0)
+    for (B, L, d), d_ff, scale in SWIGLU_CASES:
+        x = r.standard_normal((B, L, d))
+        w_gate = scale * r.standard_normal((d_ff, d)) / np.sqrt(d)
+        w_up, w_down = r.standard_normal((d_ff, d)) / np.sqrt(d), r.standard_normal((d, d_ff)) / np.sqrt(d_ff)
+        grad_out = r.standard_normal((B, L, d))
+        inputs = {"x": x, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+        want = _swiglu_autograd(x, w_gate, w_up, w_down, grad_out)
+        for i, (name, value) in enumerate(inputs.items()):                # the two oracles agree
+            entries = [tuple(int(j) for j in r.integers(value.shape)) for _ in range(4)]
+
+            def loss(v, name=name, inputs=inputs, grad_out=grad_out):
+                return float((_swiglu_np(**{**inputs, name: v}) * grad_out).sum())
+            fd = central_difference(loss, value.copy(), elements=entries)
+            assert rel_err([want[i][e] for e in entries], [fd[e] for e in entries]) < 1e-8, name
+        got = solution.swiglu_backward(x.copy(), w_gate.copy(), w_up.copy(), w_down.copy(), grad_out.copy())
+        call = f"swiglu_backward(x {x.shape}, w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape}, ...)"
+        if not isinstance(got, (tuple, list)) or len(got) != 4:
+            raise CheckFailed(f"{call} must return a tuple (dx, dw_gate, dw_up, dw_down); got {type(got).__name__}"
+                              + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
+        names = ["dx", "dw_gate", "dw_up", "dw_down"]
+        for g, name, value in zip(got, names, inputs.values()):
+            if np.shape(g) == value.shape[::-1] and value.ndim == 2:
+                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}, the transpose of the weight's "
+                                  f"{value.shape}. A weight stored (out, in) gets dW = dout^T x, of shape (out, in), "
+                                  "summed over every token")
+            if np.ndim(g) == 4 or (np.ndim(g) == 3 and value.ndim == 2):
+                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}; sum over the batch and the positions, "
+                                  f"since every token uses the same weight: dW = dout^T x has the weight's shape "
+                                  f"{value.shape}")
+        got = [_array(g, f"{name} of {call}", value.shape) for g, name, value in zip(got, names, inputs.values())]
+        errs = {name: rel_err(g, w) for name, g, w in zip(names, got, want)}
+        if max(errs.values()) <= 1e-8:
+            continue
+        bad = ", ".join(f"{name} off by {e:.3g}" for name, e in errs.items() if e > 1e-8)
+        hints = [hint for hint, (dx, dw_gate) in _swiglu_slips(x, w_gate, w_up, w_down, grad_out).items()
+                 if (errs["dx"] > 1e-8 and rel_err(got[0], dx) < 1e-9)
+                 or (errs["dw_gate"] > 1e-8 and rel_err(got[1], dw_gate) < 1e-9)]
+        raise CheckFailed(f"{call}: {bad} (relative error against autograd and finite differences; "
+                          f"{', '.join(n for n, e in errs.items() if e <= 1e-8) or 'none'} right)"
+                          + (f": {hints[0]}" if hints else ""))
+
+
+# ---------------------------------------------------------------- the GQA group sum
+REPEAT_CASES = [((2, 6, 3, 4), 2), ((1, 4, 2, 3), 4), ((2, 3, 3, 2), 1), ((1, 6, 2, 3), 3)]
+
+
+def check_repeat_kv_backward(solution) -> None:
+    """Against autograd through nn.repeat_kv (an expand) and a loop that adds the gradients of each group's heads."""
+    r = np.random.default_rng(1)
+    for shape, n_rep in REPEAT_CASES:
+        B, H, L, d = shape
+        H_kv = H // n_rep
+        grad = r.standard_normal(shape)
+        k = tb.tensor(r.standard_normal((B, H_kv, L, d)), requires_grad=True)
+        nn.repeat_kv(k, n_rep).backward(tb.tensor(grad))
+        loop = np.stack([sum(grad[:, h] for h in range(H) if h // n_rep == j) for j in range(H_kv)], axis=1)
+        assert rel_err(k.grad.numpy(), loop) < 1e-15
+        call = f"repeat_kv_backward(grad {shape}, n_rep={n_rep})"
+        got = solution.repeat_kv_backward(grad.copy(), n_rep)
+        if np.shape(got) == shape and n_rep > 1:
+            raise CheckFailed(f"{call} returned shape {shape}, one gradient per query head; KV head j needs one: "
+                              f"the sum over the {n_rep} query heads of its group, shape {(B, H_kv, L, d)}")
+        got = _array(got, call, (B, H_kv, L, d))
+        err = rel_err(got, loop)
+        if err <= 1e-12:
+            continue
+        slips = {"that is the first query head of each group alone; every head of the group read the KV head, so "
+                 "its gradient is the sum over the group": grad[:, ::n_rep],
+                 "that is the mean over each group; a value used n_rep times gets the sum of the n_rep gradients, "
+                 "not their mean": loop / n_rep,
+                 "that sums every H_kv-th head (h % H_kv == j), the grouping of tiling; here query head h reads KV "
+                 "head h // n_rep, so KV head j's group is the consecutive heads j * n_rep .. j * n_rep + n_rep - 1":
+                 grad.reshape(B, n_rep, H_kv, L, d).sum(axis=1)}
+        hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
+        raise CheckFailed(f"{call} is off by {err:.3g} (relative) from the sum over each group of query heads"
+                          + (f": {hints[0]}" if hints else ""))
+
+
+# ---------------------------------------------------------------- RoPE's inverse rotation
+def _rotate_half(a):
+    half = a.shape[-1] // 2
+    return np.concatenate([-a[..., half:], a[..., :half]], axis=-1)
+
+
+ROPE_CASES = [((2, 3, 5, 8), 0, 10000.0), ((1, 2, 6, 16), 37, 500000.0)]   # shape, first position, theta
+
+
+def check_rope_backward(solution) -> None:
+    """Against autograd through nn.apply_rope and the rotation by minus the angle, written pair by pair (the two
+    agree); at positions from 0 and from 37, for two thetas."""
+    r = np.random.default_rng(2)
+    for shape, first, theta in ROPE_CASES:
+        B, H, L, d = shape
+        cos_t, sin_t = nn.rope_tables(first + L, d, theta, tb.float64, "cpu")
+        cos, sin = cos_t.numpy()[first:], sin_t.numpy()[first:]           # (L, d)
+        x, grad = r.standard_normal(shape), r.standard_normal(shape)
+        xt = tb.tensor(x, requires_grad=True)
+        nn.apply_rope(xt, cos_t[first:], sin_t[first:]).backward(tb.tensor(grad))
+        half = d // 2
+        c, s = cos[:, :half], sin[:, :half]
+        g1, g2 = grad[..., :half], grad[..., half:]
+        turned_back = np.concatenate([g1 * c + g2 * s, g2 * c - g1 * s], axis=-1)   # R(-angle) grad
+        assert rel_err(xt.grad.numpy(), turned_back) < 1e-14
+        call = f"rope_backward(grad {shape}, cos, sin) at positions {first}..{first + L - 1}, theta={theta:g}"
+        got = _array(solution.rope_backward(grad.copy(), cos.copy(), sin.copy()), call, shape)
+        err = rel_err(got, turned_back)
+        if err > 1e-12:
+            slips = {"that is the forward rotation again, turning the gradient by +angle; the backward of a rotation "
+                     "is its transpose, the rotation by -angle: grad * cos - rotate_half(grad) * sin":
+                     grad * cos + _rotate_half(grad) * sin,
+                     "that is the gradient unchanged; RoPE is a rotation, the identity only at position 0":
+                     grad, "cos and sin are swapped": grad * sin - _rotate_half(grad) * cos}
+            hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
+            raise CheckFailed(f"{call} is off by {err:.3g} (relative) from autograd's gradient"
+                              + (f": {hints[0]}" if hints else ""))
+
+
+CHECKS = [("swiglu_backward", check_swiglu_backward), ("repeat_kv_backward", check_repeat_kv_backward),
+          ("rope_backward", check_rope_backward)]
