@@ -1,0 +1,76 @@
+"""Lesson 12's checkers (tinygrad_block/exercises/ex12.py) reject typical wrong answers, each with the reason."""
+from conftest import failures, solution
+
+
+def _flops(head=True, embedding=False, gqa=True, l_matmuls=2, per_sequence=False):
+    """forward_flops_per_token with one slip: no head, the embedding charged as a matmul, W_K and W_V d x d under
+    GQA, one L-dependent matmul instead of two, the whole sequence instead of one token."""
+    def forward_flops_per_token(cfg, seq_len):
+        d = cfg.d_model
+        d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
+        weights = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff
+        per_token = cfg.n_layers * (2 * weights + l_matmuls * 2 * seq_len * d)
+        per_token += 2 * d * cfg.vocab_size * (head + embedding)
+        return per_token * (seq_len if per_sequence else 1)
+    return forward_flops_per_token
+
+
+def test_flops_without_the_head_is_rejected():
+    why = failures(12, solution(12, forward_flops_per_token=_flops(head=False)))["forward_flops_per_token"]
+    assert "forward_flops_per_token(llama2-7b, seq_len=4096) = 15,099,494,400" in why
+    assert "15,361,638,400" in why and "leaves out the LM head" in why
+
+
+def test_flops_charging_the_embedding_is_rejected():
+    why = failures(12, solution(12, forward_flops_per_token=_flops(embedding=True)))["forward_flops_per_token"]
+    assert "table lookup" in why
+
+
+def test_flops_with_full_k_and_v_under_gqa_is_rejected():
+    why = failures(12, solution(12, forward_flops_per_token=_flops(gqa=False)))["forward_flops_per_token"]
+    assert "llama2-70b" in why and "n_kv_heads * d_head = 1,024" in why
+
+
+def test_flops_with_one_l_dependent_matmul_is_rejected():
+    why = failures(12, solution(12, forward_flops_per_token=_flops(l_matmuls=1)))["forward_flops_per_token"]
+    assert "q k^T and weights @ V each cost" in why and "without halving it" in why
+
+
+def test_flops_per_sequence_is_rejected():
+    why = failures(12, solution(12, forward_flops_per_token=_flops(per_sequence=True)))["forward_flops_per_token"]
+    assert "that is the whole sequence" in why
+
+
+def test_flops_as_two_n_is_rejected():
+    from tinygrad_block import accounting
+    two_n = lambda cfg, seq_len: 2 * accounting.total_params(cfg)                          # noqa: E731
+    why = failures(12, solution(12, forward_flops_per_token=two_n))["forward_flops_per_token"]
+    assert "2N rule of thumb" in why
+
+
+def test_flops_as_a_float_is_rejected():
+    as_float = lambda cfg, seq_len: float(_flops()(cfg, seq_len))                         # noqa: E731
+    assert "return an int" in failures(12, solution(12, forward_flops_per_token=as_float))["forward_flops_per_token"]
+
+
+def _mfu(flops_per_param_token=6, seconds_per_day=86400, scale=1.0):
+    def mfu_needed(n_params, n_tokens, n_gpus, peak, days):
+        return scale * flops_per_param_token * n_params * n_tokens / (n_gpus * peak * days * seconds_per_day)
+    return mfu_needed
+
+
+def test_mfu_with_two_n_d_is_rejected():
+    why = failures(12, solution(12, mfu_needed=_mfu(flops_per_param_token=2)))["mfu_needed"]
+    assert "70B on 1.4e12 tokens" in why and "expected" in why and "only the forward pass" in why
+
+
+def test_mfu_without_seconds_per_day_is_rejected():
+    assert "86,400 seconds" in failures(12, solution(12, mfu_needed=_mfu(seconds_per_day=1)))["mfu_needed"]
+
+
+def test_mfu_in_hours_is_rejected():
+    assert "not 3,600" in failures(12, solution(12, mfu_needed=_mfu(seconds_per_day=3600)))["mfu_needed"]
+
+
+def test_mfu_as_a_percentage_is_rejected():
+    assert "that is a percentage" in failures(12, solution(12, mfu_needed=_mfu(scale=100)))["mfu_needed"]
