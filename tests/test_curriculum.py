@@ -1,5 +1,6 @@
 """The curriculum's differing figures: each exact value pinned (by hand arithmetic), and printed by the CLI."""
 import json
+import re
 
 import pytest
 
@@ -26,7 +27,7 @@ def test_every_note_is_pinned_and_exact():
     assert {(n.preset, n.what) for n in curriculum.NOTES} == set(EXACT)
     for n in curriculum.NOTES:
         assert n.exact() == EXACT[(n.preset, n.what)], n.what
-        assert n.document and n.why and n.command in cli.COMMANDS
+        assert n.quoted and n.why and n.command in cli.COMMANDS
 
 
 def test_the_hand_values_are_the_known_ones():
@@ -42,7 +43,13 @@ def test_the_command_prints_the_note(capsys, note):
     argv = [note.command, "--preset", note.preset] + (["--seq-len", "16"] if note.command != "params" else [])
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
-    assert "where the curriculum's documents differ" in text and note.document in text and note.exact() in text
+    assert "where commonly quoted figures differ" in text and note.quoted in text and note.exact() in text
     assert cli.main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {"what": note.what, "document": note.document, "exact": note.exact(), "why": note.why} in data["curriculum"]
+    assert {"what": note.what, "quoted": note.quoted, "exact": note.exact(), "why": note.why} in data["curriculum"]
+
+
+def test_no_note_sends_the_reader_to_a_text_they_do_not_have():
+    """Figures are quoted as commonly given; the texts they come from are not the reader's."""
+    for n in curriculum.NOTES:
+        assert not re.search(r"(?<![\d,._])00[0-4](?![\d,_])|document|deck", f"{n.quoted} {n.why}"), n.what

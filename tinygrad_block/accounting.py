@@ -343,11 +343,11 @@ def kv_cache_bytes(cfg: BlockConfig, seq_len: int, batch: int = 1, bytes_per_ele
 
 
 def activation_bytes_per_token_per_layer(cfg: BlockConfig, bytes_per_element: int = 2) -> int:
-    """The curriculum's estimate (002, "Memory accounting"), with FlashAttention and a fused SwiGLU:
+    """The curriculum's estimate ("Memory accounting for training"), with FlashAttention and a fused SwiGLU:
     5 d_model elements per token per layer, i.e. 10 d_model bytes in bf16 (80 KiB at d_model = 8192):
     residual x, norm output, Q and K, attention output, FFN hidden, each taken as 2 d_model bytes.
 
-    002's own rows do not add up to that subtotal: they list the FFN hidden as 2 d_ff bytes (its "44 KB" is
+    The estimate's own rows do not add up to that subtotal: they list the FFN hidden as 2 d_ff bytes (its "44 KB" is
     2 * 8/3 * 8192; Llama-2-70B's d_ff = 28672 gives 56 KiB), so the rows sum to 8 d_model + 2 d_ff bytes
     (109 KB at d_ff = 8d/3; 120 KiB for Llama-2-70B), not 10 d_model. The 25 GB figure uses 10 d_model."""
     return 5 * cfg.d_model * bytes_per_element
@@ -363,7 +363,7 @@ def _trainable_params(cfg: BlockConfig) -> int:
 
 def training_memory(cfg: BlockConfig, seq_len: int, batch: int = 1, bytes_per_element: int = 2,
                     optimizer_bytes_per_param: int = 16) -> dict[str, int]:
-    """Bytes to train nn.LM(cfg) with Adam, 002's convention: 16 bytes per trained parameter in all: the
+    """Bytes to train nn.LM(cfg) with Adam, the curriculum's convention: 16 bytes per trained parameter in all: the
     weights (2, bf16) + their gradients (2) + Adam's fp32 master copy, first and second moments (4 + 4 + 4).
     So 'parameters' = P bytes_per_element, 'gradients' and 'optimizer' = the rest of the 16 (12 bytes: the
     "Adam state" proper), per trained parameter; the three together are 16 P (1.1 TB for 70B).

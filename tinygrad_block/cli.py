@@ -569,10 +569,10 @@ def run(args: argparse.Namespace, out=print) -> int:
 
 
 def curriculum_text(notes: list[dict]) -> list[str]:
-    """Where a curriculum document states another figure: both, and why."""
-    lines = ["  where the curriculum's documents differ:"] if notes else []
+    """Where a commonly quoted figure differs from the exact value: both, and why."""
+    lines = ["  where commonly quoted figures differ:"] if notes else []
     for n in notes:
-        lines += [f"    {n['what']}: {n['document']}; exact: {n['exact']}", f"      ({n['why']})"]
+        lines += [f"    {n['what']}: quoted as {n['quoted']}; exact: {n['exact']}", f"      ({n['why']})"]
     return lines
 
 

@@ -1,4 +1,4 @@
-"""Four deliberately wrong variants, from the curriculum's "Common Pitfalls" (004). Each has the signature of
+"""Four deliberately wrong variants, from the curriculum's "Common Pitfalls". Each has the signature of
 the correct function it spoils and runs without complaint; only a check against the right answer (tests) or
 finite differences catches it. The wrong line is marked `# PITFALL`.
 """
