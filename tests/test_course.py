@@ -60,8 +60,12 @@ def test_exercise_then_check_from_the_command_line(tmp_path):
     (["lesson", "42"], ["there is no lesson 42", "01_tensors_and_the_graph"]),
     (["exercise", "x1"], ["a lesson number is 1 to 99"]),
     (["lesson", "1", "--execute"], ["--execute and --out-dir go with --notebook", "lesson 01 --notebook --execute"]),
+    (["check", "2", "notes.txt"], ["notes.txt is not a Python file", "exercise_02.py"]),
+    (["exercise", "1", "--out", "no_such_folder/ex.py"], ["cannot write no_such_folder/ex.py", "No such file"]),
+    (["exercise", "1", "--out", ".", "--force"], ["is a folder", "exercise_01.py"]),
 ])
 def test_course_mistakes_are_one_line(tmp_path, argv, fragments):
+    (tmp_path / "notes.txt").write_text("def softplus(x):\n    return x\n")
     result = run_cli(*argv, cwd=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr

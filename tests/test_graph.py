@@ -157,6 +157,16 @@ def test_backward_view_shows_where_the_gradient_splits_and_meets():
     assert "ffn′ (backward)" in view.to_dot()
 
 
+def test_a_node_looked_up_by_anything_but_its_name_is_a_clear_error():
+    view = recorded_block()[0].view(depth=1, backward=True)
+    first = view.nodes[0]
+    assert view.node(first.name) is first
+    with pytest.raises(KeyError, match=r"GraphView.node: no node named 'n999' in this backward view; .*n\d"):
+        view.node("n999")
+    with pytest.raises(KeyError, match="no node named a ViewNode"):
+        view.node(view.successors(first.name)[0])        # successors gives nodes, not names
+
+
 def test_gradient_sums_at_a_block_add_up_where_the_paths_meet():
     """x feeds norm1 three times (x*x twice, x*rstd) and the residual add: 4 gradients, 3 adds in one circle."""
     graph, _ = recorded_block()

@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,9 +137,14 @@ def exercises(number: int) -> Exercises:
 def write_starter(number: int, path: Path, force: bool = False) -> Path:
     """Write the starter file of lesson `number`'s exercises; never over a file already there, unless `force`."""
     text = exercises(number).starter
+    if path.is_dir():
+        raise CourseError(f"{path} is a folder; --out takes a file name, like {path / f'exercise_{number:02d}.py'}")
     if path.exists() and not force:
         raise CourseError(f"{path} already exists (your work?); pass --force to replace it, or --out another file")
-    path.write_text(text)
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise CourseError(f"cannot write {path}: {e.strerror}") from None
     return path
 
 
@@ -149,6 +155,9 @@ def load_solution(path: Path, number: int):
         raise CourseError(f"no file {path}; write the starter with `python -m tinygrad_block exercise "
                           f"{number:02d}`, fill it in, then check it")
     spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
+    if spec is None:
+        raise CourseError(f"{path} is not a Python file: check {number:02d} expects a .py file, like the starter "
+                          f"exercise_{number:02d}.py")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -158,11 +167,14 @@ def load_solution(path: Path, number: int):
 
 
 def check(number: int, module) -> list[tuple[str, str | None]]:
-    """Run every check of lesson `number` on the learner's module: (name, None if it passed, else why not)."""
+    """Run every check of lesson `number` on the learner's module: (name, None if it passed, else why not).
+    numpy's overflow and invalid-value warnings are silenced: a check that cares names the value itself."""
     results = []
     for name, run in exercises(number).checks:
         try:
-            run(module)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                run(module)
             results.append((name, None))
         except CheckFailed as e:
             results.append((name, str(e)))

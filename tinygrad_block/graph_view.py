@@ -59,16 +59,25 @@ class GraphView:
     warnings: list[str]
 
     def node(self, name: str) -> ViewNode:
-        return next(n for n in self.nodes if n.name == name)
+        """The node whose DOT name is `name` (like 'n3'); a KeyError naming the view's names if there is none."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        kind = f"a {type(name).__name__}" if not isinstance(name, str) else repr(name)
+        raise KeyError(f"GraphView.node: no node named {kind} in this {self.phase} view; a name is a node's "
+                       f".name, one of {', '.join(n.name for n in self.nodes[:8])}"
+                       + (", ..." if len(self.nodes) > 8 else ""))
 
     def find(self, kind: str | None = None, label: str | None = None, step: str | None = None) -> list[ViewNode]:
         """The nodes of a kind, a label and a step (each when given), in order."""
         return [n for n in self.nodes if kind in (None, n.kind) and label in (None, n.label) and step in (None, n.step)]
 
     def successors(self, name: str) -> list[ViewNode]:
+        """The nodes (not their names) that an edge from the node named `name` enters."""
         return [self.node(e.dst) for e in self.edges if e.src == name]
 
     def predecessors(self, name: str) -> list[ViewNode]:
+        """The nodes (not their names) whose edges enter the node named `name`."""
         return [self.node(e.src) for e in self.edges if e.dst == name]
 
     def runs(self, node: ViewNode) -> int:

@@ -38,7 +38,8 @@ def box_free_path(view) -> list | None:
     and end at the one node that no edge leaves (the block's output, or ∂ input). Return the DOT names
     (node.name, like 'n3') of the nodes along a path from start to end that passes through no box (no node of
     kind 'box'), start and end included; or None if every path passes through a box.
-    view.nodes, view.edges (e.src, e.dst), view.successors(name) and view.node(name) are all you need."""
+    view.nodes, view.edges (e.src, e.dst), view.successors(name) (the nodes an edge from `name` enters, not
+    their names) and view.node(name) are all you need."""
     raise NotImplementedError
 
 
