@@ -26,11 +26,15 @@ STEP_CLUSTER = 'style="rounded,dotted"; color="#7986cb"; fontcolor="#3949ab"; fo
 UNCLUSTERED_STEPS = {"", "residual"}     # the residual adds sit on the highway, far apart
 
 
+def _flops(n: int) -> str:
+    return "1 FLOP" if n == 1 else f"{n:,} FLOPs"
+
+
 def _human(n: int) -> str:
     for unit, size in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= size:
             return f"{n / size:.2f} {unit}FLOPs"
-    return f"{n} FLOPs"
+    return _flops(n)
 
 
 def _shape(shape) -> str:
@@ -52,7 +56,7 @@ def label(view, n) -> str:
         return f"{n.label}\\n{_shape(n.shape)}"
     else:
         return f"{n.label}\\n{_shape(n.shape)} {n.dtype}"
-    lines += [f"{n.flops:,} FLOPs" if n.flops else "", *n.summary.split("\n")]
+    lines += [_flops(n.flops) if n.flops else "", *n.summary.split("\n")]
     return "\\n".join(line for line in lines if line)
 
 
