@@ -41,8 +41,9 @@ OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
 #
 # A `Tensor` wraps an array. Its **shape** says how many numbers lie along each axis and its **dtype** how each
 # number is stored. A tensor made from Python floats is `float32`, the default for running models (4 bytes a
-# number); gradient checks use `float64` (8 bytes), which carries about 16 significant digits instead of 7.
-# Integers stay integers (`int64`): they are indices, such as token ids.
+# number); gradient checks use `float64` (8 bytes). A float32 keeps 24 binary digits of each number, about 7.2
+# decimal digits; a float64 keeps 53, about 16.0. Integers stay integers (`int64`): they are indices, such as
+# token ids.
 #
 # The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU through CuPy) or
 # `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` the feed-forward matrix of a
@@ -60,6 +61,9 @@ print(f"a 70B FFN weight on 'meta': {w}, would take {w.nbytes:,} bytes = {w.nbyt
 assert x.shape == (2, 3) and x.dtype == tb.float32 and x.nbytes == 2 * 3 * 4 and x.device == "cpu"
 assert ids.dtype == tb.int64 and x.to(tb.float64).nbytes == 2 * 3 * 8
 assert w.nbytes == 8192 * 28672 * 4 == 939_524_096 and w.nbytes / 2**30 == 0.875
+digits = {t: (np.finfo(t.name).nmant + 1, (np.finfo(t.name).nmant + 1) * np.log10(2)) for t in (tb.float32, tb.float64)}
+print("significant digits: " + ", ".join(f"{t} {bits} binary = {dec:.1f} decimal" for t, (bits, dec) in digits.items()))
+assert [(bits, round(dec, 1)) for bits, dec in digits.values()] == [(24, 7.2), (53, 16.0)]
 
 # %% [markdown]
 # ## 2. Primitives: forward, backward and FLOPs in one place
@@ -149,9 +153,10 @@ assert x.is_leaf and not y.is_leaf and y_plain._ctx is None and y_plain.item() =
 
 # %% [markdown]
 # The library can draw what it records. `record_graph` watches the primitive calls, and `render` pipes the
-# drawing through graphviz. In the picture below the input $x$ feeds both multiplications (one arrow to
-# $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own: its box says
-# "with a scalar". Lesson 10 draws whole transformer blocks this way, forward and backward.
+# drawing through graphviz. In the picture below $x$ is the box marked "input". It feeds both multiplications
+# (one arrow to $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own: its box says
+# "with a scalar". Each box gives the output's shape (`()`, a single number), its dtype and its FLOPs. Lesson 10
+# draws whole transformer blocks this way, forward and backward.
 
 # %%
 x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)

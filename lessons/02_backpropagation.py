@@ -90,9 +90,9 @@ assert all(math.isclose(engine[k], by_hand[k], rel_tol=1e-15) for k in by_hand)
 # %% [markdown]
 # One backward sweep gives the gradient with respect to **every** input at once: here $w$, $x$ and $b$ together,
 # for 5 FLOPs of backward primitives against 4 of forward. A finite-difference estimate (section 4) needs four
-# evaluations of the whole function per input number. For Llama-2-7B's 6,738,415,616 parameters that would be
-# 26,953,662,464 forward passes for one gradient, against one backward pass. That asymmetry is why every
-# deep-learning framework differentiates in reverse.
+# evaluations of the whole function per input number. For Llama-2-7B's 6,738,415,616 parameters (the "7B" of its
+# name is that count, rounded) that would be 26,953,662,464 forward passes for one gradient, against one
+# backward pass. That asymmetry is why every deep-learning framework differentiates in reverse.
 
 # %%
 w, x, b = (tb.tensor(v, dtype=tb.float64, requires_grad=True) for v in (-1.5, 0.5, 2.0))
@@ -111,7 +111,7 @@ assert [e.op.name for e in events if e.phase == "backward"] == ["mul", "cos", "m
 assert math.isclose(b.grad.item(), by_hand["b"], rel_tol=1e-15)
 N = nn.LM(nn.preset("llama2-7b"), generator=tb.Generator(0), device="meta").num_parameters()   # shapes only
 print(f"Llama-2-7B: {N:,} parameters; four-point differences for all of them: {4 * N:,} forward passes")
-assert N == 6_738_415_616 and 4 * N == 26_953_662_464
+assert N == 6_738_415_616 and 4 * N == 26_953_662_464 and round(N / 1e9) == 7
 
 # %% [markdown]
 # ## 2. Topological order: no primitive runs before its gradient is complete
@@ -213,12 +213,13 @@ assert (round(math.cos(0.7), 3), round(right, 2)) == (0.765, 2.26)
 # $W_K$ and $W_V$, so its gradient is a three-way sum,
 # $\partial n = g_Q W_Q + g_K W_K + g_V W_V$ (each weight stored (out, in), as `nn.Linear` keeps it). Below, three
 # `nn.Linear` layers read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape,
-# which match the three products summed by hand in numpy.
+# which match the three products summed by hand in numpy. The key and value layers are narrower (8 outputs
+# against 16) because many models share keys and values between heads (lesson 06); the sum does not care.
 
 # %%
 g = tb.Generator(0)
 n = tb.randn(2, 5, 16, generator=g, dtype=tb.float64, requires_grad=True)            # (B, L, d_model)
-projections = [nn.Linear(16, d_out, generator=g, dtype=tb.float64) for d_out in (16, 8, 8)]   # Q, K, V (GQA)
+projections = [nn.Linear(16, d_out, generator=g, dtype=tb.float64) for d_out in (16, 8, 8)]   # Q, K, V
 upstream = [tb.randn(2, 5, p.d_out, generator=g, dtype=tb.float64) for p in projections]
 events = []
 with tb.observe(events.append):
@@ -259,8 +260,9 @@ assert first == 2 * 2.0 + 3 and x.grad.item() == 2 * first
 # $$D_2(h) = \frac{f(x+h) - f(x-h)}{2h} = f' + \frac{h^2}{6} f''' + \frac{h^4}{120} f^{(5)} + \dots$$
 #
 # Its error is of order $h^2$. For $f = \sin$ at $x = 1$ and $h = 10^{-3}$ it is $-\frac{h^2}{6}\cos 1 \approx
-# -9.0 \times 10^{-8}$, a relative error of $1.7 \times 10^{-7}$. The checker demands agreement to a relative
-# $10^{-8}$, so a two-point estimate would reject correct gradients. Combining two widths cancels the $h^2$ term:
+# -9.0 \times 10^{-8}$, a relative error of $1.7 \times 10^{-7}$. The engine's checker, `tb.gradcheck` (section 5),
+# demands agreement to a relative $10^{-8}$, so a two-point estimate would reject correct gradients. Combining two
+# widths cancels the $h^2$ term:
 #
 # $$D_4(h) = \frac{4 D_2(h) - D_2(2h)}{3} = \frac{8\,(f(x+h) - f(x-h)) - (f(x+2h) - f(x-2h))}{12h}
 #   = f' - \frac{h^4}{30} f^{(5)} + \dots$$

@@ -48,7 +48,9 @@ F64 = tb.float64
 # receives its own upstream gradient $G_{ij}$. A change $\delta$ in $b_j$ moves all 3 copies, so
 # $\partial L / \partial b_j = \sum_i G_{ij}$. **The backward of an expand is a sum** over the axes it created (new
 # leading ones) or stretched (size 1 to more). The stretched ones are kept with size 1, so the result has the
-# input's shape. No other primitive has to "unbroadcast" anything: `add` and `mul` only ever see equal shapes.
+# input's shape. Watched below, the engine sums $G$ over axis 0 keeping it, (1, 4), and a `reshape` then drops the
+# created axis to give (4,). No other primitive has to "unbroadcast" anything: `add` and `mul` only ever see
+# equal shapes.
 
 # %%
 g = tb.Generator(0)
@@ -91,11 +93,11 @@ def summed_axes(x_shape, y_shape):
     return product.shape, sums, tb.gradcheck(lambda a, c: a * c, xs, ys)
 
 
-print(f"{'x':10} {'y':8} {'x * y':10} {'axes summed -> shape kept':36} gradcheck")
+print(f"{'x':10} {'y':8} {'x * y':10} {'axes summed -> shape kept':40} gradcheck")
 for x_shape, y_shape in [((3, 4), (4,)), ((3, 4), (3, 1)), ((2, 3, 4), (3, 1)), ((2, 1, 4), (3, 1))]:
     shape, sums, ok = summed_axes(x_shape, y_shape)
     listed = ", ".join(f"{axes} -> {kept}" for kept, axes in sums.items())
-    print(f"{str(x_shape):10} {str(y_shape):8} {str(shape):10} {listed:36} {ok}")
+    print(f"{str(x_shape):10} {str(y_shape):8} {str(shape):10} {listed:40} {ok}")
     assert ok and shape == np.broadcast_shapes(x_shape, y_shape)
     for small in (x_shape, y_shape):
         lead = len(shape) - len(small)
@@ -164,6 +166,10 @@ assert np.array_equal(column.grad.numpy(), G_small.numpy().sum(axis=1, keepdims=
 # | `sum` | $R(n-1)$ = 9 | 0 (copies) | $g$ |
 # | `mean` | $R(n-1) + R$ = 12 | $R$ = 3 (one division per row) | $g/n$ |
 # | `max` | $R(n-1)$ = 9 | $3Rn + R(n-1)$ = 45 (find, count, share) | $g$ at the maximum (shared at a tie) |
+#
+# The backward of `max` is the dearest, because it must find the maxima again: $Rn$ comparisons mark every entry
+# equal to its row's maximum, $R(n-1)$ additions count the marks in each row, and $2Rn$ more operations multiply
+# the marks by $g$ and divide by the count.
 
 # %%
 xr = tb.tensor(np.array([[1.0, 5.0, 2.0, 0.0], [3.0, 3.0, -1.0, 2.0], [0.5, -2.0, 4.0, 4.0]]), dtype=F64,
@@ -180,6 +186,9 @@ for name in ("sum", "mean", "max"):
                    sum(e.flops for e in events if e.phase == "backward"), xr.grad.numpy())
     forward, backward, grad = table[name]
     print(f"{name:5} forward {forward:2d} FLOPs, backward {backward:2d}; gradient {grad.tolist()}")
+max_backward = {e.op.name: e.flops for e in events if e.phase == "backward" and e.flops}       # the last loop: max
+print(f"max's backward, FLOPs by op: {max_backward}")
+assert max_backward == {"compare": R * n, "sum": R * (n - 1), "mul": R * n, "div": R * n}
 winners = xr.numpy() == xr.numpy().max(axis=1, keepdims=True)
 assert [table[k][:2] for k in table] == [(R * (n - 1), 0), (R * (n - 1) + R, R),
                                          (R * (n - 1), 3 * R * n + R * (n - 1))]
@@ -200,9 +209,9 @@ assert abs(left_side - right_side) < 1e-12 and tie == 0.5 == table["max"][2][1, 
 #
 # The product of an $(M, K)$ and a $(K, N)$ matrix has $MN$ numbers, each a dot product of length $K$:
 # $K$ multiplications and $K - 1$ additions, $MN(2K - 1)$ operations in all. The convention, used by PyTorch's
-# `FlopCounterMode`, by papers and by this engine, counts $2K$ per output, **$2MNK$**. A multiply followed by an
-# add is the one fused instruction accelerators execute, and the difference, $MN$, is negligible for any real
-# $K$.
+# `FlopCounterMode`, by papers and by this engine, counts $2K$ per output, **$2MNK$**. Accelerators execute a
+# multiply followed by an add as one fused instruction, counted as 2 FLOPs, and the difference, $MN$, is
+# negligible for any real $K$.
 #
 # Batch axes multiply the count. A stack of $B$ products, $(B, M, K) @ (B, K, N)$, costs $2BMNK$. So does
 # $(B, M, K) @ (K, N)$, which the engine computes as one $(BM, K) @ (K, N)$ product, with the batch folded into
@@ -243,15 +252,15 @@ assert matmul_count((2, 1, 16, 32), (1, 4, 32, 64), (False, False))[3] == (2, 4,
 #   \frac{\partial L}{\partial B} = A^\top G \quad (K, M) @ (M, N).$$
 #
 # Each is a product of the same three sizes $M$, $N$, $K$, so each costs $2MNK$, and the backward costs **exactly
-# twice** the forward. That is where training's "$6N$ FLOPs per token" comes from: $2N$ forward plus $4N$ backward
-# (lesson 12 counts it on whole models). If only one input needs a gradient, only one product runs, and the
-# backward costs the same as the forward. That happens for the first layer, whose input is data, or for a frozen
-# weight.
+# twice** the forward. That is where the rule "training costs $6N$ FLOPs per token", for a model of $N$
+# parameters, comes from: each weight does one multiply-add per token, $2N$ forward, plus $4N$ backward (lesson 12
+# counts it on whole models). If only one input needs a gradient, only one product runs, and the backward costs
+# the same as the forward. That happens for the first layer, whose input is data, or for a frozen weight (LoRA
+# fine-tuning, for one, keeps a model's big matrices fixed and trains small ones added beside them).
 #
-# A commonly quoted estimate puts the backward at "about 2 to 3 times the forward". Counted, a matmul's backward
-# is 2 times its forward, not more; the 3 belongs to forward plus backward. Ops other than matmuls can cost a
-# little more or less than twice, but in a transformer they are a small fraction of the FLOPs (lesson 12 counts
-# them).
+# A popular rule of thumb says "3× for backward". Counted, a matmul's backward is exactly 2 times its forward; the
+# 3 is forward plus backward together, as the last column below shows. Ops other than matmuls can cost a little
+# more or less than twice, but in a transformer they are a small fraction of the FLOPs (lesson 12 counts them).
 #
 # One more cost shows up in the backward only. When the batch axes were broadcast, each input was expanded, and
 # the expand's backward sums (section 1). $(2, 1, 16, 32) @ (1, 4, 32, 64)$ adds $2 \cdot 16 \cdot 32 \cdot (4-1)
@@ -259,11 +268,11 @@ assert matmul_count((2, 1, 16, 32), (1, 4, 32, 64), (False, False))[3] == (2, 4,
 
 # %%
 shapes = ((2048, 4096), (4096, 11008))
-print(f"{'needs a gradient':22} {'forward':>18} {'backward matmuls':>18} {'ratio':>6}")
+print(f"{'needs a gradient':22} {'forward':>18} {'backward matmuls':>18} {'bwd/fwd':>8} {'(fwd+bwd)/fwd':>14}")
 for grads, label in [((True, True), "A and B"), ((False, True), "B only (A is data)"),
                      ((True, False), "A only (B frozen)")]:
     fwd, bwd, bwd_all, _ = matmul_count(*shapes, grads)
-    print(f"{label:22} {fwd:>18,} {bwd:>18,} {bwd / fwd:>6g}")
+    print(f"{label:22} {fwd:>18,} {bwd:>18,} {bwd / fwd:>8g} {(fwd + bwd) / fwd:>14g}")
     assert bwd == bwd_all == fwd * sum(grads) and fwd == 2 * 2048 * 4096 * 11008
     assert grads != (True, True) or (fwd + bwd) / fwd == 3                  # the "3x": forward plus backward
 fwd, bwd, bwd_all, _ = matmul_count((2, 1, 16, 32), (1, 4, 32, 64))
@@ -314,9 +323,9 @@ up_proj = nn.Linear(llama.d_model, llama.d_ff, bias=llama.bias, generator=g, dev
 gpt2_fc = nn.Linear(gpt2.d_model, gpt2.d_ff, bias=gpt2.bias, generator=g, device="meta")
 counts = [m.num_parameters() for m in (q_proj, up_proj, gpt2_fc)]
 print(f"parameters: q_proj {counts[0]:,}, up_proj {counts[1]:,}, GPT-2 FFN in {counts[2]:,} "
-      f"({768 * 3072:,} weights + {3072:,} biases)")
+      f"({gpt2_fc.weight.size:,} weights + {gpt2_fc.bias.size:,} biases)")
 assert counts == [4096 * 4096, 4096 * 11008, 768 * 3072 + 3072] == [16_777_216, 45_088_768, 2_362_368]
-assert 768 * 3072 == 2_359_296 and (llama.bias, gpt2.bias) == (False, True)
+assert (gpt2_fc.weight.size, gpt2_fc.bias.size) == (2_359_296, 3_072) and (llama.bias, gpt2.bias) == (False, True)
 
 layer = nn.Linear(6, 4, bias=True, generator=g, dtype=F64)
 layer.bias = nn.Parameter(tb.randn(4, generator=g, dtype=F64))            # starts at zero: give it a value
@@ -369,9 +378,9 @@ def backward_products(x_grad: bool, w_grad: bool):
     return forward, dx, dw
 
 
-cases = {"hidden layer:\nX and W learn": backward_products(True, True),
-         "first layer:\nX is data": backward_products(False, True),
-         "frozen W\n(e.g. under LoRA)": backward_products(True, False)}
+cases = {"hidden layer:\nneeds dX and dW": backward_products(True, True),
+         "first layer (X is data):\nneeds dW only": backward_products(False, True),
+         "frozen W (as under LoRA):\nneeds dX only": backward_products(True, False)}
 fig = figure(8, 4.4)
 ax = fig.add_subplot()
 for k, (forward, dx, dw) in enumerate(cases.values()):
@@ -386,7 +395,7 @@ ax.set(ylabel="GFLOPs", ylim=(0, 450),
 ax.legend(loc="upper right", fontsize=9)
 show(fig, OUT / "linear_forward_backward_flops.png")
 for label, (forward, dx, dw) in cases.items():
-    print(f"{label.replace(chr(10), ' '):32} forward {forward:,}  dX {dx:,}  dW {dw:,}")
+    print(f"{label.replace(chr(10), ' '):38} forward {forward:,}  dX {dx:,}  dW {dw:,}")
 matmul = 2 * rows * d_in * d_out                                          # the forward product, 2 R d_in d_out
 assert list(cases.values()) == [(matmul, matmul, matmul), (matmul, 0, matmul), (matmul, matmul, 0)]
 

@@ -167,7 +167,8 @@ assert np.abs(on_ellipsoid - d).max() < 1e-10
 # $1 - 4 \cdot 10^{-7}$), but far inside for a small one. Scale a token down by $s$, so that $m = s^2$: the
 # radius stays at $\sqrt d$ while $s \gg \sqrt\varepsilon \approx 0.0032$, falls to $\sqrt{d/2}$ at
 # $s = \sqrt\varepsilon$, and shrinks in proportion to $s$ below that. A vector of zeros, such as a padding
-# position, comes out as zeros, not as 0/0. (LayerNorm behaves the same way with $\sigma^2$ in place of $m$.)
+# position (a filler slot that brings a short sequence to the length of the others; section 5), comes out as
+# zeros, not as 0/0. (LayerNorm behaves the same way with $\sigma^2$ in place of $m$.)
 
 # %%
 radius = np.linalg.norm(rms(x).numpy(), axis=-1)
@@ -472,6 +473,10 @@ assert moves["BatchNorm"] > 0.1 and moves["LayerNorm"] == 0.0 and moves["RMSNorm
 # are scaled up. The more padding, the larger the change. (The fix is to take the statistics over the real
 # tokens only: that is the first exercise.) LayerNorm and RMSNorm never look across tokens, so the real
 # tokens' outputs are exactly those of the unpadded sequences, whatever the padding.
+#
+# The table and the plot give, for each $L_{pad}$, the largest change of a real token's output. For BatchNorm
+# the change is measured from BatchNorm with statistics over the 16 real tokens alone; for LayerNorm and
+# RMSNorm, from each norm applied to the three sequences without padding.
 
 # %%
 lengths = [8, 5, 3]
@@ -527,7 +532,7 @@ ax.plot(pads, drift["BatchNorm"], "o-", color="C3", label="BatchNorm (statistics
 ax.plot(pads, drift["LayerNorm"], "s-", color="C0", ms=7, label="LayerNorm: exactly 0")
 ax.plot(pads, drift["RMSNorm"], "x--", color="C2", ms=7, label="RMSNorm: exactly 0")
 ax.set(xlabel="padded length L_pad (16 real tokens among 3 L_pad positions)",
-       ylabel="largest change of a real token's output",
+       ylabel="largest change of a real token's output\n(vs the 16 real tokens without padding)",
        title="Sequences of 8, 5 and 3 tokens padded with zeros: who notices?")
 ax.legend(loc="upper left")
 show(fig, OUT / "padding_batchnorm.png")

@@ -222,9 +222,9 @@ assert np.abs(s.grad.numpy() - by_hand).max() < 1e-15
 # %% [markdown]
 # ## 5. Attention, shape by shape
 #
-# Here is `nn.Attention.forward` step by step on the `tiny` preset ($d_{model} = 64$, 4 query heads of
-# $d_{head} = 16$, 2 key/value heads), for a batch of $B = 2$ sequences of $L = 8$ tokens in float64. Every
-# intermediate is kept:
+# Here is the block's attention sublayer step by step: the first norm, `norm1`, then `nn.Attention.forward` on
+# its output. We use the `tiny` preset ($d_{model} = 64$, 4 query heads of $d_{head} = 16$, 2 key/value heads)
+# and a batch of $B = 2$ sequences of $L = 8$ tokens in float64. Every intermediate is kept:
 #
 # | step | shape |
 # |---|---|
@@ -380,8 +380,8 @@ assert ranks == [d_head] * H == [16, 16, 16, 16]
 #
 # Heads 0 and 1 read the same keys (they share KV head 0; lesson 06), yet their patterns differ, because their
 # queries differ. These weights are random, so the patterns have no meaning yet. In a trained model, heads
-# learn sharp, readable patterns, such as "look at the previous token" or "look at the first token", and
-# lesson 14 trains one.
+# learn sharp, readable patterns, such as "look at the previous token" or "look at the first token".
+# Lesson 14 (planned) will train a small model and look at one.
 
 # %%
 L12 = 12

@@ -370,7 +370,7 @@ print(f"GQA saves {saving:,} parameters per block, {c70.n_layers * saving:,} ove
 assert c70.n_kv_heads == 8 and c70.n_kv_heads * c70.d_head * d == 8_388_608 and d * d == 67_108_864
 assert attention_params == {"MHA": 268_435_456, "GQA": 150_994_944, "MQA": 136_314_880}
 assert attention_params["GQA"] == 2.25 * d**2 and attention_params["MHA"] == 4 * d**2
-assert saving == 117_440_512 and c70.n_layers * saving == 9_395_240_960
+assert saving == 117_440_512 and c70.n_layers * saving == 9_395_240_960 and round(c70.n_layers * saving / 1e9, 1) == 9.4
 assert acc.block_param_breakdown(c70)["W_K"] == 8_388_608
 
 # %% [markdown]
@@ -388,7 +388,8 @@ assert acc.block_param_breakdown(c70)["W_K"] == 8_388_608
 # the group size $H / H_{kv}$, and MQA by $H$. The table gives the bytes in bf16 (2 bytes a number) from
 # `accounting.kv_cache_bytes`, next to a measurement. For the measurement, the whole model runs on the
 # shape-only device in a 2-byte dtype, and the K and V that every layer computes are added up. The two agree
-# for every row.
+# for every row. The last column is the cache of one sequence at the model's full context length
+# (`max_seq_len`), the most a single sequence can need.
 #
 # For Llama-2-70B at 4,096 tokens, GQA needs 1.25 GiB per sequence (320 KiB per token). The same model with MHA
 # would need 10 GiB, eight times more, and with MQA 160 MiB. Llama-2-7B is MHA: 2 GiB per 4,096-token
@@ -455,6 +456,10 @@ print("KV-cache cut of GQA over MHA, per preset:", {name: f"{r:g} x" for name, r
 assert ratios == groups and all(nn.preset(n).n_kv_heads == 8 for n in ("llama2-70b", "llama3-8b", "mistral-7b"))
 assert ratios["llama2-70b"] == ratios["llama3-70b"] == 8 and ratios["llama3-8b"] == ratios["mistral-7b"] == 4
 assert ratios["tinyllama-1.1b"] == 8 and ratios["smollm-135m"] == 3
+assert (nn.preset("tinyllama-1.1b").n_heads, nn.preset("tinyllama-1.1b").n_kv_heads) == (32, 4)
+assert (nn.preset("smollm-135m").n_heads, nn.preset("smollm-135m").n_kv_heads) == (9, 3)
+assert all(nn.preset(n).n_heads == 64 for n in ("llama2-70b", "llama3-70b"))
+assert all(nn.preset(n).n_heads == 32 for n in ("llama3-8b", "mistral-7b"))
 
 mha70 = cache["llama2-70b as MHA"]
 weights_bf16 = 2 * acc.total_params(c70)

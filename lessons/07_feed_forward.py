@@ -55,8 +55,9 @@ OUT = out_dir(7)          # lessons/out/07/: this lesson's pictures
 # GELU and SiLU are smooth versions of ReLU. Each multiplies $z$ by a number between 0 and 1 that depends on
 # $z$ itself: the Gaussian CDF $\Phi(z)$ for GELU, the logistic sigmoid $\sigma(z)$ for SiLU. For large
 # positive $z$ they pass $z$ through almost unchanged, and for large negative $z$ they return almost 0. In
-# between they let a little negative signal through, and their slope is never exactly 0 on the negative side.
-# A ReLU unit whose input stays negative gets no gradient at all (a "dead" unit); a SiLU unit still gets one.
+# between they let a little negative signal through. Their slope is 0 at a single point on the negative side,
+# the bottom of their dip, where it changes sign; ReLU's is 0 on the whole negative side. A ReLU unit whose
+# input stays negative gets no gradient at all (a "dead" unit); a SiLU unit still gets one.
 #
 # Each activation acts elementwise, so one backward pass of their sum gives the derivative at every point of a
 # grid at once. Autograd agrees with the derivatives worked out by hand to $10^{-12}$:
@@ -89,7 +90,11 @@ for name in curves:
 silu1, silu_m1 = curves["SiLU"][at[1.0]], curves["SiLU"][at[-1.0]]
 assert round(silu1, 4) == 0.7311 and round(silu_m1, 4) == -0.2689 and abs(silu1 - silu_m1 - 1) < 1e-15
 assert round(curves["GELU"][at[1.0]], 4) == 0.8413 and curves["SiLU"][at[0.0]] == 0.0
-assert (slopes["ReLU"][zs < 0] == 0).all() and (np.abs(slopes["SiLU"][zs < 0]) > 0).all()
+assert (slopes["ReLU"][zs < 0] == 0).all()
+for name in ("GELU", "SiLU"):                                     # one sign change of the slope for z < 0
+    turns = np.flatnonzero(np.diff(np.sign(slopes[name][zs < 0])))
+    print(f"{name}'s slope for z < 0 changes sign once, between z = {zs[turns[0]]:.2f} and {zs[turns[0] + 1]:.2f}")
+    assert len(turns) == 1 and (slopes[name][zs < 0] != 0).all()
 
 # %% [markdown]
 # ### SiLU's minimum
@@ -171,8 +176,8 @@ show(fig, OUT / "activations.png")
 # An FFN treats each position on its own: the same matrices are applied to every token's vector, and nothing
 # is mixed between positions. Change token 2 of a sequence and only output 2 changes; the others are the same to
 # the last bit. Attention moves information between tokens, and the FFN then works on each token's vector
-# separately. This is also why the FFN needs no cache during generation: a new token's FFN output does not
-# depend on the tokens before it.
+# separately. This is also why the FFN needs nothing like attention's KV cache (lesson 06) during generation:
+# a new token's FFN output does not depend on the tokens before it.
 #
 # The activation matters. Remove it and the two layers are a single affine map,
 # $x \mapsto (W_{down} W_{up})\,x + (W_{down} b_{up} + b_{down})$: the product of the two matrices is one
@@ -236,7 +241,7 @@ print(f"nn.SwiGLU vs the formula: identical = {np.array_equal(ffn(x).numpy(), by
 print(f"GLU's gate: {glu_gate.numpy().min():.3f} .. {glu_gate.numpy().max():.3f}; "
       f"SwiGLU's gate: {swiglu_gate.numpy().min():.3f} .. {swiglu_gate.numpy().max():.3f}; "
       f"GLU and SwiGLU outputs differ by up to {np.abs(glu_out.numpy() - by_formula.numpy()).max():.2f}")
-assert np.array_equal(ffn(x).numpy(), by_formula.numpy()) and up.shape == (2, 8, 172)
+assert np.array_equal(ffn(x).numpy(), by_formula.numpy()) and up.shape == (2, 8, 172) and tiny.d_model == 64
 assert 0 < glu_gate.numpy().min() and glu_gate.numpy().max() < 1
 assert -0.2784645 < swiglu_gate.numpy().min() < -0.2 and swiglu_gate.numpy().max() > 1
 
@@ -326,12 +331,13 @@ assert (zero_out == 0).all() and (zero_tiny == 0).all()
 # Llama-2-7B's three 4096 × 11008 matrices hold 135,266,304 weights, and the vanilla FFN's two 4096 × 16384
 # matrices hold 134,217,728: 0.78 % fewer.
 #
-# Why 11008 and not $\tfrac83 \cdot 4096 = 10922.67$? Meta's code takes $\lfloor \tfrac23 \cdot 4d \rfloor =
-# 10922$ and rounds it **up** to the next multiple of 256 (`multiple_of`): $\lceil 10922 / 256 \rceil = 43$,
-# and $43 \times 256 = 11008$. Matrices whose sides are multiples of large powers of two tile evenly onto GPU
-# matrix units. The rounding goes up, not to the nearest multiple. For Llama-2-7B both give 11008
-# ($10922 / 256 = 42.7$), but Llama-2-13B ($d = 5120$) tells them apart: $\lfloor 13653.3 \rfloor / 256 =
-# 53.3$ rounds up to $54 \times 256 = 13824$, its real width, and to the nearest to $53 \times 256 = 13568$.
+# Why 11008 ($2.6875\,d$) and not $\tfrac83 \cdot 4096 = 10922.67$? Meta's code takes
+# $\lfloor \tfrac23 \cdot 4d \rfloor = 10922$ and rounds it **up** to the next multiple of 256 (`multiple_of`):
+# $\lceil 10922 / 256 \rceil = 43$, and $43 \times 256 = 11008$. Matrices whose sides are multiples of large
+# powers of two tile evenly onto GPU matrix units. The rounding goes up, not to the nearest multiple. For
+# Llama-2-7B both give 11008 ($10922 / 256 = 42.7$), but Llama-2-13B ($d = 5120$) tells them apart:
+# $\lfloor 13653.3 \rfloor / 256 = 53.3$ rounds up to $54 \times 256 = 13824$, its real width, and to the nearest
+# to $53 \times 256 = 13568$.
 #
 # Llama-2-70B's 28672 does not follow from $\tfrac83 d$ at all. Rounded up to 256, $\tfrac83 \cdot 8192$ gives
 # 22016. Its configuration has two more knobs. `ffn_dim_multiplier = 1.3` widens the FFN, to make up for the
@@ -340,7 +346,8 @@ assert (zero_out == 0).all() and (zero_tiny == 0).all()
 # $7 \times 4096 = 28672$. Together they add more than GQA removed: per block, $W_K$ and $W_V$ lose
 # $2 \cdot 8192 \cdot (8192 - 1024) = 117{,}440{,}512$ parameters, and widening the FFN from 22016 to 28672 adds
 # $3 \cdot 8192 \cdot 6656 = 163{,}577{,}856$. Llama-3-8B uses 1.3 with `multiple_of = 1024`:
-# $\lfloor 1.3 \times 10922 \rfloor = 14198$, which rounds up to $14 \times 1024 = 14336$. The formula
+# $\lfloor 1.3 \times 10922 \rfloor = 14198$, which rounds up to $14 \times 1024 = 14336 = 3.5\,d$, Mistral-7B's
+# width too. The formula
 # reproduces every width that the library's presets list for these models.
 
 # %%
@@ -385,7 +392,7 @@ for name, mult, multiple_of in (("llama2-7b", None, 256), ("llama2-13b", None, 2
 assert 8 * d / 3 - 10922.67 < 0.01 and widths["llama2-7b"][:2] == (10922, 11008) and 11008 == 43 * 256
 assert widths["llama2-13b"][1:3] == (13824, 13568) and widths["tinyllama-1.1b"][1:3] == (5632, 5376)
 assert widths["llama2-70b"][:2] == (28398, 28672) == (int(1.3 * 21845), 7 * 4096) and widths["llama2-70b"][3] == 22016
-assert widths["llama3-8b"][:2] == (14198, 14336) and nn.preset("mistral-7b").d_ff == 14336
+assert widths["llama3-8b"][:2] == (14198, 14336) and nn.preset("mistral-7b").d_ff == 14336 == 3.5 * 4096
 c70 = nn.preset("llama2-70b")
 gqa_cut = 2 * c70.d_model * (c70.d_model - c70.n_kv_heads * c70.d_head)            # W_K, W_V: 8192 -> 1024 columns
 wider = 3 * c70.d_model * (c70.d_ff - widths["llama2-70b"][3])                       # the FFN: 22016 -> 28672
@@ -410,13 +417,13 @@ assert round(11008 / 4096, 4) == 2.6875 and round(10922 / 256, 1) == 42.7 and ro
 # Two commonly quoted splits deserve a closer look:
 # - **GPT-3** is said to keep about 67 % of its parameters in the FFN and 33 % in attention. Built from its
 #   published shape (96 layers, $d = 12288$, $d_{ff} = 4d$, a vocabulary of 50257, biases, tied embeddings,
-#   2048 learned positions), it has 174,604,259,328 parameters. The FFN holds 66.4 % of them and attention
-#   33.2 %, so the quoted split holds.
+#   2048 learned positions), it has 174,604,259,328 parameters, the "175 B" of its name. The FFN holds 66.4 %
+#   of them and attention 33.2 %, so the quoted split holds.
 # - **Llama-3-70B** (and Llama-2-70B, which has the same blocks) is said to split "about 25 % / 75 %". Counted,
 #   it is **17.6 % / 82.4 %** of a block. Grouped-query attention shrinks $W_K$ and $W_V$ to 1,024 columns, so
 #   attention holds $2.25\,d^2$ = 150,994,944 parameters against the FFN's 704,643,072. Over the whole model,
-#   Llama-3-70B's FFN share is 79.9 %; its embedding and head are larger than Llama-2-70B's, with a 128,256-token
-#   vocabulary.
+#   Llama-3-70B's FFN share is 79.9 %; its embedding and head are larger than Llama-2-70B's, with a vocabulary of
+#   128,256 tokens against 32,000.
 #
 # The share over the whole model depends on the embeddings. Small models spend a large part of their budget on
 # them, so in GPT-2 small the FFNs hold only 45.5 % of the parameters even though they hold two thirds of each
@@ -455,7 +462,7 @@ assert l7["FFN"] == 32 * 3 * 4096 * 11008 == 4_328_521_728 and sum(l7.values()) 
 assert share7 > 0.60 and round(100 * share7, 1) == 64.2
 assert [round(100 * s, 1) for s in acc.attention_ffn_shares(nn.preset("llama2-7b"))] == [33.2, 66.8]
 g3 = counts["gpt3-175b"]
-assert sum(g3.values()) == 174_604_259_328
+assert sum(g3.values()) == 174_604_259_328 and round(sum(g3.values()) / 1e9) == 175 and len(counts) == 9
 assert [round(100 * g3[p] / sum(g3.values()), 1) for p in ("FFN", "attention")] == [66.4, 33.2]
 s70 = acc.attention_ffn_shares(nn.preset("llama3-70b"))
 assert [round(100 * s, 1) for s in s70] == [17.6, 82.4] and s70 == acc.attention_ffn_shares(nn.preset("llama2-70b"))
@@ -463,6 +470,7 @@ assert 2 * 8192**2 + 2 * 8192 * 1024 == 2.25 * 8192**2 == 150_994_944 and 3 * 81
 assert round(100 * counts["llama3-70b"]["FFN"] / sum(counts["llama3-70b"].values()), 1) == 79.9
 assert round(100 * counts["gpt2-small"]["FFN"] / sum(counts["gpt2-small"].values()), 1) == 45.5
 assert nn.preset("llama3-70b").n_kv_heads * nn.preset("llama3-70b").d_head == 1024
+assert nn.preset("llama3-70b").vocab_size == 128_256 and nn.preset("llama2-70b").vocab_size == 32_000
 assert all(parts["norms"] / sum(parts.values()) < 1e-3 for parts in counts.values())    # the legend's "< 0.1 %"
 
 fig = figure(10, 4.6)

@@ -135,11 +135,12 @@ assert max(errors["vs finite differences"].values()) <= 1e-8
 # differences of the second half of the block, $h \mapsto \sum (h + F(h)) \odot g$, at all 1,024 numbers of
 # $h$. Each agrees to better than $10^{-8}$.
 #
-# The sizes show the highway. The identity term is $g$ itself, whatever the weights are. The branches add
-# corrections of comparable size here, at initialisation: $\partial\mathcal L/\partial x$ differs from $g$ by
-# 81 % of $g$'s length. Scale the two output projections $W_O$ and $W_{down}$ by 0.01 and the branches shrink
-# with them, while the identity path does not: the difference falls to 1.3 %. Then
-# $\partial\mathcal L/\partial x \approx g$, and the gradient reaches the block's input whole.
+# The sizes show the identity path at work (it is often called the gradient highway). The identity term is $g$
+# itself, whatever the weights are. The branches add corrections of comparable size here, at initialisation:
+# $\partial\mathcal L/\partial x$ differs from $g$ by 81 % of $g$'s length. Scale the two output projections
+# $W_O$ and $W_{down}$ by 0.01 and the branches shrink with them, while the identity path does not: the
+# difference falls to 1.3 %. Then $\partial\mathcal L/\partial x \approx g$, and the gradient reaches the block's
+# input whole.
 
 # %%
 d_f, _ = manual.swiglu_backward(D, cache["ffn"][1])                      # the branch at h: back through the FFN

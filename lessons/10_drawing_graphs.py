@@ -10,8 +10,9 @@
 # # Lesson 10 — Drawing the graphs
 #
 # Lesson 01 showed that running a forward pass records a graph and that `backward()` walks it in reverse. This
-# lesson draws that graph for a whole transformer block and reads it. Nothing is drawn by hand: the recorder
-# watches the same choke point as the FLOP counter, so each drawing is the computation that really ran.
+# lesson draws that graph for a whole transformer block and reads it. Nothing is drawn by hand. Every primitive
+# call, forward and backward, passes through one function, `Function.apply`: the engine's **choke point**. The
+# recorder watches it, as the FLOP counter of lesson 03 does, so each drawing is the computation that really ran.
 # Zoomed out, it reads like the block's equation. Zoomed in, it shows every primitive. Drawn backward, it
 # shows where the gradient splits and where the paths meet again.
 #
@@ -73,7 +74,8 @@ def draw(source, path, **options):
 #
 # `record_graph(block, x)` is an observer, like `count_flops`. Every primitive call that passes the choke point
 # appends one **op node**. The node holds the op's name, its output's shape and dtype, the module scope it ran
-# in (`block.attn.q_proj`), the named step, the phase and its FLOPs, plus edges to the nodes that made its
+# in (`block.attn.q_proj`), the step it belongs to (modules name their steps, such as 'rope' or 'softmax';
+# section 3), the phase (forward or backward) and its FLOPs, plus edges to the nodes that made its
 # inputs. A tensor that no recorded op made becomes a **source node**. In the forward pass these are the
 # input, the 9 weight tensors (named after their module: `block.attn.q_proj.weight`) and 11 constants: the two
 # RoPE tables, the (8, 8) causal mask and 8 scalars. In the backward pass they are the gradient that

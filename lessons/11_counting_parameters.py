@@ -246,7 +246,9 @@ assert s1[0] == 262_668_288 and round(100 * s1[0] / (s1[1] - s1[0])) == 21 and r
 # 25,165,824 parameters per block against Llama-2-7B, and both spend that and more on a wider FFN: $d_{ff}$ =
 # 14,336 = 3.5 $d$ instead of 11,008, 40,894,464 parameters more per block. Their block holds **218.112 M**
 # parameters, with attention at 19.2 %. The same popular table lists it as about 213 M,
-# and 32 blocks as about 6.8 B, where counting gives 6,979,584,000. The two models differ only outside the blocks:
+# and 32 blocks as about 6.8 B, where counting gives 6,979,584,000. Those figures fit $W_K$ and $W_V$ of width
+# $d/8$, as in the 70B models: that block would hold 213,917,696. But 8 KV heads of 128 for 32 query heads make
+# them $d/4$ = 1,024 wide. The two models differ only outside the blocks:
 # Llama-3-8B's 128,256-token vocabulary makes its embedding and head 788,529,152 parameters bigger than
 # Mistral-7B's, so the whole models have 8,030,261,248 and 7,241,732,096 parameters.
 
@@ -277,6 +279,10 @@ assert blocks["llama2-7b"][0] - l3[0] == 25_165_824 and l3[1] - blocks["llama2-7
 assert nn.preset("llama3-8b").d_ff == nn.preset("mistral-7b").d_ff == 14_336 == 3.5 * 4096
 assert l3[2] == mi[2] == 218_112_000 and round(l3[2] / 1e6) != 213 and round(100 * shares["llama3-8b"][0], 1) == 19.2
 assert 32 * l3[2] == 6_979_584_000 and round(32 * l3[2] / 1e9, 1) != 6.8
+as_70b = acc.params_per_block(nn.preset("llama3-8b").with_(n_kv_heads=4))           # K and V d/8 wide, as in 70B
+print(f"llama3-8b's block with W_K, W_V of width d/8: {as_70b:,} (32 of them: {32 * as_70b:,})")
+assert as_70b == 2.25 * 4096**2 + 3 * 4096 * 14_336 + 2 * 4096 == 213_917_696 and int(as_70b / 1e6) == 213
+assert round(32 * as_70b / 1e9, 1) == 6.8 and nn.preset("llama3-8b").n_kv_heads * 128 == 1_024 == 4096 // 4
 assert l3[3] - mi[3] == 788_529_152 == 2 * (128_256 - 32_000) * 4096
 assert (l3[3], mi[3]) == (8_030_261_248, 7_241_732_096)
 
@@ -299,7 +305,8 @@ assert (l3[3], mi[3]) == (8_030_261_248, 7_241_732_096)
 # | **total** | | **6,738,415,616** | **6.7 B** |
 #
 # Each attention matrix is 8.3 % of a block and each FFN matrix 22.3 %. Two figures that circulate differ from
-# this count. The 32 blocks are sometimes given as about 6.4 B, but 6,476,267,520 rounds to 6.5 B. The embedding
+# this count. The 32 blocks are sometimes given as about 6.4 B, but 6,476,267,520 rounds to 6.5 B (6.4 is
+# 6.476 cut off after one decimal, not rounded). The embedding
 # and the unembedding together are sometimes given as about 0.5 B, but they are 262,144,000, about 0.26 B.
 # (0.5 B is what Llama-2-70B's pair comes to; the 6.7 B total is right either way.)
 #
@@ -332,6 +339,7 @@ assert hand["total"] == 6_738_415_616 and round(hand["total"] / 1e9, 1) == 6.7
 assert [round(hand[p] / 1e6) for p in ("embedding", "attention per block", "FFN per block", "one block")] == \
     [131, 67, 135, 202]
 assert hand["32 blocks"] == 6_476_267_520 and round(hand["32 blocks"] / 1e9, 1) == 6.5
+assert int(hand["32 blocks"] / 1e8) == 64 and round(hand["32 blocks"] / 1e9, 3) == 6.476       # 6.4: cut off
 matrix = {n: p.size / layer7.num_parameters() for n, p in layer7.named_parameters()}
 print("share of a block: " + ", ".join(f"{n.split('.')[1]} {s:.1%}" for n, s in matrix.items() if "norm" not in n))
 assert {round(100 * s, 1) for n, s in matrix.items() if n.startswith("attn.")} == {8.3}

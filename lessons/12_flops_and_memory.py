@@ -122,7 +122,7 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # 3,911,999,488 FLOPs to the forward's 1,932,735,283,200 of matmuls: 0.20 % of the total. Most of them act on
 # the $32 \times 4096 \times 4096$ scores ($T$ = 536,870,912): the mask is one add per score, and the softmax
 # is $5T - 2R$ = 2,684,092,416 for its $R = 32 \times 4096$ rows. They barely count as arithmetic, but on a GPU
-# each one is a trip through memory, so they still take real time (lesson 15).
+# each one is a trip through memory, so they still take real time (the planned lesson 15 measures this).
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` derive the same numbers on
 # paper, for matmuls alone and for all ops. They equal the counts exactly, a difference of 0 in all four.
@@ -183,7 +183,7 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are 15,099,494,400: that is the
 # 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation that allows 64,446
 # tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because reading the
-# weights from memory takes time (lesson 15).
+# weights from memory takes time (the planned lesson 15).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -362,7 +362,11 @@ show(fig, OUT / "attention_vs_ffn.png")
 # **The sanity check.** Suppose someone says "a 70B model takes 6 weeks on a thousand H100s". With $6ND$ =
 # $6 \times 70\text{e}9 \times 1.4\text{e}12 = 5.88 \times 10^{23}$ FLOPs and 990 TFLOP/s per GPU (bf16, dense):
 #
-# wall-clock days = $C$ / (GPUs × peak FLOP/s × utilisation (MFU) × 86,400 s).
+# wall-clock days = $C$ / (GPUs × peak FLOP/s × MFU × 86,400 s).
+#
+# The **MFU** (model FLOPs utilisation) is the fraction of the GPUs' peak that the training really achieves:
+# the model's FLOPs per second divided by the peak. Real runs reach well under 100 %, because GPUs also wait
+# for memory and for each other.
 #
 # The usual answer checks that 6 weeks at 45 % MFU deliver enough: 1000 × 450 TFLOP/s × 42 days is about
 # $1.6 \times 10^{24}$ FLOPs (exactly $1.62 \times 10^{24}$ with 45 % of 990, which is 445.5), 2.7 times
@@ -401,18 +405,22 @@ assert math.isclose(days[mfu_6_weeks], weeks6)
 # %% [markdown]
 # ## 6. Memory for training
 #
-# **Training state.** With Adam in mixed precision each parameter costs 16 bytes. The bf16 weight takes 2 and its
-# gradient 2; an fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is
-# 1,103,626,371,072 bytes, about 1.1 TB, before a single activation. No GPU holds that, so the state is sharded
-# over many GPUs (ZeRO-3, lesson 16).
+# **Training state.** Adam, the usual optimizer, keeps two running averages for every parameter: of its
+# gradient and of its squared gradient (its two *moments*). In mixed precision the model computes in bf16 and
+# the optimizer updates an fp32 copy. So each parameter costs 16 bytes: the bf16 weight takes 2 and its
+# gradient 2; the fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is
+# 1,103,626,371,072 bytes, about 1.1 TB, before a single activation. No GPU holds that, so the state is split
+# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; the planned lesson 16).
 #
 # **Activations, estimated.** What training keeps for backward is often estimated at about $10d$ bytes per
-# token per layer (bf16), assuming FlashAttention and a fused SwiGLU. That is 81,920 bytes (80 KiB) for
-# $d$ = 8,192, and for 80 layers at $L = 4096$ it is 26,843,545,600 bytes: the "25 GB" usually quoted is
-# 25 GiB. The usual itemisation does not add up to $10d$. It lists the residual stream, the norm's output, Q and
-# K, and attention's output at $2d$ bytes each, plus the FFN's hidden at $2\,d_{ff}$. That sums to
-# $8d + 2\,d_{ff}$: 122,880 bytes (120 KiB, 37.5 GiB in all) for Llama-2-70B's $d_{ff}$ = 28,672. Its "44 KB"
-# for the FFN's hidden is $2 \times 8d/3$ = 43,691 bytes; with the real $d_{ff}$ it is 57,344.
+# token per layer (bf16), assuming FlashAttention (an attention that never stores its $L \times L$ scores, see
+# below) and a fused SwiGLU (one kernel that computes SiLU(gate) × up without keeping the steps in between).
+# That is 81,920 bytes (80 KiB) for $d$ = 8,192, and for 80 layers at $L = 4096$ it is 26,843,545,600 bytes:
+# the "25 GB" usually quoted is 25 GiB. The usual itemisation does not add up to $10d$. It lists the residual
+# stream, the norm's output, Q and K, and attention's output at $2d$ bytes each, plus the FFN's hidden at
+# $2\,d_{ff}$. That sums to $8d + 2\,d_{ff}$: 122,880 bytes (120 KiB, 37.5 GiB in all) for Llama-2-70B's
+# $d_{ff}$ = 28,672. Its "44 KB" for the FFN's hidden is $2 \times 8d/3$ = 43,691 bytes; with the real $d_{ff}$
+# it is 57,344.
 #
 # **Activations, measured.** `count_saved_bytes` measures what this engine actually keeps. For one Llama-2-70B
 # block at $L = 4096$ in float16 it is 6,929,596,416 bytes (6.5 GiB), about **21 times** the estimate, and about
@@ -421,7 +429,7 @@ assert math.isclose(days[mfu_6_weeks], weeks6)
 # - **Attention keeps two $H \times L \times L$ tensors**: the exponentials (the softmax's division needs them)
 #   and the probabilities (the weighted sum of $V$ needs them). $2 \times 64 \times 4096^2 \times 2$ bytes
 #   = 4 GiB, 62 % of the block. FlashAttention keeps neither: it recomputes them in backward from q, k, v and
-#   one statistic per row (lesson 15).
+#   one statistic per row (the planned lesson 15).
 # - **SwiGLU keeps eight $L \times d_{ff}$ tensors** (the gate and up outputs, the stable sigmoid's pieces,
 #   SiLU, their product): 1,879,048,192 bytes (1.75 GiB). A fused kernel keeps one or two.
 # - **The rest** are the $d$-wide tensors the estimate is about (the norms' inputs and outputs, q, k, v,

@@ -11,6 +11,12 @@ def test_a_two_point_difference_is_rejected_with_the_reason():
     assert "error 9.01e-08" in why and "two-point" in why
 
 
+def test_a_difference_over_the_wrong_divisor_is_rejected_with_the_reason():
+    halved = lambda f, x, h=1e-3: (8 * (f(x + h) - f(x - h)) - (f(x + 2 * h) - f(x - 2 * h))) / (6 * h)   # noqa: E731
+    why = failures(2, solution(2, central_difference=halved))["central_difference"]
+    assert "2 times the derivative" in why and "divisor" in why
+
+
 def _calls(call):
     return [e for e in call.edges if isinstance(e, tb.Function)]
 

@@ -64,6 +64,12 @@ def test_matmul_flops_without_the_batch_is_rejected_with_the_reason():
     assert "((8, 16, 32), (8, 32, 64)) = 65,536, the engine counts 524,288" in why and "batch axes are missing" in why
 
 
+def test_matmul_flops_with_a_batch_alone_names_the_broadcast_batch():
+    a_only = lambda a, b: 2 * math.prod(a[:-2]) * a[-2] * a[-1] * b[-1]                     # noqa: E731
+    why = failures(3, solution(3, matmul_flops=a_only))["matmul_flops"]
+    assert "((16, 32), (8, 32, 64)) = 65,536" in why and "batch (8,), the numpy broadcast of () and (8,)" in why
+
+
 def test_matmul_flops_counting_2k_minus_1_is_rejected_with_the_reason():
     exact = lambda a, b: math.prod(a[:-2]) * a[-2] * b[-1] * (2 * a[-1] - 1)                # noqa: E731
     why = failures(3, solution(3, matmul_flops=exact))["matmul_flops"]

@@ -96,7 +96,15 @@ def test_layernorm_backward_with_an_unsummed_gain_gradient_is_rejected():
         dx, dw, db = solution(4).layernorm_backward(dout, x, weight, eps)
         return dx, dout * (x - x.mean(-1, keepdims=True)), db
     why = failures(4, solution(4, layernorm_backward=unsummed))["layernorm_backward"]
-    assert "dweight must have shape (6,); got (2, 3, 6)" in why
+    assert "dweight must have shape (6,); got (2, 3, 6)" in why and "sum over every axis but the last" in why
+
+
+def test_layernorm_backward_with_a_gain_gradient_summed_over_one_axis_is_rejected_with_the_reason():
+    def one_axis(dout, x, weight, eps):
+        dx, dw, db = solution(4).layernorm_backward(dout, x, weight, eps)
+        return dx, dw, dout.sum(axis=0)
+    why = failures(4, solution(4, layernorm_backward=one_axis))["layernorm_backward"]
+    assert "dbias must have shape (6,); got (3, 6)" in why and "sum over every axis but the last" in why
 
 
 def test_layernorm_backward_returning_one_array_is_rejected():

@@ -85,6 +85,14 @@ def test_softmax_along_the_last_axis_only_is_rejected():
     assert "axis=0" in why and "use the `axis` argument" in why
 
 
+def test_softmax_without_keepdims_is_rejected_with_the_reason():
+    def dropped_axis(x, axis=-1):
+        e = (x - x.max(axis=axis)).exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(5, solution(5, stable_softmax=dropped_axis))["stable_softmax"]
+    assert "raised ValueError" in why and "keepdims=True" in why
+
+
 def test_softmax_divided_by_the_total_is_rejected():
     def total(x, axis=-1):
         e = (x - x.max(axis=axis, keepdims=True)).exp()

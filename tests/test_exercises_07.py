@@ -79,6 +79,19 @@ def test_ffn_share_without_the_biases_is_rejected():
     assert "gpt2-small" in why and "biases are missing" in why
 
 
+def test_ffn_share_without_the_attention_biases_names_the_missing_count():
+    """A slip with no name of its own: the FFN's biases counted, attention's not. The message gives the size of
+    the gap, per block."""
+    from tinygrad_block.exercises.ex07 import _counted
+
+    def no_attention_bias(cfg):
+        n = _counted(cfg)                                     # the right FFN count and total, from the model
+        missing = cfg.n_layers * cfg.bias * (cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head + cfg.d_model)
+        return n["ffn"] / (n["total"] - missing)
+    why = failures(7, solution(7, ffn_share=no_attention_bias))["ffn_share"]
+    assert "gpt2-small" in why and "36,864 parameters too few (12 blocks x 3,072)" in why
+
+
 def test_the_reference_share_of_llama2_7b_is_above_sixty_percent():
     share = solution(7).ffn_share(nn.preset("llama2-7b"))
     assert share > 0.6 and round(share, 4) == 0.6424

@@ -35,15 +35,15 @@ def test_post_norm_outside_the_graph_is_rejected():
     assert "no gradient reaches x" in failures(8, solution(8, post_norm_block=detached))["post_norm_block"]
 
 
-def _ratio(upstream: str = "dout", divide: bool = True):
+def _ratio(upstream: str = "dout", divide: bool = True, norm=np.linalg.norm):
     def ratio(blocks, x, dout):
         x = x.detach().requires_grad_()
         out = x
         for block in blocks:
             out = block(out)
         out.backward(dout if upstream == "dout" else tb.ones_like(out))
-        n = np.linalg.norm(x.grad.numpy())
-        return float(n / np.linalg.norm(dout.numpy())) if divide else float(n)
+        n = norm(x.grad.numpy())
+        return float(n / norm(dout.numpy())) if divide else float(n)
     return ratio
 
 
@@ -55,6 +55,12 @@ def test_the_gradient_norm_not_divided_is_rejected():
 def test_a_gradient_of_ones_in_place_of_dout_is_rejected():
     why = failures(8, solution(8, input_grad_ratio=_ratio(upstream="ones")))["input_grad_ratio"]
     assert "gradient of ones" in why and "out.backward(dout)" in why
+
+
+def test_a_ratio_of_largest_entries_is_rejected():
+    largest = lambda a: np.abs(a).max()                                                    # noqa: E731
+    why = failures(8, solution(8, input_grad_ratio=_ratio(norm=largest)))["input_grad_ratio"]
+    assert "another norm" in why and "Frobenius" in why
 
 
 def test_writes_returned_as_partial_sums_are_rejected():

@@ -56,6 +56,9 @@ def check_central_difference(solution) -> None:
         if not err <= bound:
             hint = (" (that is the size of a two-point difference's error, of order h^2: use four points)"
                     if 1e-8 < err < 1e-4 else "")
+            ratio = next((r for r in (2, 0.5, -1, 6, 1 / 6) if abs(got - r * exact) < 1e-6 * abs(exact)), None)
+            if ratio is not None:
+                hint = f" (that is {ratio:.3g} times the derivative: check the signs and the divisor)"
             raise CheckFailed(f"central_difference({name}, {x}, h=1e-3) = {got!r}, exact {exact!r}: error {err:.2e}, "
                               f"expected at most {bound:.0e}{hint}")
 

@@ -167,7 +167,10 @@ def check_matmul_flops(solution) -> None:
             continue
         (M, K), N = a_shape[-2:], b_shape[-1]
         batch_a, batch_b = math.prod(a_shape[:-2]), math.prod(b_shape[:-2])
-        slips = [(2 * M * N * K, "the batch axes are missing: every matrix in the batch is one more product"),
+        batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+        slips = [(2 * M * N * K, f"the batch axes are missing: the output's batch {batch}, the numpy broadcast of "
+                                 f"{a_shape[:-2]} and {b_shape[:-2]}, holds {math.prod(batch)} matrices, each one "
+                                 "more product"),
                  (M * N * (2 * K - 1), "each output is K multiplications and K - 1 additions, but the convention "
                                        "(and the engine) counts 2K: one multiply-add is 2 FLOPs"),
                  (2 * batch_a * M * N * K, "the batch axes broadcast: the output's batch is their numpy "

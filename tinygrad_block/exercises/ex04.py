@@ -51,8 +51,9 @@ def fused_add_rmsnorm_backward(d_normed: np.ndarray, d_new_residual: np.ndarray,
 EPS = 1e-5
 
 
-def _array(got, name: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a float64 numpy array of `shape`, or CheckFailed saying what came back."""
+def _array(got, name: str, shape: tuple, summed: bool = False) -> np.ndarray:
+    """The learner's result as a float64 numpy array of `shape`, or CheckFailed saying what came back. With
+    `summed` (a gain's or a bias's gradient), a result that still has token axes says what to sum over."""
     if isinstance(got, tb.Tensor):
         got = got.numpy()
     try:
@@ -60,7 +61,9 @@ def _array(got, name: str, shape: tuple) -> np.ndarray:
     except (TypeError, ValueError):
         raise CheckFailed(f"{name} must be a numpy array of shape {shape}; got {type(got).__name__}") from None
     if arr.shape != shape:
-        raise CheckFailed(f"{name} must have shape {shape}; got {arr.shape}")
+        hint = (": one gain (or bias) serves every token, so sum over every axis but the last, "
+                "axis=tuple(range(x.ndim - 1))" if summed and arr.shape[-1:] == shape and arr.ndim > 1 else "")
+        raise CheckFailed(f"{name} must have shape {shape}; got {arr.shape}{hint}")
     return arr
 
 
@@ -193,7 +196,7 @@ def check_layernorm_backward(solution) -> None:
     x, w, b, dout = _ln_case()
     got = _tuple(solution.layernorm_backward(dout, x, w, EPS), "layernorm_backward", ("dx", "dweight", "dbias"))
     dx = _array(got[0], "dx", x.shape)
-    dw, db = _array(got[1], "dweight", w.shape), _array(got[2], "dbias", w.shape)
+    dw, db = _array(got[1], "dweight", w.shape, summed=True), _array(got[2], "dbias", w.shape, summed=True)
     want_dx, want_dw, want_db = _ln_grads_autograd(dout, x, w, b, EPS)
     if rel_err(dx, want_dx) > 1e-10:
         for wrong, hint in _ln_dx_slips(dout, x, w, EPS):
@@ -274,7 +277,7 @@ def check_fused_add_rmsnorm_backward(solution) -> None:
     got = _tuple(solution.fused_add_rmsnorm_backward(d_normed, d_res, x, res, w, EPS), "fused_add_rmsnorm_backward",
                  ("dx", "dresidual", "dweight"))
     dx, dres = _array(got[0], "dx", x.shape), _array(got[1], "dresidual", x.shape)
-    dw = _array(got[2], "dweight", w.shape)
+    dw = _array(got[2], "dweight", w.shape, summed=True)
     auto, numeric = _fused_autograd(x, res, w, d_normed, d_res), _fused_numeric(x, res, w, d_normed, d_res)
     h = x + res
     r = 1 / np.sqrt((h * h).mean(-1, keepdims=True) + EPS)

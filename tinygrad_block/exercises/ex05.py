@@ -163,7 +163,15 @@ def check_stable_softmax(solution) -> None:
     """Along the last axis of ROWS and the first axis of COLUMNS, against float64 numpy; then the gradient against
     the Jacobian product p (g - sum(p g)), derived by hand."""
     for x, axis, kind in ((ROWS, -1, "row"), (COLUMNS, 0, "column")):
-        got = _as_array(solution.stable_softmax(tb.tensor(x, dtype=tb.float64), axis), "stable_softmax", x.shape)
+        try:
+            out = solution.stable_softmax(tb.tensor(x, dtype=tb.float64), axis)
+        except ValueError as e:
+            if "broadcast" not in str(e):
+                raise
+            raise CheckFailed(f"stable_softmax(x, axis={axis}) on x of shape {x.shape} raised ValueError: {e}. A "
+                              "reduction drops its axis unless keepdims=True: x.max(axis, keepdims=True) and "
+                              "e.sum(axis, keepdims=True) keep it, so that they broadcast against x") from None
+        got = _as_array(out, "stable_softmax", x.shape)
         want = _softmax(x, axis)
         lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
         for xi, gi, wi in zip(lines(x), lines(got), lines(want)):

@@ -38,9 +38,10 @@ def ffn_share(cfg: nn.BlockConfig) -> float:
     """The fraction of ALL parameters of nn.LM(cfg) (embedding, every block, final norm and LM head) that sit in
     the blocks' FFNs, worked out from the config's numbers. SwiGLU (cfg.ffn == 'swiglu') has three matrices
     d_model x d_ff; the classic FFN ('gelu', 'gelu_tanh', 'relu') has two, plus a bias per output when cfg.bias.
-    A norm has a gain of d_model (and a shift of d_model for LayerNorm with cfg.bias); with cfg.tie_embeddings the
-    LM head is the embedding itself; without RoPE (cfg.rope False) the model also has learned positions,
-    max_seq_len x d_model. Llama-2-7B: more than 0.6."""
+    Attention has W_Q and W_O, d_model x (n_heads * d_head), and W_K and W_V, d_model x (n_kv_heads * d_head),
+    each with a bias per output when cfg.bias. A norm has a gain of d_model (and a shift of d_model for LayerNorm
+    with cfg.bias); with cfg.tie_embeddings the LM head is the embedding itself; without RoPE (cfg.rope False) the
+    model also has learned positions, max_seq_len x d_model. Llama-2-7B: more than 0.6."""
     raise NotImplementedError
 '''
 
@@ -227,7 +228,14 @@ def _share_hint(cfg: nn.BlockConfig, got: float, n: dict) -> str:
     if not cfg.rope:
         slips.append((_share(cfg.with_(rope=True)), "the learned position embedding (max_seq_len x d_model) is "
                                                     "missing from the total"))
-    return next((f": {hint}" for value, hint in slips if abs(got - value) < 1e-9), "")
+    hint = next((f": {hint}" for value, hint in slips if abs(got - value) < 1e-9), "")
+    if hint or not got > 0:
+        return hint
+    off = round(n["ffn"] / got) - total                                   # the learner's total, if their FFN is right
+    per_block = f" ({cfg.n_layers} blocks x {abs(off) // cfg.n_layers:,})" if off % cfg.n_layers == 0 else ""
+    return (f" (if your FFN count, {n['ffn']:,}, is right, your total has {abs(off):,} parameters "
+            f"{'too few' if off < 0 else 'too many'}{per_block}: compare each part with the model's "
+            "named_parameters())" if off else "")
 
 
 def _share(cfg: nn.BlockConfig) -> float:

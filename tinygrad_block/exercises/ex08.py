@@ -125,8 +125,8 @@ def check_post_norm_block(solution) -> None:
 
 
 # ---------------------------------------------------------------- input_grad_ratio
-def _ratio_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> float:
-    """|dL/dx| / |dout| through the stack, with the hand-derived forward and backward passes."""
+def _grad_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> np.ndarray:
+    """dL/dx through the stack, with the hand-derived forward and backward passes."""
     caches, h = [], xn
     for blk in blocks:
         h, cache = manual.block_forward(h, _params(blk), CFG.with_(norm_position=layout))
@@ -134,7 +134,12 @@ def _ratio_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> flo
     g = dout
     for cache in reversed(caches):
         g, _ = manual.block_backward(g, cache)
-    return float(np.linalg.norm(g) / np.linalg.norm(dout))
+    return g
+
+
+def _ratio_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> float:
+    """|dL/dx| / |dout| through the stack, the Frobenius norms."""
+    return float(np.linalg.norm(_grad_by_hand(blocks, xn, dout, layout)) / np.linalg.norm(dout))
 
 
 def check_input_grad_ratio(solution) -> None:
@@ -150,13 +155,17 @@ def check_input_grad_ratio(solution) -> None:
             raise CheckFailed(f"input_grad_ratio must return a float; got {type(got).__name__}")
         if abs(got - want) < 1e-9 * want:
             continue
-        grad_norm = want * np.linalg.norm(dout)
+        grad_norm, dx = want * np.linalg.norm(dout), _grad_by_hand(blocks, xn, dout, layout)
+        other_norm = ("that is a ratio of another norm (largest entry, or sum of |entries|); use the Frobenius "
+                      "norm, the square root of the sum of squares: np.linalg.norm of the whole array")
         ones = _ratio_by_hand(blocks, xn, np.ones_like(dout), layout)
         hints = [(grad_norm, "that is |dL/dx| itself: divide by |dout|"),
                  (1 / want, "that is |dout| / |dL/dx|, upside down"),
                  (ones, "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
                  (ones * np.sqrt(xn.size) / np.linalg.norm(dout),
-                  "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)")]
+                  "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
+                 (np.abs(dx).max() / np.abs(dout).max(), other_norm),
+                 (np.abs(dx).sum() / np.abs(dout).sum(), other_norm)]
         hint = next((h for value, h in hints if abs(got - value) < 1e-9 * abs(value)), "")
         raise CheckFailed(f"input_grad_ratio for 3 {layout}-norm blocks = {float(got):.6f}, but the hand-derived "
                           f"backward gives {want:.6f}" + (f": {hint}" if hint else ""))
