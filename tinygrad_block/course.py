@@ -116,6 +116,16 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
         display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
 
 
+def tensor_result(got, name: str, shape: tuple):
+    """A learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
+    from .tensor import Tensor
+    if not isinstance(got, Tensor):
+        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
+    if got.shape != shape:
+        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
+    return got.numpy()
+
+
 @dataclass
 class Exercises:
     """One lesson's exercises: the starter text and the checks (name, function of the learner's module)."""

@@ -8,7 +8,7 @@ import numpy as np
 
 import tinygrad_block as tb
 
-from ..course import CheckFailed
+from ..course import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 05 exercises. Fill in each function, then run:  python -m tinygrad_block check 05"""
 import math
@@ -41,15 +41,6 @@ def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
     weighted.transpose(1, 2).reshape(B, L, H * d_head) @ o_weight.mT."""
     raise NotImplementedError
 '''
-
-
-def _as_array(got, name: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
-    if not isinstance(got, tb.Tensor):
-        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
-    if got.shape != shape:
-        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
-    return got.numpy()
 
 
 def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -114,7 +105,7 @@ def check_attention(solution) -> None:
     shape = qn.shape
     for causal in (False, True):
         q, k, v = (tb.tensor(a, dtype=tb.float64) for a in (qn, kn, vn))
-        got = _as_array(solution.attention(q, k, v, causal), "attention", shape)
+        got = tensor_result(solution.attention(q, k, v, causal), "attention", shape)
         want = _attention_np(qn, kn, vn, causal)
         if np.isfinite(got).all() and np.abs(got - want).max() < 1e-10:
             continue
@@ -171,7 +162,7 @@ def check_stable_softmax(solution) -> None:
             raise CheckFailed(f"stable_softmax(x, axis={axis}) on x of shape {x.shape} raised ValueError: {e}. A "
                               "reduction drops its axis unless keepdims=True: x.max(axis, keepdims=True) and "
                               "e.sum(axis, keepdims=True) keep it, so that they broadcast against x") from None
-        got = _as_array(out, "stable_softmax", x.shape)
+        got = tensor_result(out, "stable_softmax", x.shape)
         want = _softmax(x, axis)
         lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
         for xi, gi, wi in zip(lines(x), lines(got), lines(want)):
@@ -221,7 +212,7 @@ def check_head_contributions(solution) -> None:
     if isinstance(got, (list, tuple)):
         raise CheckFailed(f"head_contributions returned a {type(got).__name__} of {len(got)}; return one Tensor "
                           f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
-    got = _as_array(got, "head_contributions", (H, B, L, d_model))
+    got = tensor_result(got, "head_contributions", (H, B, L, d_model))
     want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
     full = weighted.transpose(0, 2, 1, 3).reshape(B, L, H * d_head) @ w_o.T               # o_proj(merged)
     if np.abs(got - want).max() < 1e-12 and np.abs(got.sum(0) - full).max() < 1e-12:

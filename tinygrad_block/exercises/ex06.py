@@ -11,7 +11,7 @@ import numpy as np
 import tinygrad_block as tb
 
 from .. import accounting, nn
-from ..course import CheckFailed
+from ..course import CheckFailed, tensor_result
 from ..measure import meta_ids, meta_lm
 
 STARTER = '''"""Lesson 06 exercises. Fill in each function, then run:  python -m tinygrad_block check 06"""
@@ -46,15 +46,6 @@ def kv_cache_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_elem
     n_kv_heads, d_head, d_model."""
     raise NotImplementedError
 '''
-
-
-def _as_array(got, name: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
-    if not isinstance(got, tb.Tensor):
-        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
-    if got.shape != shape:
-        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
-    return got.numpy()
 
 
 # ---------------------------------------------------------------- RoPE
@@ -96,7 +87,7 @@ def check_rope(solution) -> None:
     r = np.random.default_rng(0)
     for shape, positions, theta in ROPE_CASES:
         x = r.standard_normal(shape)
-        got = _as_array(solution.rope(tb.tensor(x), list(positions), theta), "rope", shape)
+        got = tensor_result(solution.rope(tb.tensor(x), list(positions), theta), "rope", shape)
         want = _library_rope(x, positions, theta)
         call = f"rope(x {shape}, positions={positions}, theta={theta:g})"
         err = np.abs(got - want).max()
@@ -130,7 +121,7 @@ def check_repeat_kv(solution) -> None:
         x = r.standard_normal(shape)
         B, H_kv, L, d = shape
         out_shape = (B, H_kv * n_rep, L, d)
-        got = _as_array(solution.repeat_kv(tb.tensor(x), n_rep), f"repeat_kv(x {shape}, {n_rep})", out_shape)
+        got = tensor_result(solution.repeat_kv(tb.tensor(x), n_rep), f"repeat_kv(x {shape}, {n_rep})", out_shape)
         want = np.repeat(x, n_rep, axis=1)
         if np.array_equal(got, want):
             continue

@@ -12,7 +12,7 @@ import tinygrad_block as tb
 from tinygrad_block import manual, nn
 from tinygrad_block.measure import meta_lm
 
-from ..course import CheckFailed
+from ..course import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 07 exercises. Fill in each function, then run:  python -m tinygrad_block check 07"""
 import math
@@ -44,15 +44,6 @@ def ffn_share(cfg: nn.BlockConfig) -> float:
     model also has learned positions, max_seq_len x d_model. Llama-2-7B: more than 0.6."""
     raise NotImplementedError
 '''
-
-
-def _as_array(got, name: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
-    if not isinstance(got, tb.Tensor):
-        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
-    if got.shape != shape:
-        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
-    return got.numpy()
 
 
 # ---------------------------------------------------------------- swiglu
@@ -89,7 +80,7 @@ def _call_swiglu(solution, arrays, where: str) -> np.ndarray:
         raise CheckFailed(f"swiglu on {where} raised {type(e).__name__}: {e}. The weights are stored (out, in): "
                           "w_gate is (d_ff, d_model), so the gate is x @ w_gate.mT, and w_down is (d_model, d_ff), "
                           "so the output is hidden @ w_down.mT") from None
-    return _as_array(got, "swiglu", x.shape)
+    return tensor_result(got, "swiglu", x.shape)
 
 
 def check_swiglu(solution) -> None:

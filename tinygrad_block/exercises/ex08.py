@@ -9,7 +9,7 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
 
-from ..course import CheckFailed
+from ..course import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 08 exercises. Fill in each function, then run:  python -m tinygrad_block check 08"""
 import numpy as np
@@ -65,15 +65,6 @@ def _input(seed: int) -> np.ndarray:
     return 2.0 * np.random.default_rng(seed).standard_normal((B, L, CFG.d_model))     # RMS about 2
 
 
-def _as_array(got, name: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
-    if not isinstance(got, tb.Tensor):
-        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
-    if got.shape != shape:
-        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
-    return got.numpy()
-
-
 # ---------------------------------------------------------------- post_norm_block
 def _post_slips(block, xn: np.ndarray) -> list:
     """(output, hint) of the usual mistakes, computed with the block's modules."""
@@ -102,7 +93,7 @@ def check_post_norm_block(solution) -> None:
     post_block = nn.TransformerBlock(CFG.with_(norm_position="post"), generator=tb.Generator(0), dtype=tb.float64)
     post_block.load_state_dict(pre_block.state_dict())
     xn = _input(11)
-    got = _as_array(solution.post_norm_block(pre_block, tb.tensor(xn, dtype=tb.float64)), "post_norm_block",
+    got = tensor_result(solution.post_norm_block(pre_block, tb.tensor(xn, dtype=tb.float64)), "post_norm_block",
                     xn.shape)
     want, _ = manual.block_forward(xn, _params(pre_block), CFG.with_(norm_position="post"))
     if not np.abs(got - want).max() < 1e-12:
@@ -182,7 +173,7 @@ def check_sublayer_writes(solution) -> None:
         raise CheckFailed(f"sublayer_writes for 2 blocks must return a list of 4 Tensors (attention and FFN of each "
                           f"block); got {type(got).__name__}"
                           + (f" of {len(got)}" if isinstance(got, (list, tuple)) else ""))
-    got = [_as_array(t, "each write", xn.shape) for t in got]
+    got = [tensor_result(t, "each write", xn.shape) for t in got]
     stream, want, partial, from_input, block_input = x, [], [], [], []
     for blk in blocks:
         block_input.append(stream)
