@@ -33,10 +33,15 @@ def _rank(cfg: BlockConfig, name: str) -> int:
     return cfg.lora_rank if name in cfg.lora_targets else 0
 
 
+def _has_bias(cfg: BlockConfig, name: str) -> bool:
+    """Whether projection `name` adds a bias: all of them with cfg.bias, q/k/v alone with cfg.qkv_bias (Qwen2)."""
+    return cfg.bias or (cfg.qkv_bias and name in ATTENTION[:3])
+
+
 def _projection_params(cfg: BlockConfig, names: tuple) -> int:
     """Weights, biases and LoRA adapters of the projections `names`:  sum of d_in*d_out (+ d_out) (+ r*(d_in+d_out))."""
     shapes = _shapes(cfg)
-    return sum(i * o + cfg.bias * o + _rank(cfg, n) * (i + o) for n, (i, o) in shapes.items() if n in names)
+    return sum(i * o + _has_bias(cfg, n) * o + _rank(cfg, n) * (i + o) for n, (i, o) in shapes.items() if n in names)
 
 
 def _norm_params(cfg: BlockConfig) -> int:
@@ -45,7 +50,8 @@ def _norm_params(cfg: BlockConfig) -> int:
 
 
 def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
-    """Rows W_Q, W_K, W_V, W_O, [W_gate], W_up, W_down, [biases], norms, [lora]; they sum to params_per_block.
+    """Rows W_Q, W_K, W_V, W_O, [W_gate], W_up, W_down, [biases: all, or q/k/v's alone with qkv_bias], norms,
+    [lora]; they sum to params_per_block.
 
     Llama: W_Q = W_O = d_model^2, W_K = W_V = d_model * n_kv_heads * d_head, each FFN matrix d_model * d_ff,
     norms 2 d_model. LoRA of rank r adds r * (d_in + d_out) per targeted projection."""
@@ -53,8 +59,8 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
              "up_proj": "W_up", "down_proj": "W_down"}
     shapes = _shapes(cfg)
     rows = {label[n]: i * o for n, (i, o) in shapes.items()}
-    if cfg.bias:
-        rows["biases"] = sum(o for _, o in shapes.values())
+    if cfg.bias or cfg.qkv_bias:
+        rows["biases"] = sum(o for n, (_, o) in shapes.items() if _has_bias(cfg, n))
     rows["norms"] = 2 * _norm_params(cfg)
     if cfg.lora_rank:
         rows["lora"] = sum(_rank(cfg, n) * (i + o) for n, (i, o) in shapes.items())
@@ -63,7 +69,8 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
 
 def params_per_block(cfg: BlockConfig) -> int:
     """Llama family: 2 d_model^2 + 2 d_model n_kv_heads d_head + 3 d_model d_ff + 2 d_model; GPT-2 and BERT
-    add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d."""
+    add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d; Qwen2
+    adds q, k and v's biases to Llama's: d_model + 2 n_kv_heads d_head."""
     return sum(block_param_breakdown(cfg).values())
 
 
@@ -145,7 +152,7 @@ def _linear(N: int, d_in: int, d_out: int, *, dx: bool, train: bool, bias: bool,
 
 def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bool]:
     d_in, d_out = _shapes(cfg)[name]
-    return _linear(N, d_in, d_out, dx=dx, train=not cfg.lora_rank, bias=cfg.bias, rank=_rank(cfg, name))
+    return _linear(N, d_in, d_out, dx=dx, train=not cfg.lora_rank, bias=_has_bias(cfg, name), rank=_rank(cfg, name))
 
 
 def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, bool]:
@@ -312,6 +319,21 @@ def flops_per_token(cfg: BlockConfig, seq_len: int) -> dict[str, int]:
     static = 2 * sum(i * o + _rank(cfg, n) * (i + o) for n, (i, o) in _shapes(cfg).items())
     attention = 4 * seq_len * cfg.n_heads * cfg.d_head
     return {"static": static, "attention": attention, "total": static + attention}
+
+
+def decode_flops(cfg: BlockConfig, context_len: int, batch: int = 1, *, matmul_only: bool = True) -> int:
+    """FLOPs count_flops measures for one decode step of nn.LM with a KV cache: one new token per sequence,
+    attending to context_len keys (context_len - 1 cached and its own). Matmuls: n_layers (2 x the block's
+    matmul parameters + 4 context_len n_heads d_head) + 2 d_model V for the head, i.e. 2 x the matmul
+    parameters + the attention term at this length (flops_per_token per layer, plus the head). All ops: the
+    forward at L = 1 (model_forward_flops), plus per layer, per extra key beyond the first, per head: the
+    scores' and weights @ V's 4 d_head, the causal mask's add 1 and the softmax's 5 (max, -, exp, sum, /)."""
+    if not isinstance(context_len, int) or context_len < 1:
+        raise ValueError(f"decode_flops: context_len counts the keys the new token sees, an int >= 1, got "
+                         f"{context_len!r}")
+    extra_keys = cfg.n_layers * batch * cfg.n_heads * (context_len - 1)
+    per_key = 4 * cfg.d_head + (0 if matmul_only else 1 + 5)
+    return model_forward_flops(cfg, 1, batch, matmul_only=matmul_only) + extra_keys * per_key
 
 
 # ---------------------------------------------------------------- compute rules of thumb

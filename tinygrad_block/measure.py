@@ -1,6 +1,7 @@
 """Measuring models with the engine itself: built on the shape-only 'meta' device, so even a 70B model counts
 in milliseconds. Parameters from named_parameters(), FLOPs and activation bytes from observers at the choke
-point, the recorded graph, and the walk of one token through a block, step by step, by the named steps."""
+point, the recorded graph, the walk of one token through a block, step by step, by the named steps, and
+generation's two phases (prefill, decode) with what each computes and reads."""
 from __future__ import annotations
 
 from collections import Counter
@@ -11,7 +12,8 @@ from .counting import FlopCounter, count_flops, count_saved_bytes
 from .graph import Graph, record_graph
 from .nn import LM, BlockConfig, TransformerBlock
 from .tensor import Tensor, ones_like, randn, zeros
-from .trace import observe
+from .nn.cache import KVCache
+from .trace import no_grad, observe
 
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
 
@@ -167,3 +169,50 @@ def walk(cfg: BlockConfig, B: int = 1, L: int = 1) -> list[Step]:
     with observe(observer):
         block(zeros(B, L, cfg.d_model, device="meta"))               # (B, L, d_model)
     return steps
+
+
+# ---------------------------------------------------------------- generation: prefill and decode
+@dataclass
+class Phase:
+    """One model call while generating: its FLOPs (counted by running) and the bytes it reads from memory."""
+    name: str               # 'prefill' (the prompt, in one call) or 'decode' (one new token)
+    tokens: int             # positions this call runs, per sequence
+    context: int            # keys its last position attends to (the cache's length after the call)
+    flops: int              # every op
+    matmul_flops: int
+    weight_bytes: int       # parameters read: whole, or the rows a gather looks up
+    cache_bytes: int        # K and V the attention reads: the whole cache after this call's append
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte of weights and cache read."""
+        return self.flops / (self.weight_bytes + self.cache_bytes)
+
+
+def generation_phases(cfg: BlockConfig, prompt_len: int, batch: int = 1, dtype: str = "fp32") -> tuple[Phase, Phase]:
+    """Prefill of prompt_len tokens into a KVCache, then one decode step (context prompt_len + 1), run on meta.
+    Prefill reuses each weight for B prompt_len tokens; decode reads every weight and the whole cache for B."""
+    model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
+    cache = KVCache(model, batch)
+    return _phase("prefill", model, meta_ids(batch, prompt_len), cache), _phase("decode", model, meta_ids(batch, 1),
+                                                                               cache)
+
+
+def _phase(name: str, model: LM, ids: Tensor, cache: KVCache) -> Phase:
+    """Run model(ids, cache=cache) once, counting FLOPs and noting each parameter an op reads (a gather: the
+    bytes of the rows it returns; any other op: the whole parameter)."""
+    params = {id(p): p for p in model.parameters()}
+    whole, gathered = set(), Counter()
+
+    def weights_read(event):
+        for t in event.inputs:
+            if id(t) in params and event.op.name == "gather":
+                gathered[id(t)] += event.output.nbytes
+            elif id(t) in params:
+                whole.add(id(t))
+
+    with no_grad(), count_flops() as fc, observe(weights_read):
+        model(ids, cache=cache)
+    weight_bytes = sum(params[i].nbytes for i in whole) + sum(n for i, n in gathered.items() if i not in whole)
+    return Phase(name, ids.shape[1], cache.length, fc.total(), fc.total(matmul_only=True), weight_bytes,
+                 cache.nbytes)

@@ -1,4 +1,5 @@
-"""Causal grouped-query attention with rotary position embeddings, built from primitive ops."""
+"""Causal grouped-query attention with rotary position embeddings, built from primitive ops; with a KV cache,
+the queries of this call attend to every key cached before them too."""
 from __future__ import annotations
 
 import math
@@ -33,15 +34,17 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)      # (B, H, L, d_head)
 
 
-def causal_mask(L: int, dtype, backend) -> Tensor:
-    """(L, L) additive mask: 0 where key j <= query i, -inf where j > i (the future). Added to the scores, it
-    zeroes those softmax weights, and its backward passes the gradient through unchanged. A constant, made
-    directly on the backend like a RoPE table: no op is recorded or counted (Attention builds it once per L)."""
-    be = backend
-    keys = be.expand(be.reshape(be.arange(0, L, 1, int64), (1, L)), (L, L))       # j, along each row
-    queries = be.expand(be.reshape(be.arange(0, L, 1, int64), (L, 1)), (L, L))    # i, down each column
-    future = be.compare(keys, queries, "greater")                                  # (L, L): j > i
-    return Tensor._make(be.where(future, be.constant(float("-inf"), dtype), be.full((L, L), 0, dtype)), be)
+def causal_mask(L: int, dtype, backend, past: int = 0) -> Tensor:
+    """(L, past + L) additive mask for L queries at positions past .. past + L - 1 and keys 0 .. past + L - 1:
+    0 where key j <= query position past + i, -inf where j > past + i (the future). past = 0: the (L, L)
+    lower triangle; past > 0 (a KV cache): every cached key is visible. Added to the scores, it zeroes those
+    softmax weights, and its backward passes the gradient through unchanged. A constant, made directly on the
+    backend like a RoPE table: no op is recorded or counted (Attention builds it once per shape)."""
+    be, n = backend, past + L
+    keys = be.expand(be.reshape(be.arange(0, n, 1, int64), (1, n)), (L, n))          # j, along each row
+    queries = be.expand(be.reshape(be.arange(past, n, 1, int64), (L, 1)), (L, n))    # past + i, down each column
+    future = be.compare(keys, queries, "greater")                                     # (L, n): j > past + i
+    return Tensor._make(be.where(future, be.constant(float("-inf"), dtype), be.full((L, n), 0, dtype)), be)
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -66,13 +69,16 @@ class Attention(Module):
         self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
         if cfg.rope:
             self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device)
-        self.last_mask = (None, None)  # ((L, dtype, backend), the causal mask): rebuilt only when L changes
+        self.last_mask = (None, None)  # ((L, past, dtype, backend), the mask): rebuilt only when its shape changes
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model)
+    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:   # x: (B, L, d_model)
+        """Positions offset .. offset + L - 1. With `cache` (a LayerCache holding the K, V of positions
+        0 .. offset - 1), this call's K and V join it, and the queries attend to all offset + L keys."""
         cfg = self.cfg
         B, L, _ = x.shape
         H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         self._check_positions(offset, L)
+        self._check_cache(cache, offset)
         q = self.q_proj(x).reshape(B, L, H, d_head).transpose(1, 2)        # (B, H, L, d_head)
         k = self.k_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
         v = self.v_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
@@ -80,26 +86,29 @@ class Attention(Module):
             with step("rope"):
                 cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v)                                     # (B, H_kv, offset + L, d_head)
         with step("repeat kv"):
-            k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)       # (B, H, L, d_head)
+            k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)       # (B, H, n, d_head), n keys
         with step("scores"):
-            scores = (q / math.sqrt(d_head)) @ k.mT                       # (B, H, L, L): q k^T / sqrt(d_head)
+            scores = (q / math.sqrt(d_head)) @ k.mT                       # (B, H, L, n): q k^T / sqrt(d_head)
         if cfg.causal:
             with step("mask"):
-                scores = scores + self.mask(L, scores)                    # -inf above the diagonal
+                scores = scores + self.mask(L, scores, k.shape[2] - L)    # -inf where a key is in the future
         with step("softmax"):
-            weights = scores.softmax(axis=-1)                             # (B, H, L, L)
+            weights = scores.softmax(axis=-1)                             # (B, H, L, n)
         with step("weighted sum"):
             out = weights @ v                                             # (B, H, L, d_head)
         out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
         return self.o_proj(out)
 
-    def mask(self, L: int, like: Tensor) -> Tensor:
-        """The causal mask for L positions, in `like`'s dtype and device: built on first use, then reused while
-        the length stays the same (one mask is kept: a model run at many lengths does not hoard L x L tables)."""
-        key = (L, like.dtype, like.backend)
+    def mask(self, L: int, like: Tensor, past: int = 0) -> Tensor:
+        """The causal mask for L queries after `past` cached positions, in `like`'s dtype and device: built on
+        first use, then reused while the shape stays the same (one mask is kept: a model run at many lengths
+        does not hoard L x L tables)."""
+        key = (L, past, like.dtype, like.backend)
         if self.last_mask[0] != key:
-            self.last_mask = (key, causal_mask(L, like.dtype, like.backend))
+            self.last_mask = (key, causal_mask(L, like.dtype, like.backend, past))
         return self.last_mask[1]
 
     def _check_positions(self, offset, L: int) -> None:
@@ -109,3 +118,15 @@ class Attention(Module):
         if offset < 0 or offset + L > self.cfg.max_seq_len:
             raise ValueError(f"Attention: positions {offset}..{offset + L - 1} (offset {offset}, L {L}) must lie in "
                              f"0..{self.cfg.max_seq_len - 1}, the context length max_seq_len={self.cfg.max_seq_len}")
+
+    def _check_cache(self, cache, offset: int) -> None:
+        """A cache must hold exactly the positions before this call's first, 0 .. offset - 1, and the keys a
+        query sees must all lie before it: so only causal attention can cache."""
+        if cache is None:
+            return
+        if not self.cfg.causal:
+            raise ValueError("Attention: a KV cache needs causal attention (cfg.causal=True): without the mask, "
+                             "earlier tokens would attend to later ones, which the cache has not seen")
+        if cache.length != offset:
+            raise ValueError(f"Attention: the KV cache holds {cache.length} positions, but this call starts at offset "
+                             f"{offset}; the offset must equal the cached length")

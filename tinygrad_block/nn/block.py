@@ -73,29 +73,29 @@ class TransformerBlock(Module):
             for name, p in self.named_parameters():
                 p.requires_grad = name.endswith(("lora_A", "lora_B"))
 
-    def __call__(self, x: Tensor, offset: int = 0) -> Tensor:
+    def __call__(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
         if x.ndim != 3 or x.shape[-1] != self.cfg.d_model:
             raise ValueError(f"TransformerBlock: expected input (B, L, d_model={self.cfg.d_model}), got {x.shape}")
-        return super().__call__(x, offset)
+        return super().__call__(x, offset, cache)
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:         # x: (B, L, d_model); offset: first position
+    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:   # x: (B, L, d_model); offset: first position
         with step("residual"):                                       # the block's own ops: the residual adds
-            h = x + self.attn(self.norm1(x), offset)
+            h = x + self.attn(self.norm1(x), offset, cache)          # cache: this layer's K, V (nn.cache.LayerCache)
             return h + self.ffn(self.norm2(h))
 
 
 class PostNormBlock(TransformerBlock):
     """Post-norm (BERT, the 2017 original):  h = norm1(x + attn(x));  out = norm2(h + ffn(h))."""
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
         with step("residual"):
-            h = self.norm1(x + self.attn(x, offset))
+            h = self.norm1(x + self.attn(x, offset, cache))
             return self.norm2(h + self.ffn(h))
 
 
 class ParallelBlock(TransformerBlock):
     """Parallel (GPT-J, GPT-NeoX):  out = x + attn(norm1(x)) + ffn(norm2(x))."""
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
         with step("residual"):
-            return x + self.attn(self.norm1(x), offset) + self.ffn(self.norm2(x))
+            return x + self.attn(self.norm1(x), offset, cache) + self.ffn(self.norm2(x))

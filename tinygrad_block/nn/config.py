@@ -25,6 +25,7 @@ class BlockConfig:
     norm_position: str = "pre"        # 'pre': x + f(norm(x)); 'post': norm(x + f(x))
     ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
     bias: bool = False                # biases on every projection (and LayerNorm shifts)
+    qkv_bias: bool = False            # biases on q_proj, k_proj and v_proj only (Qwen2)
     parallel: bool = False            # x + attn(norm1(x)) + ffn(norm2(x))
     norm_eps: float = 1e-5
     rope: bool = True                 # rotary embeddings on q and k; False: positions are added outside
@@ -53,6 +54,9 @@ class BlockConfig:
             real = isinstance(value, numbers.Real) and not isinstance(value, bool)
             if not (real and math.isfinite(value) and ok(value)):
                 raise ValueError(f"BlockConfig: {key} must be {expected}, got {value!r}")
+        for key in ("bias", "qkv_bias"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"BlockConfig: {key} must be True or False, got {getattr(self, key)!r}")
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"BlockConfig: {key} must be one of {allowed}, got {getattr(self, key)!r}")

@@ -34,9 +34,10 @@ class Linear(Module):
 
 
 def projection(cfg, name: str, d_in: int, d_out: int, *, generator, dtype, device) -> Linear:
-    """A block's Linear `name` (q_proj, ..., down_proj): biases and LoRA as the config says."""
+    """A block's Linear `name` (q_proj, ..., down_proj): biases (all, or q/k/v only) and LoRA as the config says."""
     rank = cfg.lora_rank if name in cfg.lora_targets else 0
-    return Linear(d_in, d_out, cfg.bias, generator=generator, dtype=dtype, device=device, lora_rank=rank,
+    bias = cfg.bias or (cfg.qkv_bias and name in ("q_proj", "k_proj", "v_proj"))
+    return Linear(d_in, d_out, bias, generator=generator, dtype=dtype, device=device, lora_rank=rank,
                   lora_alpha=cfg.lora_alpha)
 
 

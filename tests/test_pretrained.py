@@ -1,0 +1,379 @@
+"""nn/pretrained.py against transformers (the oracle; offline, no download): small random Llama, Mistral, Qwen2 and
+GPT-2 models built from configs and saved by transformers (one file, sharded, bfloat16) load into nn.LM with the
+same float64 logits (1e-10) and the same greedy generation; our save_pretrained loads back into transformers with
+the same tensors and logits; inspect counts parameters from the headers alone; each bad input names its problem.
+
+transformers' Llama-family modules keep float32 islands in float64 (RMSNorm, the RoPE tables): the oracle fixture
+computes them in float64 with the same formulas, as tests/test_nn_block_torch.py explains."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from conftest import msg, rel_err
+from safetensors.numpy import load_file, save_file
+from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
+from transformers.models.qwen2 import modeling_qwen2
+
+import tinygrad_block as tb
+from tinygrad_block import accounting, measure, nn
+from tinygrad_block.nn import pretrained
+
+TOL = 1e-10
+V, P = 101, 64                    # vocabulary, positions
+SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=V, max_position_embeddings=P, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+CONFIGS = {   # GQA where the architecture has it; a non-default RoPE base; Qwen2 tied; Mistral with a window of 32
+    "llama": ("LlamaConfig", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                                          rms_norm_eps=1e-5)),
+    "mistral": ("MistralConfig", SIZES | dict(sliding_window=32, rms_norm_eps=1e-6)),
+    "qwen2": ("Qwen2Config", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                                          tie_word_embeddings=True)),
+    "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
+                                eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
+}
+ARCHS = list(CONFIGS)
+SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "gpt2": "GPT2LMHeadModel"}   # our save_pretrained's layout: Mistral without its window is Llama
+
+
+def hf_model(arch: str, seed: int = 0):
+    """A transformers model of `arch`, float32, every parameter random and large enough that greedy generation
+    does not just repeat a token: weights N(0, 1/4), norm gains 1 + 0.3 N(0, 1), biases 0.3 N(0, 1) (tied weights
+    stay tied: one tensor)."""
+    name, kwargs = CONFIGS[arch]
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, name)(**kwargs))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            p.copy_(r / 2 if p.ndim == 2 else 0.3 * r + (not n.endswith("bias")))
+    return model.eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """These models are tiny: torch's thread pool costs far more than it saves (and stalls on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """{(arch, how): folder} written by transformers' save_pretrained: 'single', 'sharded' (10 KB shards) and
+    'bf16' (the model cast to bfloat16 first)."""
+    folders = {}
+    for arch in ARCHS:
+        model = hf_model(arch)
+        for how, kwargs in [("single", {}), ("sharded", dict(max_shard_size="10KB"))]:
+            folders[arch, how] = tmp_path_factory.mktemp(f"{arch}-{how}")
+            model.save_pretrained(folders[arch, how], **kwargs)
+        folders[arch, "bf16"] = tmp_path_factory.mktemp(f"{arch}-bf16")
+        model.to(torch.bfloat16).save_pretrained(folders[arch, "bf16"])
+    return folders
+
+
+def rms_norm64(self, hidden_states):          # LlamaRMSNorm.forward (and Mistral's, Qwen2's) without float32
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def rotary64(self, x, position_ids):          # LlamaRotaryEmbedding.forward's default RoPE, in float64
+    d = 2 * self.inv_freq.shape[0]
+    inv_freq = 1.0 / self.config.rope_parameters["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = position_ids[..., None].double() * inv_freq                    # (B, L, d/2)
+    emb = torch.cat([angles, angles], dim=-1)                                # (B, L, d)
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+@pytest.fixture
+def oracle(monkeypatch):
+    """transformers offline, its Llama-family float32 islands computed in float64; loads a folder in float64."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for module, prefix in [(modeling_llama, "Llama"), (modeling_mistral, "Mistral"), (modeling_qwen2, "Qwen2")]:
+        monkeypatch.setattr(getattr(module, f"{prefix}RMSNorm"), "forward", rms_norm64)
+        monkeypatch.setattr(getattr(module, f"{prefix}RotaryEmbedding"), "forward", rotary64)
+    return lambda folder: transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+
+
+def token_ids(B: int = 2, L: int = 12, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, V, (B, L))
+
+
+def hf_logits(model, ids: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor(ids)).logits.numpy()
+
+
+# ---------------------------------------------------------------- loading: logits and generation
+@pytest.mark.parametrize("how", ["single", "sharded", "bf16"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_from_pretrained_logits_equal_transformers(arch, how, saved, oracle):
+    folder = saved[arch, how]
+    if how == "sharded":
+        assert len(list(folder.glob("model-*-of-*.safetensors"))) > 3
+    ours = nn.LM.from_pretrained(folder, dtype=tb.float64)
+    assert ours.cfg == pretrained.config_from_hf(json.loads((folder / "config.json").read_text()))[1]
+    ids = token_ids()
+    expected = hf_logits(oracle(folder), ids)           # bf16: the bf16 values, converted to float64 by torch
+    assert rel_err(ours(tb.tensor(ids)).numpy(), expected) < TOL
+
+
+def test_bfloat16_values_are_read_exactly(saved):
+    """Our bits-shifted-up-16 reading of BF16 equals torch's bfloat16 -> float32 conversion, value for value."""
+    model = hf_model("llama").to(torch.bfloat16)
+    ours = dict(nn.LM.from_pretrained(saved["llama", "bf16"], dtype=tb.float32).named_parameters())
+    assert np.array_equal(ours["layers.1.attn.k_proj.weight"].numpy(),
+                          model.model.layers[1].self_attn.k_proj.weight.float().detach().numpy())
+
+
+def test_mistral_window_caps_the_context(saved):
+    """Policy: up to sliding_window tokens, windowed attention is full causal attention; longer is refused."""
+    ours = nn.LM.from_pretrained(saved["mistral", "single"], dtype=tb.float64)
+    assert ours.cfg.max_seq_len == 32 < P
+    with pytest.raises(ValueError, match=msg("LM", "max_seq_len=32")):
+        ours(tb.tensor(token_ids(1, 33)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_generate_equals_transformers(arch, saved, oracle):
+    folder = saved[arch, "single"]
+    ids = token_ids(2, 5, seed=1)
+    theirs = oracle(folder).generate(torch.tensor(ids), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                                     pad_token_id=0).numpy()
+    ours = nn.LM.from_pretrained(folder, dtype=tb.float64).generate(tb.tensor(ids), 12, temperature=0).numpy()
+    assert len(np.unique(theirs[:, 5:])) > 3                # not a degenerate repetition of one token
+    assert np.array_equal(ours, theirs)
+
+
+def test_published_gpt2_names_and_buffers_load(saved, oracle, tmp_path):
+    """GPT-2 as OpenAI's checkpoint names it: no `transformer.` prefix, the causal mask stored as `h.N.attn.bias`
+    (a constant, skipped), lm_head.weight stored beside the tied embedding (checked equal, skipped)."""
+    tensors = load_file(saved["gpt2", "single"] / "model.safetensors")
+    tensors = {n.removeprefix("transformer."): a for n, a in tensors.items()}
+    tensors |= {f"h.{i}.attn.bias": np.tril(np.ones((1, 1, P, P), np.float32)) for i in range(2)}
+    tensors["lm_head.weight"] = tensors["wte.weight"]
+    shutil.copy(saved["gpt2", "single"] / "config.json", tmp_path / "config.json")
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ours = nn.LM.from_pretrained(tmp_path, dtype=tb.float64)
+    ids = token_ids()
+    assert rel_err(ours(tb.tensor(ids)).numpy(), hf_logits(oracle(saved["gpt2", "single"]), ids)) < TOL
+    tensors["lm_head.weight"] = tensors["wte.weight"] + 1
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=msg("from_pretrained", "lm_head.weight differs from the embedding")):
+        nn.LM.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------- saving: transformers loads it back
+@pytest.mark.parametrize("arch", ARCHS)
+def test_save_pretrained_round_trips_through_transformers(arch, saved, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = saved[arch, "single"]
+    nn.LM.from_pretrained(folder).save_pretrained(tmp_path)                  # float32 in, float32 out
+    original = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(back).__name__ == SAVED_AS[arch]
+    theirs, ours = original.state_dict(), back.state_dict()
+    assert set(theirs) == set(ours)
+    for name in theirs:
+        assert torch.equal(theirs[name], ours[name]), name
+    ids = token_ids(2, 20)
+    assert np.array_equal(hf_logits(back, ids), hf_logits(original, ids))
+
+
+def test_save_pretrained_round_trips_through_ourselves(saved, tmp_path):
+    """float64 and float16 models write F64 and F16 tensors, read back unchanged."""
+    for dtype in (tb.float64, tb.float16):
+        model = nn.LM.from_pretrained(saved["qwen2", "single"], dtype=dtype)
+        model.save_pretrained(tmp_path / str(dtype))
+        back = nn.LM.from_pretrained(tmp_path / str(dtype), dtype=dtype)
+        assert back.cfg == model.cfg
+        for (n, p), (m, q) in zip(model.named_parameters(), back.named_parameters()):
+            assert n == m and q.dtype == dtype and np.array_equal(p.numpy(), q.numpy()), n
+
+
+def test_save_pretrained_refuses_what_no_layout_holds(tmp_path):
+    gen = tb.Generator(0)
+    bert = nn.LM(nn.preset("bert-base").with_(d_model=16, n_heads=2, n_kv_heads=2, d_ff=32, n_layers=1,
+                                               vocab_size=11), generator=gen)
+    with pytest.raises(ValueError, match=msg("save_pretrained", "no Hugging Face layout", "norm_position='post'")):
+        bert.save_pretrained(tmp_path / "bert")
+    lora = nn.LM(nn.preset("tiny").with_(lora_rank=2, n_layers=1), generator=gen)
+    with pytest.raises(ValueError, match=msg("save_pretrained", "LoRA", "merge")):
+        lora.save_pretrained(tmp_path / "lora")
+    assert not (tmp_path / "bert").exists() and not (tmp_path / "lora").exists()
+
+
+# ---------------------------------------------------------------- inspect: the headers alone
+@pytest.mark.parametrize("arch", ARCHS)
+def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
+    folder = saved[arch, "sharded"]
+
+    class NoData:                                        # safe_open that refuses to read any tensor's values
+        def __init__(self, *args, **kwargs):
+            self.f = safe_open(*args, **kwargs)
+
+        def __enter__(self):
+            self.f.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+        def keys(self):
+            return self.f.keys()
+
+        def get_slice(self, name):
+            return self.f.get_slice(name)
+
+        def get_tensor(self, name):
+            raise AssertionError(f"inspect read the values of {name}")
+
+    def no_read(file, name, *args):
+        raise AssertionError(f"inspect read the values of {name}")
+
+    safe_open = pretrained.safe_open
+    monkeypatch.setattr(pretrained, "safe_open", NoData)
+    monkeypatch.setattr(pretrained, "read_tensor", no_read)
+    info = pretrained.inspect_checkpoint(folder)
+    model = hf_model(arch)
+    n = sum(p.numel() for p in model.parameters())       # tied weights counted once
+    assert info["parameters"] == info["closed_form"] == n and info["matches"]
+    assert sum(info["components"].values()) == n and abs(sum(info["shares"].values()) - 1) < 1e-12
+    d, gpt2 = 64, arch == "gpt2"
+    assert info["components"]["embedding"] == V * d + gpt2 * P * d
+    assert info["components"].get("lm_head", 0) == (0 if gpt2 or arch == "qwen2" else V * d)
+    ffn = sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n)
+    assert info["components"]["ffn"] == ffn
+    text = "\n".join(pretrained.inspect_text(info))
+    assert f"{n:,} parameters" in text and "matches accounting.total_params" in text
+
+
+def test_inspect_names_a_matching_preset_and_explains_a_missing_closed_form(tmp_path):
+    cfg = nn.preset("tiny")
+    nn.LM(cfg, generator=tb.Generator(0)).save_pretrained(tmp_path / "tiny")
+    info = pretrained.inspect_checkpoint(tmp_path / "tiny")
+    assert info["preset"] == "tiny" and info["parameters"] == accounting.total_params(cfg)
+    hf = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(hf | {"rope_scaling": {"rope_type": "yarn"}}))
+    info = pretrained.inspect_checkpoint(tmp_path / "tiny")
+    assert info["closed_form"] is None and "yarn" in info["why_no_closed_form"]
+    assert info["parameters"] == accounting.total_params(cfg)
+    assert any("no closed form" in line for line in pretrained.inspect_text(info))
+
+
+def test_qwen2_biases_in_the_closed_forms():
+    """BlockConfig.qkv_bias: biases on q, k, v only, counted by accounting's parameters and FLOPs."""
+    cfg = nn.preset("tiny").with_(qkv_bias=True)
+    model = nn.LM(cfg, generator=tb.Generator(0))
+    biases = [n for n, _ in model.named_parameters() if n.endswith("bias")]
+    assert biases == [f"layers.{i}.attn.{p}_proj.bias" for i in range(2) for p in "qkv"]
+    assert model.num_parameters() == accounting.total_params(cfg) == accounting.total_params(cfg.with_(
+        qkv_bias=False)) + 2 * (cfg.d_model + 2 * cfg.n_kv_heads * cfg.d_head)
+    fc = measure.count_model(cfg, 2, 5)
+    for phase, closed in [("forward", accounting.model_forward_flops), ("backward", accounting.model_backward_flops)]:
+        assert fc.total(phase, matmul_only=False) == closed(cfg, 5, 2, matmul_only=False)
+    with pytest.raises(ValueError, match=msg("BlockConfig", "qkv_bias", "True or False")):
+        cfg.with_(qkv_bias=1)
+
+
+# ---------------------------------------------------------------- bad input, each named
+def copy_of(saved, arch: str, tmp_path, how: str = "single"):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(saved[arch, how], folder)
+    return folder
+
+
+def edit_config(folder, **changes):
+    hf = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(hf | changes))
+
+
+def edit_tensors(folder, edit):
+    tensors = load_file(folder / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_missing_folder_file_config_and_shard(saved, tmp_path):
+    with pytest.raises(FileNotFoundError, match=msg("from_pretrained", "nowhere", "does not exist")):
+        nn.LM.from_pretrained(tmp_path / "nowhere")
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(FileNotFoundError, match=msg("from_pretrained", "is a file, not a folder")):
+        nn.LM.from_pretrained(tmp_path / "a_file")
+    folder = copy_of(saved, "llama", tmp_path, "sharded")
+    shard = sorted(folder.glob("model-*.safetensors"))[2]
+    shard.unlink()
+    with pytest.raises(FileNotFoundError, match=msg("from_pretrained", f"the shard {shard.name}")):
+        nn.LM.from_pretrained(folder)
+    (folder / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match=msg("inspect", "has no config.json")):
+        pretrained.inspect_checkpoint(folder)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=msg("from_pretrained", "no model.safetensors")):
+        nn.LM.from_pretrained(empty)
+    (empty / "config.json").write_text("{'single': 'quotes'}")
+    with pytest.raises(ValueError, match=msg("from_pretrained", "config.json is not valid JSON")):
+        nn.LM.from_pretrained(empty)
+
+
+def test_pickle_checkpoints_are_refused_unread(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"never opened")
+    with pytest.raises(ValueError, match=msg("from_pretrained", "pytorch_model.bin", "pickle", "runs whatever code",
+                                             "Convert it to safetensors")):
+        nn.LM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("arch, change, fragments", [
+    ("llama", dict(architectures=["BertForMaskedLM"]), ["unsupported architecture ['BertForMaskedLM']",
+                                                        "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                                        "GPT2LMHeadModel"]),
+    ("llama", dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}),
+     ["RoPE scaling 'llama3'"]),
+    ("llama", dict(rope_scaling={"type": "linear", "factor": 2.0}), ["RoPE scaling 'linear'"]),
+    ("llama", dict(head_dim=32), ["head_dim=32", "d_head is d_model / n_heads"]),
+    ("llama", dict(hidden_act="gelu"), ["hidden_act='gelu'", "SwiGLU"]),
+    ("llama", dict(attention_bias=True), ["attention_bias=True with mlp_bias=False"]),
+    ("llama", dict(hidden_size=None), ["config.json has no 'hidden_size'"]),
+    ("gpt2", dict(activation_function="swish"), ["activation_function='swish'"]),
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), ["not scaled by 1/sqrt(d_head) alone"]),
+])
+def test_unsupported_configs_are_refused_saying_what(arch, change, fragments, saved, tmp_path):
+    folder = copy_of(saved, arch, tmp_path)
+    edit_config(folder, **change)
+    with pytest.raises(ValueError, match=msg("from_pretrained", *fragments)):
+        nn.LM.from_pretrained(folder)
+
+
+def test_missing_unexpected_and_misshaped_tensors_are_named(saved, tmp_path):
+    folder = copy_of(saved, "llama", tmp_path)
+    q = "model.layers.1.self_attn.q_proj.weight"
+
+    def edit(tensors):
+        del tensors["model.norm.weight"]
+        tensors["model.layers.0.self_attn.q_proj.bias"] = np.zeros(64, np.float32)
+        tensors[q] = tensors[q][:, :32].copy()
+
+    edit_tensors(folder, edit)
+    with pytest.raises(ValueError, match=msg("from_pretrained", "missing ['model.norm.weight']",
+                                             "unexpected ['model.layers.0.self_attn.q_proj.bias']",
+                                             f"{q} is (64, 32), expected (64, 64)")):
+        nn.LM.from_pretrained(folder)
+
+
+def test_unsupported_tensor_dtype_is_named(saved, tmp_path):
+    folder = copy_of(saved, "llama", tmp_path)
+    edit_tensors(folder, lambda t: t.update({"model.norm.weight": np.ones(64, np.int32)}))
+    with pytest.raises(ValueError, match=msg("from_pretrained", "model.norm.weight", "is I32",
+                                             "expected F64, F32, F16 or BF16")):
+        nn.LM.from_pretrained(folder)
