@@ -482,6 +482,7 @@ def parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         add_counting_command(commands, name)
     add_course_commands(commands)
+    add_train_command(commands)
     return top
 
 
@@ -544,6 +545,75 @@ def run_course(args: argparse.Namespace, out=print) -> int:
     return 0 if passed == len(results) else 1
 
 
+# ---------------------------------------------------------------- train
+TRAIN_HELP = "train a small model on a demonstration task: induction (copying) or characters of text"
+
+
+def _seed(text: str) -> int:
+    """argparse type: a seed, an integer >= 0."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def add_train_command(commands) -> None:
+    """train: the two demonstrations of train.py, with their checkpoint, loss curve and pictures."""
+    p = commands.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP + " (docs/training.md)")
+    p.add_argument("demo", choices=("induction", "text"),
+                   help="induction: n random tokens then the same again, 2 layers, until >= 99%% accuracy on the "
+                        "repeat; text: a character model of Python's help pages")
+    p.add_argument("--steps", type=_positive, default=None, metavar="N",
+                   help="optimizer steps (default: induction 300, text 600)")
+    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="one seed: weights, data, samples (default 0)")
+    p.add_argument("--out", default=None, metavar="DIR", help="where the run goes (default out/<demo>)")
+    p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures (they need matplotlib)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
+
+
+def train_text(data: dict) -> list[str]:
+    """What a demonstration reached, and where its files went."""
+    if data["demo"] == "induction":
+        head = data["induction_head"]
+        lines = [f"train induction: {data['steps']} steps, seed {data['seed']}; {data['n']} random tokens, then the "
+                 "same again; a 2-layer model",
+                 f"  accuracy on the predictable half of 512 held-out sequences: {data['accuracy']:.2%} (threshold "
+                 f"{data['threshold']:.0%}: {'passed' if data['passed'] else 'NOT reached'}); loss "
+                 f"{data['loss']:.4f} nats",
+                 f"  induction head: layer {head['layer']} head {head['head']}, {head['stripe_weight']:.3f} of its "
+                 f"attention on the token {data['n'] - 1} back"]
+    else:
+        lines = [f"train text: {data['steps']} steps, seed {data['seed']}; characters of Python's help pages "
+                 f"({data['train_chars']:,} to train on, {data['held_out_chars']:,} held out, "
+                 f"{data['vocab_size']} characters)",
+                 f"  held-out loss {data['loss']:.3f} nats per character ({data['bits_per_char']:.2f} bits), "
+                 f"next-character accuracy {data['accuracy']:.1%}",
+                 "  a sample, continuing 'The ' at temperature 0.8:",
+                 *("    | " + line for line in data["sample"].splitlines())]
+    lines.append(f"  trained in {data['seconds']:.1f} s, {data['tokens_per_s']:,.0f} tokens/s")
+    lines += [f"  {name.replace('_', ' ')}: {path}" for name, path in data["paths"].items()]
+    return lines
+
+
+def run_train(args: argparse.Namespace, out=print) -> int:
+    """Run a demonstration; status 1 if the induction model misses its threshold."""
+    from . import train                                             # tqdm and the data: loaded for training only
+    folder = Path(args.out or f"out/{args.demo}")
+    writable_folder(folder, "--out")
+    if not args.no_plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise CommandError("the loss curve and attention pictures need matplotlib: install the 'viz' extra "
+                               "(pip install 'tinygrad_block[viz]'), or pass --no-plots") from None
+    demo = train.induction_demo if args.demo == "induction" else train.text_demo
+    kwargs = {"steps": args.steps} if args.steps else {}
+    result = demo(folder, seed=args.seed, device=args.device, pictures=not args.no_plots, **kwargs)
+    data = {"command": "train", **{k: v for k, v in result.items() if k not in ("model", "history", "tokenizer")}}
+    out(json.dumps(data, indent=2) if args.json else "\n".join(train_text(data)))
+    return 0 if data.get("passed", True) else 1
+
+
 def run_tour(args: argparse.Namespace) -> int:
     """The tour (tour.py); status 1 if its own checks fail."""
     from .tour import run as tour                                    # numpy-side tables: loaded for the tour only
@@ -587,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("lesson", "exercise", "check"):
             return run_course(args)
+        if args.command == "train":
+            return run_train(args)
         return run_tour(args) if args.command == "tour" else run(args)
     except CommandError as e:
         top.exit(2, f"{top.prog} {args.command}: error: {e}\n")

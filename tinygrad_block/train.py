@@ -1,0 +1,254 @@
+"""Training a language model: the loop (a batch in, cross-entropy out, backward, clip, an AdamW step on a
+warmup + cosine schedule), its evaluation, the loss curve, the attention pictures, the checkpoints; and the
+two demonstrations that use them, `induction_demo` and `text_demo` (`python -m tinygrad_block train ...`).
+
+One seed makes a run: a `tb.Generator(seed)` draws the initial weights, then the evaluation data, then every
+training batch, so two runs with one seed compute the same losses, bit for bit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from collections.abc import Callable
+
+from tqdm import tqdm
+
+from .backend import Generator
+from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
+from .nn import LM, BlockConfig
+from .optim import AdamW, WarmupCosine, clip_grad_norm
+from .tensor import Tensor, arange, concat
+from .trace import no_grad, observe
+
+Batches = Callable[[], tuple[Tensor, Tensor]]     # each call: ids (B, L), targets (B, T), T <= L
+
+
+# ---------------------------------------------------------------- the loop
+def lm_loss(model: LM, ids: Tensor, targets: Tensor) -> Tensor:
+    """mean over b, t of -log softmax(logits[b, L - T + t])[targets[b, t]]: the targets (B, T) are the next
+    tokens after the last T positions of ids (B, L); T = L for text, the predictable half for induction."""
+    if targets.ndim != 2 or targets.shape[0] != ids.shape[0] or targets.shape[1] > ids.shape[1]:
+        raise ValueError(f"lm_loss: targets must be (B, T) with T <= L for ids (B, L) = {ids.shape}; "
+                         f"got {targets.shape}")
+    L, T = ids.shape[1], targets.shape[1]
+    return model(ids)[:, L - T:].cross_entropy(targets)            # logits (B, T, vocab) vs targets (B, T)
+
+
+@dataclass
+class History:
+    """What a run measured: the loss and learning rate of every step, and each evaluation as (step, metrics)."""
+    losses: list = field(default_factory=list)
+    lrs: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0, lr_min: float = 0.0,
+          weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
+          eval_every: int = 100, progress: bool = True) -> History:
+    """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
+    learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
+    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad."""
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"train: steps must be a positive int, got {steps!r}")
+    opt = AdamW(model.parameters(), lr, weight_decay=weight_decay)
+    schedule = WarmupCosine(opt, lr, min(warmup, steps), steps, lr_min)
+    history = History()
+    bar = tqdm(range(steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True)
+    start = time.perf_counter()
+    for step in bar:
+        ids, targets = batches()                                   # (B, L), (B, T)
+        loss = lm_loss(model, ids, targets)
+        opt.zero_grad()
+        loss.backward()
+        clip_grad_norm(model.parameters(), max_grad_norm)
+        opt.step()
+        history.losses.append(loss.item())
+        history.lrs.append(opt.lr)
+        schedule.step()
+        history.tokens += ids.size
+        history.seconds = time.perf_counter() - start
+        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
+            with no_grad():
+                history.evals.append((step + 1, evaluate(model)))
+        bar.set_postfix(loss=f"{history.losses[-1]:.4f}", tok_s=f"{history.tokens_per_s:,.0f}", refresh=False)
+    return history
+
+
+# ---------------------------------------------------------------- evaluation
+def evaluate_lm(model: LM, ids: Tensor, targets: Tensor) -> dict:
+    """The loss (lm_loss) and the accuracy: the fraction of targets that are the argmax of their logits."""
+    L, T = ids.shape[1], targets.shape[1]
+    logp = model(ids)[:, L - T:].log_softmax(axis=-1)              # (B, T, vocab)
+    flat = logp.reshape(-1, logp.shape[-1])                        # (B*T, vocab)
+    at_target = flat[arange(flat.shape[0], device=flat.device), targets.reshape(-1)]   # (B*T,)
+    correct = at_target >= flat.max(axis=-1)                       # (B*T,) True where the target wins
+    return {"loss": -at_target.mean().item(), "accuracy": correct.to(logp.dtype).mean().item()}
+
+
+def attention_weights(model: LM, ids: Tensor) -> list[Tensor]:
+    """Each layer's attention weights softmax(q k^T / sqrt(d_head) + mask), (B, H, L, L), read as the model
+    runs: an observer keeps the last output of every attention module's 'softmax' step (the division)."""
+    seen = {}
+
+    def keep(event):
+        if event.step == "softmax" and event.scope[-1:] == ("attn",):
+            seen[event.scope] = event.output
+    with no_grad(), observe(keep):
+        model(ids)
+    return list(seen.values())
+
+
+def induction_scores(weights: list[Tensor], n: int) -> list[list[float]]:
+    """Per layer and head: the mean attention that the queries at positions n - 1 .. 2n - 2 pay to the key
+    n - 1 positions back, where the token they must predict sits (the stripe of an induction head)."""
+    scores = []
+    for w in weights:                                               # (B, H, L, L), L = 2n - 1
+        q = arange(n - 1, 2 * n - 1, device=w.device)               # (n,) queries of the second half
+        stripe = w[:, :, q, q - (n - 1)]                            # (B, H, n): weight on the key n - 1 back
+        scores.append(stripe.mean(axis=(0, 2)).tolist())            # (H,)
+    return scores
+
+
+def generate_long(model: LM, ids: Tensor, new_tokens: int, window: int, **sampling) -> Tensor:
+    """ids (B, P) continued by new_tokens, beyond any context length: each call of model.generate continues the
+    last window // 2 tokens by window // 2 more, so every token is chosen seeing window // 2 to window tokens
+    (the lengths the model trained at). `sampling`: temperature, top_k, generator, as LM.generate."""
+    half = window // 2
+    tokens = ids
+    while tokens.shape[1] < ids.shape[1] + new_tokens:
+        step = min(half, ids.shape[1] + new_tokens - tokens.shape[1])
+        context = tokens[:, -half:]                                 # (B, <= window // 2)
+        more = model.generate(context, step, **sampling)[:, context.shape[1]:]   # (B, step)
+        tokens = concat([tokens, more], axis=1)
+    return tokens
+
+
+# ---------------------------------------------------------------- pictures and checkpoints
+def _figure(width: float, height: float):
+    """A matplotlib Figure (no pyplot state), or a RuntimeError saying how to install matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise RuntimeError("pictures need matplotlib: install the 'viz' extra, "
+                           "pip install 'tinygrad_block[viz]'") from None
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def plot_history(history: History, path: Path, title: str) -> Path:
+    """The loss of every step and each evaluation's loss (and accuracy, when measured), on a log scale."""
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot()
+    ax.plot(range(1, len(history.losses) + 1), history.losses, lw=0.8, alpha=0.7, label="training batch")
+    if history.evals:
+        steps = [s for s, _ in history.evals]
+        ax.plot(steps, [m["loss"] for _, m in history.evals], "o-", label="evaluation")
+    ax.set(yscale="log", xlabel="step", ylabel="cross-entropy (nats per token)", title=title)
+    ax.legend(loc="lower left")
+    if history.evals and "accuracy" in history.evals[0][1]:
+        acc = ax.twinx()
+        acc.plot(steps, [m["accuracy"] for _, m in history.evals], "s--", color="tab:green", ms=4)
+        acc.set(ylim=(0, 1), ylabel="evaluation accuracy (green)")
+    fig.savefig(path, dpi=120)
+    return Path(path)
+
+
+def plot_attention(weights: list[Tensor], scores: list[list[float]], path: Path, title: str) -> Path:
+    """Every head of every layer for one sequence (the first of the batch): rows are queries, columns keys."""
+    layers, heads = len(weights), weights[0].shape[1]
+    fig = _figure(2.2 * heads, 2.4 * layers)
+    best = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
+    for i, w in enumerate(weights):
+        for h in range(heads):
+            ax = fig.add_subplot(layers, heads, i * heads + h + 1)
+            ax.imshow(w[0, h].numpy(), cmap="Blues", vmin=0, vmax=1)
+            star = "  <- induction" if (i, h) == best[1:] else ""
+            ax.set_title(f"layer {i} head {h}: {scores[i][h]:.2f}{star}", fontsize=8)
+            ax.set_xticks([]), ax.set_yticks([])
+    fig.suptitle(title, fontsize=9)
+    fig.savefig(path, dpi=120)
+    return Path(path)
+
+
+def save_run(model: LM, history: History, out: Path, results: dict) -> dict:
+    """checkpoint/ (config.json + model.safetensors, the Hugging Face layout: never pickle), history.json and
+    loss.png in `out`; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out / "checkpoint")
+    (out / "history.json").write_text(json.dumps({**asdict(history), "results": results}, indent=1))
+    return {"checkpoint": str(out / "checkpoint"), "history": str(out / "history.json")}
+
+
+# ---------------------------------------------------------------- demonstration 1: induction
+INDUCTION = BlockConfig(d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, n_layers=2, vocab_size=32, max_seq_len=64,
+                        name="induction")
+INDUCTION_THRESHOLD = 0.99     # accuracy on the predictable second half
+
+
+def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, batch: int = 32,
+                   device: str = "cpu", progress: bool = True, pictures: bool = True) -> dict:
+    """Train a 2-layer model on induction_batch (n random tokens, then the same again) and measure its accuracy
+    on the predictable second half of 512 sequences it never trained on; draw the attention of every head."""
+    g = Generator(seed)
+    model = LM(INDUCTION, generator=g, device=device)
+    held_out = induction_batch(512, n, INDUCTION.vocab_size, g, device)
+    history = train(model, lambda: induction_batch(batch, n, INDUCTION.vocab_size, g, device), steps=steps,
+                    lr=3e-3, warmup=20, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out),
+                    eval_every=25, progress=progress)
+    weights = attention_weights(model, held_out[0][:8])
+    scores = induction_scores(weights, n)
+    score, layer, head = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
+    results = {"demo": "induction", "seed": seed, "steps": steps, "n": n, **history.evals[-1][1],
+               "threshold": INDUCTION_THRESHOLD, "passed": history.evals[-1][1]["accuracy"] >= INDUCTION_THRESHOLD,
+               "induction_head": {"layer": layer, "head": head, "stripe_weight": score}, "stripe_weights": scores,
+               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s}
+    paths = save_run(model, history, out, results)
+    if pictures:
+        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"induction, n = {n}, seed {seed}"))
+        paths["attention"] = str(plot_attention(weights, scores, out / "attention.png",
+                                                f"attention on a held-out sequence of {n} tokens repeated; "
+                                                f"stripe = key n - 1 = {n - 1} back"))
+    return {**results, "paths": paths, "model": model, "history": history}
+
+
+# ---------------------------------------------------------------- demonstration 2: characters of text
+TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vocab_size=128, max_seq_len=128,
+                   name="text")
+
+
+def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
+              device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
+              prompt: str = "The ") -> dict:
+    """Train a character-level model on Python's help pages (data.python_help_text), evaluate on the last 10%
+    it never trained on, and write a sample: `prompt` continued at temperature 0.8."""
+    text = python_help_text()
+    tok = CharTokenizer.from_text(text)
+    g = Generator(seed)
+    model = LM(TEXT.with_(vocab_size=tok.vocab_size), generator=g, device=device)
+    train_ids, val_ids = text_splits(text, tok, device=device)
+    held_out = text_batch(val_ids, 64, seq_len, g)
+    history = train(model, lambda: text_batch(train_ids, batch, seq_len, g), steps=steps, lr=3e-3,
+                    warmup=30, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=100,
+                    progress=progress)
+    ids = Tensor([tok.encode(prompt)], device=device)
+    sample = tok.decode(generate_long(model, ids, sample_len, seq_len, temperature=0.8, generator=g)[0])
+    results = {"demo": "text", "seed": seed, "steps": steps, "train_chars": train_ids.shape[0],
+               "held_out_chars": val_ids.shape[0], "vocab_size": tok.vocab_size, **history.evals[-1][1],
+               "bits_per_char": history.evals[-1][1]["loss"] / math.log(2), "sample": sample,
+               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s}
+    paths = save_run(model, history, out, results)
+    tok.save(out / "checkpoint" / "vocab.json")
+    paths["vocab"] = str(out / "checkpoint" / "vocab.json")
+    (out / "sample.txt").write_text(sample)
+    paths["sample"] = str(out / "sample.txt")
+    if pictures:
+        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of Python's help, seed {seed}"))
+    return {**results, "paths": paths, "model": model, "history": history, "tokenizer": tok}
