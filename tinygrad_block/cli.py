@@ -483,6 +483,7 @@ def parser() -> argparse.ArgumentParser:
         add_counting_command(commands, name)
     add_course_commands(commands)
     add_train_command(commands)
+    add_model_commands(commands)
     return top
 
 
@@ -614,6 +615,121 @@ def run_train(args: argparse.Namespace, out=print) -> int:
     return 0 if data.get("passed", True) else 1
 
 
+# ---------------------------------------------------------------- generate and inspect
+GENERATE_HELP = "continue a prompt with a checkpoint (a Hugging Face folder, or a folder that `train` wrote)"
+INSPECT_HELP = "count a checkpoint's parameters from its safetensors headers alone, beside the closed form"
+
+
+def _token_ids(text: str) -> list[int]:
+    """argparse type: token ids, separated by spaces or commas."""
+    parts = text.replace(",", " ").split()
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"token ids are integers >= 0 separated by spaces or commas, got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _temperature(text: str) -> float:
+    """argparse type: a temperature, a finite number >= 0 (0: greedy)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"a temperature is a number >= 0 (0: greedy), got {text!r}")
+    return value
+
+
+def add_model_commands(commands) -> None:
+    """generate and inspect: what a checkpoint holds, and what it writes."""
+    p = commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_HELP + " (docs/generation.md)")
+    p.add_argument("path", metavar="PATH", help="a checkpoint folder (config.json + *.safetensors), or a train run")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", metavar="TEXT", help="text to continue (needs the checkpoint's vocab.json)")
+    prompt.add_argument("--ids", type=_token_ids, metavar="IDS", help="token ids to continue, e.g. '1 15 27'")
+    p.add_argument("--max-new-tokens", type=_positive, default=100, metavar="N", help="tokens to add (default 100)")
+    p.add_argument("--temperature", type=_temperature, default=0.8, metavar="T", help="0: greedy (default 0.8)")
+    p.add_argument("--top-k", type=_positive, default=None, metavar="K", help="draw among the K likeliest only")
+    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="the sampling generator's seed (default 0)")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
+    p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
+    p = commands.add_parser("inspect", help=INSPECT_HELP, description=INSPECT_HELP + " (docs/checkpoints.md)")
+    p.add_argument("path", metavar="PATH", help="a checkpoint folder (config.json + *.safetensors)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
+
+
+def checkpoint_folder(path: str) -> Path:
+    """A train run keeps its checkpoint in checkpoint/; any other folder is the checkpoint itself."""
+    folder = Path(path)
+    return folder / "checkpoint" if (folder / "checkpoint" / "config.json").is_file() else folder
+
+
+def generate_data(args: argparse.Namespace) -> dict:
+    """Load the checkpoint, run the prompt once (prefill), then one token at a time (decode), each timed."""
+    import tinygrad_block as tb
+    from tqdm import tqdm
+
+    from .data import CharTokenizer
+    from .nn import LM, KVCache
+    from .nn.model import next_token
+    folder = checkpoint_folder(args.path)
+    model = LM.from_pretrained(folder, device=args.device)
+    vocab = folder / "vocab.json"
+    tokenizer = CharTokenizer.load(vocab) if vocab.is_file() else None
+    if args.prompt is not None and tokenizer is None:
+        raise ValueError(f"{folder} has no vocab.json to turn --prompt into tokens; give token ids with --ids")
+    if args.prompt is None and args.ids is None:
+        raise ValueError("give a prompt: --prompt TEXT (with a vocab.json) or --ids '1 2 3'")
+    ids = tokenizer.encode(args.prompt) if args.prompt is not None else args.ids
+    if max(ids) >= model.cfg.vocab_size:
+        raise ValueError(f"token id {max(ids)} is outside the vocabulary of {model.cfg.vocab_size} (ids 0.."
+                         f"{model.cfg.vocab_size - 1})")
+    prompt = tb.tensor([ids], dtype=tb.int64, device=args.device)
+    generator, tokens = tb.Generator(args.seed), list(ids)
+    model._check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, generator)
+    with tb.no_grad():
+        cache = None if args.no_cache else KVCache(model, 1)
+        start = time.perf_counter()
+        logits = model(prompt, cache=cache)[:, -1]                                   # prefill
+        prefill_s, start = time.perf_counter() - start, time.perf_counter()
+        for _ in tqdm(range(args.max_new_tokens), desc="decode", unit="token", leave=False, disable=None):
+            new = next_token(logits, args.temperature, args.top_k, generator)         # (1,)
+            tokens.append(int(new.numpy()[0]))
+            if len(tokens) < len(ids) + args.max_new_tokens:
+                step = new.reshape(1, 1) if cache else tb.tensor([tokens], dtype=tb.int64, device=args.device)
+                logits = model(step, cache=cache)[:, -1]                             # decode
+        decode_s = time.perf_counter() - start
+    return {"command": "generate", "checkpoint": str(folder), "prompt_tokens": len(ids),
+            "new_tokens": args.max_new_tokens, "cache": not args.no_cache, "temperature": args.temperature,
+            "top_k": args.top_k, "seed": args.seed, "ids": tokens,
+            "text": tokenizer.decode(tokens) if tokenizer else None,
+            "prefill_s": prefill_s, "decode_s": decode_s, "decode_tokens_per_s": args.max_new_tokens / decode_s}
+
+
+def generate_text(data: dict) -> list[str]:
+    shown = data["text"] if data["text"] is not None else " ".join(map(str, data["ids"]))
+    how = "with the KV cache" if data["cache"] else "recomputing every token"
+    return [shown, "", f"generate: {data['prompt_tokens']} prompt tokens + {data['new_tokens']} new from "
+            f"{data['checkpoint']} ({how}); prefill {data['prefill_s'] * 1000:.1f} ms, decode "
+            f"{data['decode_tokens_per_s']:,.1f} tokens/s"]
+
+
+def run_models(args: argparse.Namespace, out=print) -> int:
+    """generate or inspect; a checkpoint's problem (a missing file, a tensor that does not fit) is one line."""
+    from .nn.pretrained import inspect_checkpoint, inspect_text
+    try:
+        if args.command == "inspect":
+            data = {"command": "inspect", **inspect_checkpoint(args.path)}
+            text = inspect_text(data)
+        else:
+            data = generate_data(args)
+            text = generate_text(data)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, OSError) as e:
+        raise CommandError(str(e)) from None
+    out(json.dumps(data, indent=2, default=str) if args.json else "\n".join(text))
+    return 0
+
+
 def run_tour(args: argparse.Namespace) -> int:
     """The tour (tour.py); status 1 if its own checks fail."""
     from .tour import run as tour                                    # numpy-side tables: loaded for the tour only
@@ -659,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_course(args)
         if args.command == "train":
             return run_train(args)
+        if args.command in ("generate", "inspect"):
+            return run_models(args)
         return run_tour(args) if args.command == "tour" else run(args)
     except CommandError as e:
         top.exit(2, f"{top.prog} {args.command}: error: {e}\n")
