@@ -226,3 +226,36 @@ def test_train_command_mistakes_found_later_are_one_line(tmp_path, capsys, monke
         cli.main(["train", "induction", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and "install the 'viz' extra" in err[0] and "--no-plots" in err[0]
+
+
+def test_train_text_on_a_file_of_your_own(tmp_path, capsys):
+    """--text-file: the vocabulary is that text's characters, the prompt falls back to its first four characters
+    when it lacks "The ", and the checkpoint continues exactly what was trained."""
+    words = "a cat sat on a mat; a dog ran to a park. " * 60                    # no 'T': the prompt falls back
+    source = tmp_path / "mine.txt"
+    source.write_text(words, encoding="utf-8")
+    assert cli.main(["train", "text", "--text-file", str(source), "--steps", "20", "--out", str(tmp_path / "run"),
+                     "--no-plots", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["source"] == str(source) and data["prompt"] == "a ca" and data["sample"].startswith("a ca")
+    assert data["vocab_size"] == len(set(words)) == 15 and data["train_chars"] + data["held_out_chars"] == len(words)
+    tok = CharTokenizer.load(tmp_path / "run" / "checkpoint" / "vocab.json")
+    assert tok.chars == "".join(sorted(set(words))) and set(data["sample"]) <= set(words)
+
+
+@pytest.mark.parametrize("content, argv, message", [
+    ("short", ["text"], "has 5 characters; training windows of 65 need at least 1,300"),
+    (None, ["text"], "cannot read it as UTF-8 text (No such file or directory)"),
+    (b"\xda\xff\xfe", ["text"], "cannot read it as UTF-8 text ('utf-8' codec can't decode"),
+    ("x" * 2000, ["induction"], "--text-file is for `train text`; `train induction` makes its own data"),
+])
+def test_train_text_file_mistakes_are_one_line(tmp_path, capsys, content, argv, message):
+    source = tmp_path / "mine.txt"
+    if isinstance(content, str):
+        source.write_text(content)
+    elif content is not None:
+        source.write_bytes(content)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", *argv, "--text-file", str(source), "--out", str(tmp_path / "run"), "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and message in err[0]

@@ -568,6 +568,8 @@ def add_train_command(commands) -> None:
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="one seed: weights, data, samples (default 0)")
     p.add_argument("--out", default=None, metavar="DIR", help="where the run goes (default out/<demo>)")
     p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE", help="cpu (default), cuda, cuda:N")
+    p.add_argument("--text-file", default=None, metavar="FILE",
+                   help="text: train on this UTF-8 text file instead of Python's help pages")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures (they need matplotlib)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
 
@@ -584,16 +586,27 @@ def train_text(data: dict) -> list[str]:
                  f"  induction head: layer {head['layer']} head {head['head']}, {head['stripe_weight']:.3f} of its "
                  f"attention on the token {data['n'] - 1} back"]
     else:
-        lines = [f"train text: {data['steps']} steps, seed {data['seed']}; characters of Python's help pages "
+        lines = [f"train text: {data['steps']} steps, seed {data['seed']}; characters of {data['source']} "
                  f"({data['train_chars']:,} to train on, {data['held_out_chars']:,} held out, "
                  f"{data['vocab_size']} characters)",
                  f"  held-out loss {data['loss']:.3f} nats per character ({data['bits_per_char']:.2f} bits), "
                  f"next-character accuracy {data['accuracy']:.1%}",
-                 "  a sample, continuing 'The ' at temperature 0.8:",
+                 f"  a sample, continuing {data['prompt']!r} at temperature 0.8:",
                  *("    | " + line for line in data["sample"].splitlines())]
     lines.append(f"  trained in {data['seconds']:.1f} s, {data['tokens_per_s']:,.0f} tokens/s")
     lines += [f"  {name.replace('_', ' ')}: {path}" for name, path in data["paths"].items()]
     return lines
+
+
+def read_text_file(path: str, demo: str) -> str:
+    """--text-file: a readable UTF-8 file, for the text demonstration only."""
+    if demo != "text":
+        raise CommandError(f"--text-file is for `train text`; `train {demo}` makes its own data")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CommandError(f"--text-file {path}: cannot read it as UTF-8 text ({getattr(e, 'strerror', None) or e})")\
+            from None
 
 
 def run_train(args: argparse.Namespace, out=print) -> int:
@@ -609,7 +622,12 @@ def run_train(args: argparse.Namespace, out=print) -> int:
                                "(pip install 'tinygrad_block[viz]'), or pass --no-plots") from None
     demo = train.induction_demo if args.demo == "induction" else train.text_demo
     kwargs = {"steps": args.steps} if args.steps else {}
-    result = demo(folder, seed=args.seed, device=args.device, pictures=not args.no_plots, **kwargs)
+    if args.text_file is not None:
+        kwargs |= {"text": read_text_file(args.text_file, args.demo), "source": args.text_file}
+    try:
+        result = demo(folder, seed=args.seed, device=args.device, pictures=not args.no_plots, **kwargs)
+    except ValueError as e:                                          # a text too short to train on
+        raise CommandError(str(e)) from None
     data = {"command": "train", **{k: v for k, v in result.items() if k not in ("model", "history", "tokenizer")}}
     out(json.dumps(data, indent=2) if args.json else "\n".join(train_text(data)))
     return 0 if data.get("passed", True) else 1

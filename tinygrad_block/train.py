@@ -226,11 +226,18 @@ TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vo
 
 def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
               device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
-              prompt: str = "The ") -> dict:
-    """Train a character-level model on Python's help pages (data.python_help_text), evaluate on the last 10%
-    it never trained on, and write a sample: `prompt` continued at temperature 0.8."""
-    text = python_help_text()
+              prompt: str | None = None, text: str | None = None, source: str = "Python's help pages") -> dict:
+    """Train a character-level model on `text` (by default Python's help pages, data.python_help_text; `source`
+    names it), evaluate on the last 10% it never trained on, and write a sample: `prompt` continued at
+    temperature 0.8 (by default "The ", or the text's first four characters when it lacks those)."""
+    text = python_help_text() if text is None else text
+    if len(text) < 20 * (seq_len + 1):
+        raise ValueError(f"text_demo: {source} has {len(text):,} characters; training windows of {seq_len + 1} "
+                         f"need at least {20 * (seq_len + 1):,} (a tenth is held out)")
     tok = CharTokenizer.from_text(text)
+    if prompt is None:
+        prompt = "The " if set("The ") <= set(text) else text[:4]
+    tok.encode(prompt)                                              # a prompt it cannot read: say so before training
     g = Generator(seed)
     model = LM(TEXT.with_(vocab_size=tok.vocab_size), generator=g, device=device)
     train_ids, val_ids = text_splits(text, tok, device=device)
@@ -240,8 +247,9 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
                     progress=progress)
     ids = Tensor([tok.encode(prompt)], device=device)
     sample = tok.decode(generate_long(model, ids, sample_len, seq_len, temperature=0.8, generator=g)[0])
-    results = {"demo": "text", "seed": seed, "steps": steps, "train_chars": train_ids.shape[0],
-               "held_out_chars": val_ids.shape[0], "vocab_size": tok.vocab_size, **history.evals[-1][1],
+    results = {"demo": "text", "source": source, "prompt": prompt, "seed": seed, "steps": steps,
+               "train_chars": train_ids.shape[0], "held_out_chars": val_ids.shape[0], "vocab_size": tok.vocab_size,
+               **history.evals[-1][1],
                "bits_per_char": history.evals[-1][1]["loss"] / math.log(2), "sample": sample,
                "seconds": history.seconds, "tokens_per_s": history.tokens_per_s}
     paths = save_run(model, history, out, results)
@@ -250,5 +258,5 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
     (out / "sample.txt").write_text(sample)
     paths["sample"] = str(out / "sample.txt")
     if pictures:
-        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of Python's help, seed {seed}"))
+        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of {source}, seed {seed}"))
     return {**results, "paths": paths, "model": model, "history": history, "tokenizer": tok}
