@@ -78,7 +78,7 @@ def _execute(notebook, path: Path):
                                      extra_arguments=["--IPKernelApp.log_level=ERROR"],   # no start-up chatter
                                      resources={"metadata": {"path": str(LESSONS.parent)}})
     try:
-        client.execute()
+        client.execute(stderr=subprocess.DEVNULL)    # the kernel's own stderr (zmq's shutdown asserts): not ours
     except nbclient.exceptions.CellExecutionError as e:
         raise CourseError(f"{path.name} failed as a notebook: {e.ename}: {e.evalue}") from None
     return notebook
