@@ -43,6 +43,12 @@ def test_inspect_counts_the_checkpoint_as_the_model_and_the_closed_form(capsys, 
     assert "123,712 parameters" in text and "matches accounting.total_params" in text
 
 
+def test_inspect_reads_a_train_run_from_its_checkpoint_folder(capsys, run_folder):
+    data = json.loads(run(capsys, "inspect", str(run_folder), "--json"))
+    cfg = nn.preset("tiny").with_(vocab_size=len(CHARS))
+    assert data["parameters"] == accounting.total_params(cfg) and data["path"].endswith("checkpoint")
+
+
 @pytest.mark.parametrize("extra", [[], ["--no-cache"]])
 @pytest.mark.parametrize("temperature, top_k", [(0.0, None), (0.8, None), (1.3, 5)])
 def test_generate_writes_what_lm_generate_writes(capsys, checkpoint, extra, temperature, top_k):

@@ -672,7 +672,7 @@ def add_model_commands(commands) -> None:
     p.add_argument("--device", type=device_arg, default="cpu", metavar="DEVICE", help="cpu (default), cuda, cuda:N")
     p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
     p = commands.add_parser("inspect", help=INSPECT_HELP, description=INSPECT_HELP + " (docs/checkpoints.md)")
-    p.add_argument("path", metavar="PATH", help="a checkpoint folder (config.json + *.safetensors)")
+    p.add_argument("path", metavar="PATH", help="a checkpoint folder (config.json + *.safetensors), or a train run")
     p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
 
 
@@ -737,7 +737,7 @@ def run_models(args: argparse.Namespace, out=print) -> int:
     from .nn.pretrained import inspect_checkpoint, inspect_text
     try:
         if args.command == "inspect":
-            data = {"command": "inspect", **inspect_checkpoint(args.path)}
+            data = {"command": "inspect", **inspect_checkpoint(checkpoint_folder(args.path))}
             text = inspect_text(data)
         else:
             data = generate_data(args)
