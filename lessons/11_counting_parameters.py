@@ -21,18 +21,24 @@
 # - weight tying: the LM head reusing the embedding, and what it saves at a 128k vocabulary;
 # - what grouped-query attention saves, and how it moves the balance between attention and the FFN;
 # - Llama-2-7B's 6,738,415,616 parameters, derived by hand and then counted;
-# - what changes, and what does not, from Llama-2-7B to Llama-2-70B.
+# - what changes, and what does not, from Llama-2-7B to Llama-2-70B;
+# - what a checkpoint on disk holds, and how `inspect` counts it from the file's header alone.
 #
 # Run it as a script, `python -m tinygrad_block lesson 11`, or as a notebook,
 # `python -m tinygrad_block lesson 11 --notebook --execute` (it lands in `lessons/out/11/`).
 
 # %%
+import json
+import struct
+
 import numpy as np
 
+import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_lm
+from tinygrad_block.nn.pretrained import inspect_checkpoint, inspect_text
 
 OUT = out_dir(11)         # lessons/out/11/: this lesson's pictures
 
@@ -394,6 +400,40 @@ assert per_d2["7b"] == 4 + 3 * 2.6875 + 2 / cfg7.d_model
 assert rule["7b"] == 6_442_450_944 and round(100 * (rule["7b"] / body["7b"] - 1), 1) == -0.5
 assert rule["70b"] == 64_424_509_440 and round(100 * (rule["70b"] / body["70b"] - 1), 1) == -5.9
 assert round(n70 / n7, 2) == 10.24 and round(block70 / hand["one block"], 2) == 4.23
+
+# %% [markdown]
+# ## 7. A checkpoint on disk, counted from its header
+#
+# Real models are shipped as **safetensors** files (Hugging Face's format, next to a `config.json`). A file
+# starts with 8 bytes that give the length of a JSON header; the header lists every tensor's name, dtype,
+# shape and byte range; the raw numbers follow. So the parameter count of a checkpoint is in its header: a few
+# kilobytes, however many gigabytes the weights take. `nn.LM.save_pretrained` writes such a folder (the layout
+# `transformers` loads), `nn.LM.from_pretrained` reads one back, and
+# `python -m tinygrad_block inspect FOLDER` counts it from the header alone, beside the closed form.
+#
+# Below, the tiny preset's model is saved, its header read by hand with `struct` and `json`, and the count
+# compared three ways: the header, the model in memory, and `accounting.total_params`. The file's size is the
+# 8 bytes, the header, and 4 bytes per float32 parameter, nothing else.
+
+# %%
+tiny = nn.LM(nn.preset("tiny"), generator=tb.Generator(0))
+folder = OUT / "tiny_checkpoint"
+tiny.save_pretrained(folder)
+raw = (folder / "model.safetensors").read_bytes()
+header_len = struct.unpack("<Q", raw[:8])[0]                      # little-endian unsigned 64-bit
+header = json.loads(raw[8:8 + header_len])
+tensors = {name: entry for name, entry in header.items() if name != "__metadata__"}
+by_hand = sum(int(np.prod(entry["shape"])) for entry in tensors.values())
+first = next(iter(tensors))
+print(f"{folder.name}: {sorted(p.name for p in folder.iterdir())}; model.safetensors is {len(raw):,} bytes")
+print(f"header: {header_len:,} bytes, {len(tensors)} tensors; the first: {first} {tensors[first]}")
+print(f"parameters: header {by_hand:,}, model {tiny.num_parameters():,}, closed form "
+      f"{acc.total_params(nn.preset('tiny')):,}")
+print("\n".join(inspect_text(inspect_checkpoint(folder))))
+assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+assert by_hand == tiny.num_parameters() == acc.total_params(nn.preset("tiny")) == 123_712
+assert len(raw) == 8 + header_len + 4 * by_hand and len(tensors) == 2 * 9 + 3
+assert inspect_checkpoint(folder)["parameters"] == by_hand and inspect_checkpoint(folder)["matches"]
 
 # %% [markdown]
 # ## Exercises
