@@ -1,5 +1,5 @@
 """The command line, `python -m tinygrad_block <command>`: one parser for the tour and the counting and drawing
-commands (presets, params, flops, walk, memory, graph). The commands only parse, call the library (`measure`,
+commands (presets, params, flops, walk, memory, calc, graph). The commands only parse, call the library (`measure`,
 `accounting`, `tour`) and print: a table, or the same numbers as JSON with `--json` (fields: docs/cli.md).
 A user's mistake ends in one line on stderr and exit status 2, never a traceback.
 """
@@ -299,6 +299,193 @@ def memory_text(data: dict) -> list[str]:
             "assumes FlashAttention and fused kernels"]
 
 
+# ---------------------------------------------------------------- calc
+CALC_HELP = ("an architecture calculator: any shape (or a preset with fields changed) -> parameters, FLOPs per "
+             "token, Chinchilla tokens, training days, training memory, KV cache, counted on meta beside the closed "
+             "forms")
+SHAPE_OPTIONS = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads",
+                 "n_kv_heads": "--n-kv-heads", "d_ff": "--d-ff", "vocab_size": "--vocab"}
+SHAPE_HELP = {"d_model": "the residual stream's width", "n_layers": "blocks", "n_heads": "query heads",
+              "n_kv_heads": "key/value heads (GQA; default: --n-heads)", "d_ff": "the FFN's hidden width",
+              "vocab_size": "tokens in the vocabulary"}
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a utilisation, a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1] (0.4 is 40 %), got {text!r}")
+    return value
+
+
+def _positive_number(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 1, written 1400000000000, 1_400_000_000_000 or 1.4e12."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            number = 0.0
+        value = int(number) if math.isfinite(number) and number == int(number) else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (1.4e12 is accepted), got {text!r}")
+    return value
+
+
+def add_calc_command(commands) -> None:
+    """calc: the architecture is given field by field (over a preset, or over Llama's defaults)."""
+    p = commands.add_parser("calc", help=CALC_HELP, description=CALC_HELP + " (docs/cli.md)")
+    p.add_argument("--preset", type=_preset, default=None, metavar="NAME",
+                   help=f"start from a preset and change the fields given (one of: {', '.join(PRESETS)}); without "
+                        "it: RMSNorm, pre-norm, SwiGLU, RoPE, no biases (the Llama family)")
+    for key, flag in SHAPE_OPTIONS.items():
+        p.add_argument(flag, dest=key, type=_positive, default=None, metavar="N",
+                       help=SHAPE_HELP[key])
+    p.add_argument("--tied", action=argparse.BooleanOptionalAction, default=None,
+                   help="the LM head reuses the embedding (default: the preset's, else untied)")
+    p.add_argument("--seq-len", type=_positive, required=True, metavar="L",
+                   help="tokens per sequence; any length (the context becomes at least L)")
+    p.add_argument("--batch", type=_positive, default=1, metavar="B", help="sequences (default 1)")
+    p.add_argument("--gpus", type=_positive, default=1, metavar="G", help="GPUs training together (default 1)")
+    p.add_argument("--mfu", type=_fraction, default=0.4, metavar="M",
+                   help="model FLOPs utilisation, the fraction of peak achieved (default 0.4)")
+    p.add_argument("--peak-tflops", type=_positive_number, default=990.0, metavar="P",
+                   help="peak TFLOP/s per GPU (default 990: H100 bf16 dense)")
+    p.add_argument("--tokens", type=_count, default=None, metavar="T",
+                   help="training tokens (default: Chinchilla's 20 per parameter)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
+    p.add_argument("--json", action="store_true", help="print JSON (fields: docs/cli.md)")
+
+
+def calc_config(args: argparse.Namespace) -> BlockConfig:
+    """The preset (or BlockConfig's Llama defaults) with the given fields over it and a context of at least
+    --seq-len; a shape that cannot be built is a CommandError naming the options."""
+    base = args.preset
+    fields = {k: getattr(args, k) for k in SHAPE_OPTIONS if getattr(args, k) is not None}
+    if args.tied is not None:
+        fields["tie_embeddings"] = args.tied
+    if base is None:
+        missing = [flag for k, flag in SHAPE_OPTIONS.items() if k not in fields and k != "n_kv_heads"]
+        if missing:
+            raise CommandError(f"give the architecture ({', '.join(missing)} missing), or start from --preset NAME")
+        fields.setdefault("n_kv_heads", fields["n_heads"])
+    shape = ({k: getattr(base, k) for k in SHAPE_OPTIONS} if base else {}) | fields
+    d, H, H_kv = shape["d_model"], shape["n_heads"], shape["n_kv_heads"]
+    if d % H:
+        raise CommandError(f"--n-heads {H} does not divide --d-model {d}: each head takes d_model / n_heads dimensions")
+    if H % H_kv:
+        raise CommandError(f"--n-kv-heads {H_kv} does not divide --n-heads {H}: each key/value head serves an equal "
+                           "group of query heads")
+    if (base is None or base.rope) and (d // H) % 2:
+        raise CommandError(f"d_head = --d-model {d} / --n-heads {H} = {d // H} is odd, but RoPE rotates pairs of "
+                           "dimensions")
+    context = max(args.seq_len, base.max_seq_len if base else 0)
+    changed = base is None or any(v != getattr(base, k) for k, v in fields.items())
+    name = "custom" if changed else base.name
+    return base.with_(**fields, max_seq_len=context, name=name) if base else \
+        BlockConfig(**fields, max_seq_len=context, name=name)
+
+
+def calc_data(args: argparse.Namespace) -> dict:
+    """Parameters, FLOPs, training compute and time, memory: measured on nn.LM(meta), beside accounting."""
+    cfg = calc_config(args)
+    L, B, dtype, size = args.seq_len, args.batch, args.dtype, DTYPES[args.dtype]
+    block_shapes, model_shapes, _ = measured_params(cfg)
+    total = sum(math.prod(s) for shapes in model_shapes.values() for s in shapes)
+    per_block = sum(math.prod(s) for shapes in block_shapes.values() for s in shapes)
+    closed_params = {"total": accounting.total_params(cfg), "per_block": accounting.params_per_block(cfg)}
+    fc = count_model(cfg, B, L)
+    flops, closed_flops = _phases(fc, ""), _closed_flops("model", cfg, L, B)
+    N = total
+    tokens = args.tokens or accounting.chinchilla_tokens(N)
+    peak = args.peak_tflops * 1e12
+    per_token = {"forward_matmul": flops["forward_matmul"] / (B * L), "forward_all": flops["forward_all"] / (B * L),
+                 "training_matmul": (flops["forward_matmul"] + flops["backward_matmul"]) / (B * L),
+                 "training_all": (flops["forward_all"] + flops["backward_all"]) / (B * L), "two_n": 2 * N,
+                 "six_n": 6 * N}
+    compute = {"six_n": accounting.training_flops(N, tokens),
+               "counted": (flops["forward_matmul"] + flops["backward_matmul"]) * tokens // (B * L)}
+    days = {k: accounting.training_days(c, args.gpus, peak, args.mfu) for k, c in compute.items()}
+    memory = {k: int(v) for k, v in accounting.training_memory(cfg, L, B, bytes_per_element=size).items()}
+    measured = measured_activations(cfg, B, L, dtype)
+    return {"command": "calc", "preset": cfg.name, "from_preset": args.preset.name if args.preset else None,
+            "config": {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                       "n_kv_heads": cfg.n_kv_heads, "d_head": cfg.d_head, "d_ff": cfg.d_ff,
+                       "vocab_size": cfg.vocab_size, "tied": cfg.tie_embeddings, "context": cfg.max_seq_len,
+                       "norm": cfg.norm, "norm_position": cfg.norm_position, "ffn": cfg.ffn, "rope": cfg.rope},
+            "seq_len": L, "batch": B, "dtype": dtype, "bytes_per_element": size,
+            "parameters": {"total": total, "per_block": per_block, "closed_form": closed_params,
+                           "difference": {"total": total - closed_params["total"],
+                                          "per_block": per_block - closed_params["per_block"]}},
+            "flops": {"measured": flops, "closed_form": closed_flops,
+                      "difference": {p: flops[p] - closed_flops[p] for p in PHASES}},
+            "per_token": per_token,
+            "training": {"tokens": tokens, "chinchilla": args.tokens is None, "gpus": args.gpus, "mfu": args.mfu,
+                         "peak_tflops": args.peak_tflops, "flops": compute,
+                         "days": days},
+            "memory": {"estimate": memory, "kv_cache": memory["kv_cache"], "measured_activations": measured,
+                       "measured_over_estimate": measured["layers"] / memory["activations"]}}
+
+
+def calc_text(data: dict) -> list[str]:
+    """The architecture in one line, then counts beside closed forms, the training time, and memory."""
+    c, p, f, t, m = data["config"], data["parameters"], data["flops"], data["training"], data["memory"]
+    tied = "tied" if c["tied"] else "untied"
+    rows = [["parameters", p["total"], p["closed_form"]["total"], p["difference"]["total"], human(p["total"])],
+            ["  per block", p["per_block"], p["closed_form"]["per_block"], p["difference"]["per_block"],
+             human(p["per_block"])]]
+    rows += [[f"FLOPs, {k.replace('_', ' ')}", f["measured"][k], f["closed_form"][k], f["difference"][k],
+              human(f["measured"][k])] for k in PHASES]
+    pt, n_tokens = data["per_token"], data["batch"] * data["seq_len"]
+    rule = "Chinchilla: 20 N" if t["chinchilla"] else "--tokens"
+    e = m["estimate"]
+    mem = [[LABELS[k], e[k], human_bytes(e[k])] for k in ("parameters", "gradients", "optimizer", "activations",
+                                                          "total")]
+    mem += [["activations (measured, this engine)", m["measured_activations"]["layers"],
+             human_bytes(m["measured_activations"]["layers"])],
+            ["KV cache (inference at this length)", m["kv_cache"], human_bytes(m["kv_cache"])]]
+    origin = f" (from {data['from_preset']})" if data["from_preset"] not in (None, data["preset"]) else ""
+    return [f"calc: {data['preset']}{origin}: d_model {c['d_model']:,}, {c['n_layers']} layers, "
+            f"{c['n_heads']} heads ({c['n_kv_heads']} KV), d_head {c['d_head']}, d_ff {c['d_ff']:,}, vocab "
+            f"{c['vocab_size']:,}, {tied}; B={data['batch']}, L={data['seq_len']:,}, {data['dtype']}",
+            "  nn.LM built on the meta device (context = L at least) and counted, beside accounting's closed forms",
+            *table(["", "measured", "closed form", "difference", ""], rows),
+            f"  per token (the counts / B L = {n_tokens:,} tokens), matmuls: forward {human(pt['forward_matmul'])} "
+            f"(2N = {human(pt['two_n'])}), training {human(pt['training_matmul'])} (6N = {human(pt['six_n'])})",
+            f"    all ops: forward {human(pt['forward_all'])}, training {human(pt['training_all'])}",
+            f"  training on {t['tokens']:,} tokens ({rule}): 6 N T = {t['flops']['six_n']:.3g} FLOPs; counted at "
+            f"this L: {t['flops']['counted']:.3g}",
+            f"  on {t['gpus']:,} GPU{'s' if t['gpus'] > 1 else ''} of {t['peak_tflops']:g} TFLOP/s at {t['mfu']:.1%} "
+            f"MFU: {t['days']['six_n']:,.1f} "
+            f"days (6 N T), {t['days']['counted']:,.1f} days (counted FLOPs)",
+            f"  memory to train with Adam ({data['bytes_per_element']} bytes per element; accounting.training_memory)",
+            *table(["", "bytes", ""], mem),
+            "  the estimate assumes FlashAttention and fused kernels; this engine keeps every intermediate and the "
+            f"L x L probabilities ({m['measured_over_estimate']:,.2f} x the estimate)"]
+
+
+def run_calc(args: argparse.Namespace, out=print) -> int:
+    """calc: print its table, or its JSON with --json."""
+    data = calc_data(args)
+    out(json.dumps(data, indent=2) if args.json else "\n".join(calc_text(data)))
+    return 0
+
+
 # ---------------------------------------------------------------- graph
 GRAPH_FORMATS = ("svg", "png", "pdf", "dot")
 VALUES_LIMIT = 2 * 2**30  # bytes: --values runs the model for real, and the recording keeps every tensor it saw
@@ -481,6 +668,7 @@ def parser() -> argparse.ArgumentParser:
                       help="where the block runs: cpu (default), cuda, cuda:N")
     for name in COMMANDS:
         add_counting_command(commands, name)
+    add_calc_command(commands)
     add_course_commands(commands)
     add_train_command(commands)
     add_model_commands(commands)
@@ -791,6 +979,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("lesson", "exercise", "check"):
             return run_course(args)
+        if args.command == "calc":
+            return run_calc(args)
         if args.command == "train":
             return run_train(args)
         if args.command in ("generate", "inspect"):
