@@ -41,7 +41,13 @@ def _has_bias(cfg: BlockConfig, name: str) -> bool:
 def _projection_params(cfg: BlockConfig, names: tuple) -> int:
     """Weights, biases and LoRA adapters of the projections `names`:  sum of d_in*d_out (+ d_out) (+ r*(d_in+d_out))."""
     shapes = _shapes(cfg)
-    return sum(i * o + _has_bias(cfg, n) * o + _rank(cfg, n) * (i + o) for n, (i, o) in shapes.items() if n in names)
+    return sum((i * o + _has_bias(cfg, n) * o + _rank(cfg, n) * (i + o)) * _copies(cfg, n)
+               for n, (i, o) in shapes.items() if n in names)
+
+
+def _copies(cfg: BlockConfig, name: str) -> int:
+    """How many of projection `name` a block holds: n_experts of each FFN matrix in a mixture, else one."""
+    return cfg.n_experts if name in FFN else 1
 
 
 def _norm_params(cfg: BlockConfig) -> int:
@@ -58,7 +64,9 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
     label = {"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "o_proj": "W_O", "gate_proj": "W_gate",
              "up_proj": "W_up", "down_proj": "W_down"}
     shapes = _shapes(cfg)
-    rows = {label[n]: i * o for n, (i, o) in shapes.items()}
+    rows = {label[n]: i * o * _copies(cfg, n) for n, (i, o) in shapes.items()}
+    if cfg.n_experts > 1:
+        rows["W_router"] = cfg.n_experts * cfg.d_model
     if cfg.bias or cfg.qkv_bias:
         rows["biases"] = sum(o for n, (_, o) in shapes.items() if _has_bias(cfg, n))
     rows["norms"] = 2 * _norm_params(cfg)
@@ -72,6 +80,20 @@ def params_per_block(cfg: BlockConfig) -> int:
     add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d; Qwen2
     adds q, k and v's biases to Llama's: d_model + 2 n_kv_heads d_head."""
     return sum(block_param_breakdown(cfg).values())
+
+
+def active_params_per_block(cfg: BlockConfig) -> int:
+    """Parameters one token's forward pass uses in a block: all of them, except in a mixture of experts,
+    where only experts_top_k of the n_experts FFNs run (the router always does):
+    params_per_block - (n_experts - experts_top_k) * 3 d_model d_ff."""
+    idle = cfg.n_experts - cfg.experts_top_k if cfg.n_experts > 1 else 0
+    return params_per_block(cfg) - idle * 3 * cfg.d_model * cfg.d_ff
+
+
+def active_params(cfg: BlockConfig) -> int:
+    """Parameters one token's forward pass uses in nn.LM(cfg): total_params less every block's idle experts
+    (equal to total_params without a mixture). The embedding is counted whole, as in total_params."""
+    return total_params(cfg) - cfg.n_layers * (params_per_block(cfg) - active_params_per_block(cfg))
 
 
 def model_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
@@ -232,6 +254,8 @@ def _activation(kind: str, n: int, wanted: bool) -> Cost:
 def _ffn(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
     """SwiGLU down(silu(gate(x)) * up(x)): x feeds gate and up; the product is N d_ff forward and N d_ff
     per wanted factor backward. MLP down(act(up(x)))."""
+    if cfg.n_experts > 1:
+        return _moe(cfg, N, dx)
     n = N * cfg.d_ff
     up, up_grad = _projection(cfg, "up_proj", N, dx)
     if cfg.ffn == "swiglu":
@@ -245,6 +269,28 @@ def _ffn(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
     return cost + down, out_grad
 
 
+def _moe(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
+    """nn.MoE on N tokens, E = n_experts, k = experts_top_k (per token, all N-fold):
+    router x W_r^T 2 d E; softmax over E 5 E - 2; top-k ranks: two comparisons and a select over E x E, the sum
+    E (E - 1), rank == r E k, times e E k, summed over e k (E - 1); the flat gather index k; the kept gates'
+    renormalisation k - 1 + k. Experts: the k gathered W_gate, W_up, W_down matmuls 6 k d d_ff, SiLU 8 k d_ff,
+    the gate product k d_ff; combine k d + d (k - 1).  Matmuls: 2 d E + 6 k d d_ff, the active experts only.
+    Backward: every matmul twice (once for the weights, once for the input, each where wanted), each gathered
+    weight scatter-added back (k d d_ff each), SiLU 15 and the product 2 per hidden unit; x's k copies read
+    twice and summed (2 k d - d); the combine's two products and the gates' sum over d (2 k d + k d - k); the
+    renormalisation (division 5 k, its sum k - 1, kept read twice k); the probabilities' gather scatter-added
+    k; the softmax 8 E - 1; x read by router and experts d. Under LoRA the experts and router are frozen."""
+    d, d_ff, E, k, train = cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.experts_top_k, not cfg.lora_rank
+    wanted = dx or train                                    # the router's logits and the hidden units want one
+    route = 5 * E - 2 + 3 * E * E + E * (E - 1) + 2 * E * k + k * (E - 1) + k + (k - 1) + k
+    experts = 9 * k * d_ff + k * d + d * (k - 1)
+    bwd = (3 * k * d * d_ff) * train + (17 * k * d_ff + 3 * k * d - k + 5 * k + (k - 1) + 2 * k + 8 * E - 1) * wanted
+    bwd += (2 * k * d - d + d) * dx
+    cost = Cost(fwd_other=N * (route + experts), bwd_other=N * bwd)
+    cost += _matmul(N, d, E, da=dx, db=train) + _matmul(N * k, d, 2 * d_ff, da=dx, db=train)
+    return cost + _matmul(N * k, d_ff, d, da=wanted, db=train), wanted
+
+
 def _block(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     """One TransformerBlock: two residual adds (2 N d_model) and the gradient adds where the stream forks.
     Under LoRA every base weight and norm gain is frozen."""
@@ -256,12 +302,15 @@ def _block(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
         n2, n2_grad = _norm(cfg, N, dx=dx, train=train)
         ffn, ffn_grad = _ffn(cfg, N, n2_grad)
         return residuals + _fan_out(N * d, 3, dx) + n1 + attn + n2 + ffn, dx or attn_grad or ffn_grad
-    if cfg.norm_position == "post":               # h = norm1(x + attn(x)); norm2(h + ffn(h))
+    if cfg.norm_position in ("post", "deep"):     # h = norm1(x + attn(x)); norm2(h + ffn(h))
         attn, attn_grad = _attention(cfg, B, L, dx)
         n1, h_grad = _norm(cfg, N, dx=dx or attn_grad, train=train)
         ffn, ffn_grad = _ffn(cfg, N, h_grad)
         n2, out_grad = _norm(cfg, N, dx=h_grad or ffn_grad, train=train)
-        return residuals + _fan_out(N * d, 2, dx) + _fan_out(N * d, 2, h_grad) + attn + n1 + ffn + n2, out_grad
+        cost = residuals + _fan_out(N * d, 2, dx) + _fan_out(N * d, 2, h_grad) + attn + n1 + ffn + n2
+        if cfg.norm_position == "deep":           # DeepNorm's alpha x and alpha h: N d each, and their gradients
+            cost += Cost(fwd_other=2 * N * d, bwd_other=N * d * dx + N * d * h_grad)
+        return cost, out_grad
     n1, n1_grad = _norm(cfg, N, dx=dx, train=train)   # h = x + attn(norm1(x)); h + ffn(norm2(h))
     attn, attn_grad = _attention(cfg, B, L, n1_grad)
     h_grad = dx or attn_grad
@@ -314,11 +363,20 @@ def model_backward_flops(cfg: BlockConfig, seq_len: int, batch: int = 1, *, matm
 
 def flops_per_token(cfg: BlockConfig, seq_len: int) -> dict[str, int]:
     """Forward FLOPs per block per token: 'static' = 2 x the block's matmul parameters (weights and LoRA
-    adapters), 'attention' = 4 seq_len n_heads d_head (scores and weights @ V over a context of seq_len;
-    4 seq_len d_model for the usual d_model = n_heads d_head), 'total'. B L 'total' = the forward matmuls."""
-    static = 2 * sum(i * o + _rank(cfg, n) * (i + o) for n, (i, o) in _shapes(cfg).items())
+    adapters; in a mixture of experts the router and the experts_top_k active experts only), 'attention' =
+    4 seq_len n_heads d_head (scores and weights @ V over a context of seq_len; 4 seq_len d_model for the usual
+    d_model = n_heads d_head), 'total'. B L 'total' = the forward matmuls."""
+    shapes = _shapes(cfg)
+    static = 2 * sum((i * o + _rank(cfg, n) * (i + o)) * _active_copies(cfg, n) for n, (i, o) in shapes.items())
+    if cfg.n_experts > 1:                                   # a mixture: the router's d_model x n_experts too
+        static += 2 * cfg.d_model * cfg.n_experts
     attention = 4 * seq_len * cfg.n_heads * cfg.d_head
     return {"static": static, "attention": attention, "total": static + attention}
+
+
+def _active_copies(cfg: BlockConfig, name: str) -> int:
+    """How many of projection `name` one token runs through: experts_top_k of each FFN matrix in a mixture."""
+    return cfg.experts_top_k if cfg.n_experts > 1 and name in FFN else 1
 
 
 def decode_flops(cfg: BlockConfig, context_len: int, batch: int = 1, *, matmul_only: bool = True) -> int:

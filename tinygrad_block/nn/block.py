@@ -8,6 +8,7 @@ from ..trace import step
 from .attention import Attention
 from .config import BlockConfig
 from .layers import norm, projection
+from .moe import MoE
 from .module import Module
 
 
@@ -60,6 +61,8 @@ class TransformerBlock(Module):
             cls = ParallelBlock
         elif cls is TransformerBlock and cfg.norm_position == "post":
             cls = PostNormBlock
+        elif cls is TransformerBlock and cfg.norm_position == "deep":
+            cls = DeepNormBlock
         return super().__new__(cls)
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
@@ -67,7 +70,7 @@ class TransformerBlock(Module):
         self.norm1 = norm(cfg, dtype=dtype, device=device)
         self.attn = Attention(cfg, generator=generator, dtype=dtype, device=device)
         self.norm2 = norm(cfg, dtype=dtype, device=device)
-        ffn = SwiGLU if cfg.ffn == "swiglu" else MLP
+        ffn = MoE if cfg.n_experts > 1 else SwiGLU if cfg.ffn == "swiglu" else MLP
         self.ffn = ffn(cfg, generator=generator, dtype=dtype, device=device)
         if cfg.lora_rank:
             for name, p in self.named_parameters():
@@ -99,3 +102,34 @@ class ParallelBlock(TransformerBlock):
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
         with step("residual"):
             return x + self.attn(self.norm1(x), offset, cache) + self.ffn(self.norm2(x))
+
+
+class DeepNormBlock(TransformerBlock):
+    """DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), post-norm with the residual
+    up-weighted:  h = norm1(alpha x + attn(x));  out = norm2(alpha h + ffn(h)),  and the FFN's weights, v_proj
+    and o_proj initialised beta times smaller. For a decoder-only (or encoder-only) model of N = n_layers blocks
+    the paper's Figure 2 sets  alpha = (2N)^(1/4),  beta = (8N)^(-1/4)."""
+
+    def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
+        super().__init__(cfg, generator=generator, dtype=dtype, device=device)
+        self.alpha, self.beta = deepnorm_alpha_beta(cfg.n_layers)
+        for name, p in self.named_parameters():
+            if deepnorm_scaled(name):
+                p.data = (p.detach() * self.beta).data               # N(0, beta^2 / fan_in)
+
+    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
+        with step("residual"):
+            h = self.norm1(x * self.alpha + self.attn(x, offset, cache))
+            return self.norm2(h * self.alpha + self.ffn(h))
+
+
+def deepnorm_alpha_beta(n_layers: int) -> tuple[float, float]:
+    """DeepNet's constants for a decoder-only model of N layers: alpha = (2N)^(1/4), beta = (8N)^(-1/4)."""
+    return (2 * n_layers) ** 0.25, (8 * n_layers) ** -0.25
+
+
+def deepnorm_scaled(name: str) -> bool:
+    """Whether DeepNorm shrinks a block's parameter by beta at init: the FFN's weights (a mixture's experts, not
+    its router), v_proj and o_proj; not q_proj, k_proj, the norms or LoRA adapters (DeepNet, Figure 2)."""
+    ffn = name.startswith("ffn.") and name.endswith(("_proj.weight", "_proj")) and "router" not in name
+    return ffn or name in ("attn.v_proj.weight", "attn.o_proj.weight")

@@ -6,7 +6,8 @@ import math
 import numbers
 from dataclasses import dataclass, field, replace
 
-CHOICES = {"norm": ("rms", "layer"), "norm_position": ("pre", "post"), "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
+CHOICES = {"norm": ("rms", "layer"), "norm_position": ("pre", "post", "deep"),
+           "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
 NUMBERS = {"norm_eps": ("a finite number >= 0", lambda v: v >= 0),      # what each float field must be
            "rope_theta": ("a finite number > 0", lambda v: v > 0),
            "lora_alpha": ("a finite number", lambda v: True)}
@@ -22,7 +23,7 @@ class BlockConfig:
     n_kv_heads: int
     d_ff: int
     norm: str = "rms"                 # 'rms' (RMSNorm) or 'layer' (LayerNorm)
-    norm_position: str = "pre"        # 'pre': x + f(norm(x)); 'post': norm(x + f(x))
+    norm_position: str = "pre"        # 'pre': x + f(norm(x)); 'post': norm(x + f(x)); 'deep': norm(alpha x + f(x))
     ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
     bias: bool = False                # biases on every projection (and LayerNorm shifts)
     qkv_bias: bool = False            # biases on q_proj, k_proj and v_proj only (Qwen2)
@@ -38,6 +39,8 @@ class BlockConfig:
     lora_rank: int = 0                # 0: no LoRA
     lora_alpha: float = 16.0
     lora_targets: tuple = ("q_proj", "v_proj")
+    n_experts: int = 1                # > 1: a mixture of n_experts SwiGLU experts (nn.MoE); 1: the dense FFN
+    experts_top_k: int = 1            # experts each token is routed to (Mixtral: 2 of 8)
     name: str = field(default="custom", compare=False)
 
     @property
@@ -72,6 +75,27 @@ class BlockConfig:
             raise ValueError(f"BlockConfig: lora_rank must be an int >= 0 (0: no LoRA), got {self.lora_rank!r}")
         if self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
             raise ValueError(f"BlockConfig: lora_targets must be among {PROJECTIONS}, got {self.lora_targets!r}")
+        if self.parallel and self.norm_position == "deep":
+            raise ValueError("BlockConfig: DeepNorm (norm_position='deep') is a sequential layout; it cannot be "
+                             "combined with parallel=True")
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        """n_experts >= 1, 1 <= experts_top_k <= n_experts; a mixture (n_experts > 1) is of bias-free SwiGLU
+        experts without LoRA adapters."""
+        for key in ("n_experts", "experts_top_k"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BlockConfig: {key} must be a positive int, got {value!r}")
+        if self.experts_top_k > self.n_experts:
+            raise ValueError(f"BlockConfig: experts_top_k={self.experts_top_k} exceeds n_experts={self.n_experts}: "
+                             "a token cannot be routed to more experts than there are")
+        if self.n_experts > 1 and (self.ffn != "swiglu" or self.bias):
+            raise ValueError(f"BlockConfig: a mixture of experts (n_experts={self.n_experts}) is built of bias-free "
+                             f"SwiGLU experts; got ffn={self.ffn!r}, bias={self.bias}")
+        if self.n_experts > 1 and self.lora_rank and set(self.lora_targets) & {"gate_proj", "up_proj", "down_proj"}:
+            raise ValueError(f"BlockConfig: LoRA adapters on the experts are not supported (n_experts="
+                             f"{self.n_experts}, lora_targets={self.lora_targets!r}); target attention only")
 
     def with_(self, **changes) -> BlockConfig:
         """A copy with some fields changed (validated again)."""
