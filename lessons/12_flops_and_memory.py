@@ -20,7 +20,8 @@
 #   forward's;
 # - $2N$ FLOPs per token for a forward pass, $6N$ for training, and what these rules leave out;
 # - where the compute goes, and the sequence length where attention overtakes the FFN (plotted);
-# - training compute: Chinchilla's 20 tokens per parameter, and how long a 70B model takes on a thousand GPUs;
+# - training compute: Chinchilla's 20 tokens per parameter, how long a 70B model takes on a thousand GPUs, and
+#   the `calc` command that does this arithmetic for any architecture;
 # - training memory: weights, gradients, Adam, and the activations kept for backward, estimated and measured;
 # - the KV cache of generation, beside all that.
 #
@@ -28,7 +29,10 @@
 # `python -m tinygrad_block lesson 12 --notebook --execute` (it lands in `lessons/out/12/`).
 
 # %%
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 
@@ -401,6 +405,33 @@ assert round(gpus * 450e12 * weeks6 * 86400 / 1e24, 1) == 1.6 and 0.45 * 990 == 
 assert round(delivered / 1e24, 2) == 1.62 and round(delivered / claim, 1) == 2.7
 assert round(days[0.35], 1) == 19.6 and round(days[0.45], 1) == 15.3 and round(100 * mfu_6_weeks, 1) == 16.4
 assert math.isclose(days[mfu_6_weeks], weeks6)
+
+# %% [markdown]
+# ### The calculator
+#
+# `python -m tinygrad_block calc` does this arithmetic for any architecture, not only the presets, at any
+# sequence length: it builds the model on the shape-only device, counts its parameters and FLOPs beside the
+# closed forms, and turns them into training days for a number of GPUs at an MFU. Run on the sanity check's
+# numbers (Llama-2-70B's real shape, 1.4 T tokens, 1,000 GPUs at 16.4 %), it reports two times: $6NT$ with the
+# exact $N$ (68,976,648,192 rather than 70 B, so a little under six weeks), and the FLOPs it counted at
+# $L = 4096$, which include attention over the context (a little over). The cell runs the command as you would,
+# with `--json`, and checks its numbers against `accounting`.
+
+# %%
+argv = ["calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu", "0.164",
+        "--tokens", "1.4e12", "--json"]
+calc = json.loads(subprocess.run([sys.executable, "-m", "tinygrad_block", *argv], capture_output=True, text=True,
+                                 check=True).stdout)
+trained = calc["training"]
+print("python -m tinygrad_block " + " ".join(argv[:-1]))
+print(f"  parameters {calc['parameters']['total']:,}; 6 N T = {trained['flops']['six_n']:.4g} FLOPs "
+      f"-> {trained['days']['six_n']:.1f} days; counted at L = 4096: {trained['flops']['counted']:.4g} FLOPs -> "
+      f"{trained['days']['counted']:.1f} days")
+assert calc["parameters"]["total"] == calc["parameters"]["closed_form"]["total"] == N70 == 68_976_648_192
+assert trained["flops"]["six_n"] == acc.training_flops(N70, 1.4e12)
+assert math.isclose(trained["days"]["six_n"], acc.training_days(6 * N70 * 1.4e12, 1000, 990e12, 0.164))
+assert trained["flops"]["counted"] == token70 * 1.4e12
+assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["counted"], 1) == 44.4
 
 # %% [markdown]
 # ## 6. Memory for training
