@@ -1,0 +1,91 @@
+"""Lesson 13's checkers (tinygrad_block/exercises/ex13.py) reject typical wrong answers, each with the reason."""
+import numpy as np
+
+import tinygrad_block as tb
+from conftest import failures, solution
+
+
+def _lora(scale):
+    def lora_forward(x, W, A, B, alpha):
+        return x @ W.T + (x @ A.T) @ B.T * scale(alpha, A.shape[0])
+    return lora_forward
+
+
+def test_a_lora_scale_of_alpha_is_rejected():
+    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: alpha)))["lora_forward"]
+    assert "scaled by alpha = 6" in why and "alpha / r = 6 / 3 = 2" in why
+
+
+def test_an_unscaled_lora_update_is_rejected():
+    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: 1.0)))["lora_forward"]
+    assert "not scaled" in why
+
+
+def test_lora_without_the_frozen_term_is_rejected():
+    def update_only(x, W, A, B, alpha):
+        return (x @ A.T) @ B.T * (alpha / A.shape[0])
+    assert "frozen term x W^T is missing" in failures(13, solution(13, lora_forward=update_only))["lora_forward"]
+
+
+def test_lora_outside_the_graph_is_rejected():
+    def detached(x, W, A, B, alpha):
+        return tb.tensor(solution(13).lora_forward(x, W, A, B, alpha).numpy(), dtype=tb.float64)
+    assert "no gradient reaches A and B" in failures(13, solution(13, lora_forward=detached))["lora_forward"]
+
+
+def test_an_adapter_counted_as_r_d_is_rejected():
+    why = failures(13, solution(13, lora_saving=lambda d, k, r: d * k / (r * d)))["lora_saving"]
+    assert "lora_saving(4096, 4096, 16) = 256" in why and "r (d + k) parameters, not r d" in why
+
+
+def test_the_saving_upside_down_is_rejected():
+    why = failures(13, solution(13, lora_saving=lambda d, k, r: r * (d + k) / (d * k)))["lora_saving"]
+    assert "lora_saving(4096, 4096, 16)" in why and "128x" in why and "upside down" in why
+
+
+def test_swapped_deepnorm_constants_are_rejected():
+    def swapped(n):
+        a, b = solution(13).deepnorm_alpha_beta(n)
+        return b, a
+    why = failures(13, solution(13, deepnorm_alpha_beta=swapped))["deepnorm_alpha_beta"]
+    assert "deepnorm_alpha_beta(1)" in why and "swapped" in why
+
+
+def test_roots_of_n_are_rejected():
+    why = failures(13, solution(13, deepnorm_alpha_beta=lambda n: (n ** 0.25, n ** -0.25)))["deepnorm_alpha_beta"]
+    assert "deepnorm_alpha_beta(1) = (1, 1)" in why and "not of N" in why
+
+
+def test_square_roots_are_rejected():
+    why = failures(13, solution(13, deepnorm_alpha_beta=lambda n: ((2 * n) ** 0.5, (8 * n) ** -0.5)))
+    assert "square roots" in why["deepnorm_alpha_beta"]
+
+
+def test_active_as_a_fraction_of_the_total_is_rejected():
+    def fraction(cfg):
+        total, _ = solution(13).moe_params(cfg)
+        return total, total * cfg.experts_top_k // cfg.n_experts
+    why = failures(13, solution(13, moe_params=fraction))["moe_params"]
+    assert "top_k / n_experts of everything" in why and "3 blocks" in why
+
+
+def test_idle_experts_of_one_block_only_are_rejected():
+    def one_block(cfg):
+        total, _ = solution(13).moe_params(cfg)
+        return total, total - (cfg.n_experts - cfg.experts_top_k) * 3 * cfg.d_model * cfg.d_ff
+    assert "one block only" in failures(13, solution(13, moe_params=one_block))["moe_params"]
+
+
+def test_a_wrong_total_is_rejected():
+    def untied(cfg):
+        total, active = solution(13).moe_params(cfg.with_(tie_embeddings=False))
+        return total, active
+    why = failures(13, solution(13, moe_params=untied))["moe_params"]
+    assert "moe_params total" in why and "tied" in why
+
+
+def test_the_reference_mixtral_counts_are_the_published_ones():
+    from tinygrad_block import nn
+    assert solution(13).moe_params(nn.preset("mistral-7b").with_(n_experts=8, experts_top_k=2)) == \
+        (46_702_792_704, 12_879_925_248)
+    assert np.isclose(solution(13).lora_saving(4096, 4096, 16), 128.0)
