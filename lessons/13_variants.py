@@ -61,6 +61,15 @@ OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
 # $10^{-2}$, with no warmup, and decays along a cosine to $10^{-3}$ (`tinygrad_block.train.train`). Each run
 # uses the same initial draw and the same batches. Only the layout changes.
 #
+# **Training, in brief.** Lesson 14 writes the training loop out; here a few words are enough. At every
+# position the model gives a probability to each possible next character. The loss is the **cross-entropy**:
+# $-\ln$ of the probability it gave the right one, averaged over positions, in **nats** (natural-log units).
+# A model that spreads its guess evenly over $V$ characters scores $\ln V$. A training step computes the
+# loss's gradient on one batch and moves every weight a little against it; AdamW (Adam, from lesson 12, with
+# decoupled weight decay) decides how far, and the **learning rate** sets the size of the step. The last 10%
+# of the text is **held out**: the model never trains on it, so its loss there measures what carries over to
+# new text. The **accuracy** is how often the model's top choice is the right character.
+#
 # **Two reference points.** A model that ignores the context entirely can at best learn how often each character
 # appears. On the held-out text, the training text's character frequencies score a cross-entropy of about 3.54
 # nats. Its best guess is a space, every time, which is right for 24% of the held-out characters. On the
@@ -69,9 +78,10 @@ OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
 #
 # **What happens.** With 8 blocks, pre-norm reaches a held-out loss of about 2.7 nats. Post-norm stays at the
 # character frequencies: its held-out loss is within 0.05 nats of theirs, and it predicts a space at every
-# position. With 2 blocks, post-norm learns as well as pre-norm does. So what post-norm cannot handle here is
-# depth. This is why recent open models are pre-norm. Post-norm can be trained deep, but it needs help: a long
-# learning-rate warmup, or the reweighting of section 2.
+# position. With 2 blocks, post-norm learns at least as well as pre-norm does (in this run, about 0.2 nats
+# better). So what post-norm cannot handle here is depth. This is why recent open models are pre-norm.
+# Post-norm can be trained deep, but it needs help: a long learning-rate warmup, or the reweighting of
+# section 2.
 
 # %%
 TEXT = python_help_text()[:200_000]
@@ -105,6 +115,9 @@ print(f"{V} characters; chance: ln {V} = {np.log(V):.2f} nats; the character fre
       f"nats on the held-out text ({entropy:.3f} on the training text), and always guessing {TOK.chars[space]!r} "
       f"is right {space_share:.1%} of the time")
 assert TOK.chars[space] == " " and round(unigram, 2) == 3.54 and round(entropy, 1) == 3.2
+assert len(TEXT) == 200_000 and round(prose_held.size / (prose_train.size + prose_held.size), 2) == 0.10
+assert (DEEP.d_model, DEEP.n_heads, DEEP.d_ff, DEEP.n_layers, DEEP.ffn, DEEP.norm, DEEP.rope) == (
+    32, 2, 64, 8, "swiglu", "rms", True)
 assert round(space_share, 2) == 0.24
 
 runs = {}
@@ -120,8 +133,12 @@ with tb.no_grad():
 print(f"post-norm, 8 blocks: {abs(post8[2]['loss'] - unigram):.3f} nats from the frequencies alone; "
       f"it guesses {TOK.chars[space]!r} at {(guesses == space).mean():.0%} of the positions")
 assert abs(post8[2]["loss"] - unigram) < 0.05 and (guesses == space).mean() == 1.0
-assert runs["pre-norm, 8 blocks"][2]["loss"] < unigram - 0.6
+pre8_held = runs["pre-norm, 8 blocks"][2]["loss"]
+assert pre8_held < unigram - 0.6 and abs(pre8_held - 2.7) < 0.1
 assert all(runs[f"{lay}-norm, 2 blocks"][2]["loss"] < unigram - 0.6 for lay in ("pre", "post"))
+post2_ahead = runs["pre-norm, 2 blocks"][2]["loss"] - runs["post-norm, 2 blocks"][2]["loss"]
+print(f"2 blocks: post-norm's held-out loss is {post2_ahead:.3f} nats below pre-norm's")
+assert round(post2_ahead, 1) == 0.2
 
 
 def smooth(losses: list, width: int = 8) -> np.ndarray:
@@ -140,8 +157,8 @@ def plot_runs(names: list, path, title: str, colors: list) -> None:
         ax.plot(range(1, STEPS + 1), smooth(losses), ls, color=color, lw=1.8,
                 label=f"{name}: held out {held['loss']:.2f}")
     ax.axhline(entropy, color="0.4", lw=0.8, ls=":")
-    ax.annotate("character frequencies alone", (STEPS, entropy), textcoords="offset points", xytext=(-4, 4),
-                ha="right", color="0.3")
+    ax.annotate("character frequencies alone (training text)", (STEPS, entropy), textcoords="offset points",
+                xytext=(-4, -4), ha="right", va="top", color="0.3")
     ax.set(xlabel="training step", ylabel="training loss (nats per character)", ylim=(2.2, 4.8), title=title)
     ax.legend(loc="upper right")
     show(fig, path)
@@ -197,7 +214,8 @@ runs["DeepNorm, 8 blocks"] = run(DEEP.with_(norm_position="deep"))
 held_deep = runs["DeepNorm, 8 blocks"][2]["loss"]
 print(f"DeepNorm, 8 blocks: held-out loss {held_deep:.3f}, against post-norm's {post8[2]['loss']:.3f} and "
       f"pre-norm's {runs['pre-norm, 8 blocks'][2]['loss']:.3f}")
-assert held_deep < unigram - 0.6 and held_deep < post8[2]["loss"] - 0.6
+assert held_deep < unigram - 0.6 and held_deep < post8[2]["loss"] - 0.6 and abs(held_deep - 2.4) < 0.1
+assert held_deep < runs["pre-norm, 8 blocks"][2]["loss"]                  # ahead of pre-norm, in this short run
 plot_runs(["pre-norm, 8 blocks", "post-norm, 8 blocks", "DeepNorm, 8 blocks"], OUT / "deepnorm_training.png",
           "DeepNorm: post-norm with alpha x on the residual trains at 8 blocks", ["C0", "C3", "C2"])
 
@@ -247,7 +265,7 @@ assert block7 == 404_750_336 and round(shares["RMSNorm"], 5) == 0.00008 and roun
 # **A bias on the keys cancels, without RoPE.** Query $i$ scores key $j$ by $q_i \cdot (k_j + b) = q_i \cdot k_j
 # + q_i \cdot b$. The second term is the same for every key $j$, and softmax ignores a constant added to all of
 # its inputs. So the attention weights, and the output, do not depend on $b$: a random key bias changes the
-# output of a GPT-2-style attention layer (no RoPE) by $10^{-16}$, which is rounding. With RoPE the key is
+# output of a GPT-2-style attention layer (no RoPE) by under $10^{-15}$, which is rounding. With RoPE the key is
 # rotated after the bias is added, and the rotated bias $R_j b$ depends on $j$, so the term $q_i \cdot R_j b$ is
 # no longer a constant. The same bias then changes the output by 0.8. Qwen2, a RoPE model, keeps biases
 # on $q$, $k$ and $v$ alone (`qkv_bias=True`).
@@ -284,7 +302,7 @@ b_k = r.standard_normal(16)
 for cfg, label in ((MHA.with_(rope=False), "no RoPE (GPT-2)"), (MHA, "RoPE")):
     change = np.abs(attention_with(cfg, k_proj=b_k) - attention_with(cfg)).max()
     print(f"{label:16} a random key bias changes the output by {change:.1e}")
-    assert (change < 1e-14) if not cfg.rope else (round(change, 1) == 0.8)
+    assert (change < 1e-15) if not cfg.rope else (round(change, 1) == 0.8)
 
 b_v = r.standard_normal(16)
 W_O = nn.Attention(MHA, generator=tb.Generator(6), dtype=tb.float64).o_proj.weight.numpy()   # (d_model, d_model)
@@ -396,7 +414,10 @@ big = nn.Linear(4096, 4096, generator=tb.Generator(0), device="meta", lora_rank=
 full_count, adapter_count = big.weight.size, big.lora_A.size + big.lora_B.size
 print(f"d = k = 4096, r = 16: the weight {full_count:,}, the adapter {adapter_count:,}, "
       f"{full_count / adapter_count:g}x fewer")
+print(f"the weight in millions: {full_count / 1e6:.6f}, cut short {int(full_count / 1e5) / 10}M, "
+      f"rounded {full_count / 1e6:.1f}M")
 assert (full_count, adapter_count, full_count / adapter_count) == (16_777_216, 131_072, 128.0)
+assert int(full_count / 1e5) / 10 == 16.7 and round(full_count / 1e6, 1) == 16.8
 lora7 = llama7.with_(lora_rank=16)
 adapters7 = llama7.n_layers * acc.block_param_breakdown(lora7)["lora"]
 print(f"Llama-2-7B, rank 16 on W_Q and W_V of all {llama7.n_layers} blocks: {adapters7:,} adapter parameters, "
@@ -517,7 +538,8 @@ total, active, dense = acc.total_params(mixtral), acc.active_params(mixtral), ac
 d_model, d_ff, n_layers = mistral.d_model, mistral.d_ff, mistral.n_layers
 print(f"Mixtral-8x7B: {total:,} parameters stored, {active:,} active per token "
       f"(commonly quoted: {total / 1e9:.1f}B and {active / 1e9:.1f}B)")
-print(f"Mistral-7B: {dense:,}; 8 x that = {8 * dense / 1e9:.1f}B; Mixtral / Mistral: {total / dense:.1f}x stored, "
+print(f"Mistral-7B: {dense:,}; the name's 8 x 7B = {8 * 7}B, 8 x Mistral-7B's exact count = {8 * dense / 1e9:.1f}B; "
+      f"Mixtral / Mistral: {total / dense:.1f}x stored, "
       f"FLOPs per token {acc.flops_per_token(mixtral, 1)['static'] / acc.flops_per_token(mistral, 1)['static']:.1f}x")
 assert (total, active) == (46_702_792_704, 12_879_925_248) and round(dense / 1e9, 2) == 7.24
 assert (round(total / 1e9, 1), round(active / 1e9, 1), round(8 * dense / 1e9, 1)) == (46.7, 12.9, 57.9)

@@ -45,7 +45,8 @@ OUT = out_dir(14)         # lessons/out/14/: this lesson's pictures
 # ## 1. The task: copy what came before
 #
 # Each training sequence is $n = 10$ random tokens from a vocabulary of 32, followed by the same 10 tokens
-# again (`data.induction_batch`). The model reads the first 19 tokens and predicts the token after each one.
+# again (`data.induction_batch`). The model reads the first 19 tokens and predicts the token after each one
+# (the 20th token has nothing after it to predict, so it is never read).
 # The first half cannot be predicted: each of its tokens is a fresh random draw, so the best possible loss
 # there is chance, $\ln 32 \approx 3.466$ nats. From position $n - 1 = 9$ on, the next token is a copy of the
 # one $n - 1 = 9$ places back. Only attention can fetch it, since only attention moves information between
@@ -94,7 +95,8 @@ assert (INDUCTION.n_layers, INDUCTION.d_model, INDUCTION.n_heads, INDUCTION.d_ff
 # the gradient where Adam's division would rescale it. That is the "W" in AdamW.
 #
 # Below, one parameter of a float64 copy of the model is updated by hand in numpy for two steps, and compared
-# with what `AdamW.step()` did to it. They agree to $10^{-16}$, the rounding of float64 (the library groups
+# with what `AdamW.step()` did to it. The learning rate is $\eta = 1.5 \times 10^{-4}$, the first one that
+# the schedule of section 3 uses. They agree to $10^{-16}$, the rounding of float64 (the library groups
 # the same arithmetic a little differently).
 #
 # **The first step is a sign step.** At $t = 1$, $\hat m = g$ and $\hat v = g^2$, so the update is
@@ -110,6 +112,7 @@ opt64 = AdamW(model64.parameters(), lr=1.5e-4, weight_decay=0.01)
 NAME = "layers.1.attn.q_proj.weight"
 p = dict(model64.named_parameters())[NAME]
 b1, b2, eps, wd, lr = 0.9, 0.999, 1e-8, 0.01, opt64.lr
+assert math.isclose(lr, warmup_cosine(0, 3e-3, 20, 150, 3e-4))              # section 3's first rate
 w, m, v = p.numpy().copy(), np.zeros(p.shape), np.zeros(p.shape)
 gen = tb.Generator(2)
 for t in (1, 2):
@@ -181,7 +184,7 @@ ax.axvline(WARMUP - 0.5, color="0.6", ls=":", lw=1)
 ax.annotate("warmup", (WARMUP / 2, LR * 0.5), ha="center", color="0.3")
 ax.annotate("half cosine", (85, lrs[85]), xytext=(95, lrs[85] * 1.25), color="0.3")
 ax.axhline(LR_MIN, color="C3", ls="--", lw=0.8)
-ax.annotate(r"$\eta_{min}$", (2, LR_MIN * 1.08), color="C3")
+ax.annotate(r"$\eta_{min}$", (60, LR_MIN * 1.15), color="C3")
 ax.set(xlabel="step", ylabel="learning rate", title=f"warmup_cosine: {WARMUP} warmup steps, {STEPS} in all",
        xlim=(0, STEPS), ylim=(0, LR * 1.08))
 show(fig, OUT / "schedule.png")
@@ -263,7 +266,7 @@ print(f"under 50 % at step {low}, at 99 % or more from step {high}: {high - low}
       f"final loss {evals[STEPS]['loss']:.4f}, accuracy {evals[STEPS]['accuracy']:.2%}")
 assert history.losses[0] > math.log(V) and abs(history.losses[0] - estimate) < 0.05 and abs(sigma - 1) < 0.1
 assert low >= 30 and high - low <= 30
-assert evals[STEPS]["loss"] < 0.05 and evals[STEPS]["accuracy"] >= 0.99
+assert evals[STEPS]["loss"] < 0.05 and evals[STEPS]["accuracy"] >= 0.99 and held_out[1].size == 2_560
 
 fig = figure(10, 3.6)
 left, right = fig.subplots(1, 2)
@@ -292,7 +295,8 @@ show(fig, OUT / "loss_curve.png")
 # In layer 1 every head puts over 85 % of its weight on the stripe, and its best head over 95 %. Layer 0 does
 # something else: each head puts more than half of its weight on the query's own position, the diagonal, and
 # under 20 % on the stripe. In the picture, the stripe is the diagonal line 9 below the main one in the
-# lower-right block.
+# lower-left block: it runs from query 9, key 0 to query 18, key 9, where the second half's queries read the
+# first half's keys.
 #
 # **What it learned, honestly.** With $n$ fixed at 10, "the token 9 back" is always at the same *relative*
 # position, and RoPE makes a fixed offset easy to attend to. So this head copies **by position**. The
@@ -440,8 +444,9 @@ show(fig, OUT / "logit_lens.png")
 # 2. `lr_at`: `lr_at(step, lr_max, warmup, total, lr_min)` returns the warmup + cosine learning rate at a step
 #    (section 3), checked against `optim.warmup_cosine` at the edges of both phases.
 # 3. `logit_lens`: `logit_lens(model, ids)` returns the logits read from the residual stream after the
-#    embedding and after each block (`n_layers + 1` tensors, the last equal to `model(ids)`), section 7. The
-#    checker recomputes the stream with the hand-derived numpy blocks of lesson 09.
+#    embedding and after each whole block, not each sublayer (`n_layers + 1` tensors, the last equal to
+#    `model(ids)`), section 7. The checker recomputes the stream with the hand-derived numpy blocks of
+#    lesson 09.
 #
 # `python -m tinygrad_block exercise 14` writes `exercise_14.py` with the three functions to fill in;
 # `python -m tinygrad_block check 14` checks them and says what is wrong.

@@ -58,13 +58,13 @@ def test_returning_the_old_m_is_rejected():
     assert "the returned m" in why and "return the updated one" in why
 
 
-def _lr(warmup_from_zero=False, over_total=False, no_clamp=False, to_zero=False, full=False):
+def _lr(warmup_from_zero=False, over_total=False, no_clamp=False, to_zero=False, full=False, one_short=False):
     def lr_at(step, lr_max, warmup, total, lr_min=0.0):
         if step < warmup:
             return lr_max * (step if warmup_from_zero else step + 1) / warmup
         if step >= total and not no_clamp:
             return lr_min
-        x = (step - warmup) / (total if over_total else total - warmup)
+        x = (step - warmup) / (total if over_total else total - warmup - one_short)
         low = 0.0 if to_zero else lr_min
         return low + (lr_max - low) * (1 + math.cos((2 if full else 1) * math.pi * x)) / 2
     return lr_at
@@ -78,6 +78,11 @@ def test_a_warmup_that_starts_at_zero_is_rejected():
 def test_a_cosine_over_all_the_steps_is_rejected():
     why = failures(14, solution(14, lr_at=_lr(over_total=True)))["lr_at"]
     assert "step=21" in why and "total - warmup steps, not total" in why
+
+
+def test_a_cosine_that_ends_one_step_early_is_rejected():
+    why = failures(14, solution(14, lr_at=_lr(one_short=True)))["lr_at"]
+    assert "step=21" in why and "not at total - 1" in why and "0.002999599684" in why
 
 
 def test_a_cosine_that_does_not_stop_at_total_is_rejected():

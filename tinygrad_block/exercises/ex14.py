@@ -156,6 +156,9 @@ def _lr_slips(step, lr_max, warmup, total, lr_min) -> list:
              "the cosine's phase must start at the end of the warmup: pi (step - warmup) / (total - warmup)"),
             (lr_min + (lr_max - lr_min) * cos(math.pi * (step - warmup) / total),
              "the cosine runs over total - warmup steps, not total: pi (step - warmup) / (total - warmup)"),
+            (lr_min + (lr_max - lr_min) * cos(math.pi * (step - warmup) / max(span - 1, 1)),
+             "the cosine reaches lr_min at step total (one past the last step), not at total - 1: "
+             "pi (step - warmup) / (total - warmup)"),
             (lr_min + (lr_max - lr_min) * cos(2 * math.pi * x), "that is a full cosine period; it is half of one, "
                                                                "pi (step - warmup) / (total - warmup)"),
             (lr_max * cos(math.pi * x), "it decays to 0, not to lr_min: lr_min + (lr_max - lr_min) (1 + cos) / 2"),
@@ -177,7 +180,8 @@ def check_lr_at(solution) -> None:
             hint = next((h for value, h in _lr_slips(step, lr_max, warmup, total, lr_min)
                          if not math.isclose(value, want, rel_tol=1e-12, abs_tol=1e-15)
                          and math.isclose(got, value, rel_tol=1e-12, abs_tol=1e-15)), "")
-            raise CheckFailed(f"{call} = {got:.6g}, but warmup_cosine gives {want:.6g}" + (f": {hint}" if hint else ""))
+            raise CheckFailed(f"{call} = {got:.10g}, but warmup_cosine gives {want:.10g}"
+                              + (f": {hint}" if hint else ""))
 
 
 # ---------------------------------------------------------------- logit_lens
