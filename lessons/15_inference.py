@@ -149,9 +149,11 @@ show(fig, OUT / "flops_per_step.png")
 # A step costs time in two ways: the arithmetic, and moving its operands from memory (the GPU's HBM) to the
 # compute units. Their ratio, FLOPs per byte moved, is the step's **arithmetic intensity**. A GPU has a ratio
 # of its own, peak FLOP/s over bandwidth. We take an H100 SXM at **990 TFLOP/s** (dense bf16) and **3.35 TB/s**:
-# assumptions, the vendor's figures, never reached in practice. Its ratio is 295.5 FLOPs per byte. A step
-# whose intensity is below it waits for memory (it is *memory-bound*); above it, for arithmetic
-# (*compute-bound*). The most a step can do is min(peak, intensity × bandwidth): this is the *roofline*.
+# assumptions, the vendor's figures, never reached in practice. Its ratio is 295.5 FLOPs per byte. (990 is the
+# peak as commonly quoted; NVIDIA's exact figure is 989.4, which 990 rounds. We keep the round figure, as the
+# other lessons do: with 989.4 the ratio would be 295.3.) A step whose intensity is below the GPU's ratio
+# waits for memory (it is *memory-bound*); above it, for arithmetic (*compute-bound*). The most a step can do
+# is min(peak, intensity × bandwidth): this is the *roofline*.
 #
 # `measure.generation_phases` counts both for Llama-2-7B in bf16, with a 1,000-token prompt. The bytes are the
 # weights each phase reads (only the looked-up rows of the embedding) and the whole KV cache:
@@ -161,8 +163,9 @@ show(fig, OUT / "flops_per_step.png")
 #   Compute-bound.
 # - **decode**: 13.75 GFLOPs over the same bytes: **1.0 FLOP per byte**. Each weight is read to do one
 #   multiply and one add (2 FLOPs for 2 bytes). At 3.35 TB/s the step takes at least 4.10 ms, whatever the
-#   arithmetic (13.9 µs of it at peak): at most **244 tokens per second** for one sequence, against the 64,446
-#   the FLOPs alone would allow (lesson 12). The GPU runs at 0.34 % of its peak. Counting only the matmuls'
+#   arithmetic (13.9 µs of it at peak): at most **244 tokens per second** for one sequence, against the 71,997
+#   its FLOPs alone would allow. (Lesson 12's 64,446 is the same bound at a context of 4,096, counting only the
+#   matmuls.) The GPU runs at 0.34 % of its peak. Counting only the matmuls'
 #   FLOPs and only the weights they read (exercise 2), the ratio is exactly 1: the attention over the cache
 #   also does 2 FLOPs per 2-byte number it reads, because Llama-2-7B has one KV head per query head.
 #
@@ -192,8 +195,9 @@ for ph in (prefill7, decode7):
           f"{ph.cache_bytes:>12,} B: {ph.intensity:8.2f} FLOP/B")
 moved = decode7.weight_bytes + decode7.cache_bytes
 step_s = max(decode7.flops / PEAK, moved / BANDWIDTH)
-print(f"H100 ratio {ridge:.1f} FLOP/B; decode step >= {moved / BANDWIDTH * 1e3:.2f} ms of memory against "
-      f"{decode7.flops / PEAK * 1e6:.1f} us of arithmetic: <= {1 / step_s:.0f} tokens/s, "
+print(f"H100 ratio {ridge:.1f} FLOP/B (at 989.4 TFLOP/s: {989.4e12 / BANDWIDTH:.1f}); decode step >= "
+      f"{moved / BANDWIDTH * 1e3:.2f} ms of memory against {decode7.flops / PEAK * 1e6:.1f} us of arithmetic: "
+      f"<= {1 / step_s:.0f} tokens/s ({PEAK / decode7.flops:,.0f} for the FLOPs alone), "
       f"{decode7.intensity * BANDWIDTH / PEAK:.2%} of peak")
 assert round(ridge, 1) == 295.5 and round(prefill7.intensity) == 1000 and round(decode7.intensity, 1) == 1.0
 assert round(prefill7.weight_bytes / 1e9, 1) == round(decode7.weight_bytes / 1e9, 1) == 13.2
@@ -201,6 +205,8 @@ assert round(prefill7.cache_bytes / 1e9, 2) == round(decode7.cache_bytes / 1e9, 
 assert round(prefill7.flops / 1e12, 2) == 13.75 and round(decode7.flops / 1e9, 2) == 13.75
 assert round(moved / BANDWIDTH * 1e3, 2) == 4.10 and round(decode7.flops / PEAK * 1e6, 1) == 13.9
 assert round(1 / step_s) == 244 and round(100 * decode7.intensity * BANDWIDTH / PEAK, 2) == 0.34
+assert round(PEAK / decode7.flops) == 71_997 and round(PEAK / acc.decode_flops(cfg7, 4096)) == 64_446
+assert round(989.4e12 / BANDWIDTH, 1) == 295.3                       # NVIDIA's exact peak, for comparison
 matmul_weights = acc.total_params(cfg7) - cfg7.vocab_size * cfg7.d_model - (2 * cfg7.n_layers + 1) * cfg7.d_model
 exact = acc.decode_flops(cfg7, prompt_len + 1) / (2 * matmul_weights + acc.kv_cache_bytes(cfg7, prompt_len + 1))
 print(f"matmul FLOPs over matmul weights and cache: {exact} FLOP/B")
@@ -405,7 +411,7 @@ show(fig, OUT / "fusion_traffic.png")
 #
 # At the end, $\mathrm{acc} / \ell$ is exactly $\mathrm{softmax}(s)\,V$. Subtracting the running maximum also
 # keeps every exponent at or below 0: the exponential of a score above about 709.8 overflows float64 (and
-# 88.7 float32).
+# above 88.7, float32): these are the logarithms of the largest number each can hold.
 #
 # Below, one query meets 12 keys in 3 blocks of 4. Its scores lie between 704 and 713 and rise from block to
 # block, so the running maximum changes at each block, and $e^{s}$ taken directly overflows to infinity for
@@ -437,6 +443,8 @@ online = (out / row_sum).numpy()
 reference = (scores.softmax(axis=-1) @ values).numpy()                              # (1, 3)
 print(f"exp(s) overflows for {overflowed} of 12 scores; online - softmax(s) V: {np.abs(online - reference).max():.1e}")
 assert overflowed == 4 and np.abs(online - reference).max() < 1e-15 and ms[0] < ms[1] < ms[2]
+assert 704 < scores.numpy().min() and scores.numpy().max() < 713
+assert [round(float(np.log(np.finfo(t).max)), 1) for t in (np.float64, np.float32)] == [709.8, 88.7]
 assert m.item() == scores.numpy().max() and np.isclose(row_sum.item(), np.exp(scores.numpy() - m.item()).sum())
 
 # %% [markdown]

@@ -46,7 +46,7 @@ from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.device import get_backend
-from tinygrad_block.measure import generation_phases, meta_lm
+from tinygrad_block.measure import generation_phases, meta_ids, meta_lm
 
 OUT = out_dir(16)         # lessons/out/16/: this lesson's pictures
 GB, GiB, MiB = 10**9, 2**30, 2**20
@@ -66,9 +66,10 @@ GB, GiB, MiB = 10**9, 2**30, 2**20
 # | sizes | up to a Llama-3-8B block on 8 sequences of 2,048 tokens | small enough to run in seconds |
 # | the peak | the card's datasheet figure for dense float16 matmuls | a ceiling: CPUs × 6.5 GHz × 64 FLOPs per cycle |
 #
-# An H100's dense float16 peak is commonly quoted as 990 TFLOP/s; its datasheet gives 989.4 (and twice that
-# "with sparsity", which only matrices with two zeros in every four can use). On a card the lesson does not
-# know, the peak is the large matmul measured in section 2.
+# An H100 SXM's dense float16 peak is commonly quoted as 990 TFLOP/s; NVIDIA's exact figure is 989.4, which
+# 990 rounds. Its datasheet prints twice that, 1,979, "with sparsity": a rate only matrices with two zeros in
+# every four can use. The PCIe and NVL cards are slower; the table below knows them by name. On a card the
+# lesson does not know, the peak is the large matmul measured in section 2.
 #
 # The CPU's "peak" is no datasheet figure. It is a bound that no CPU core of today exceeds in float32: at most
 # two 512-bit fused multiply-add units (16 float32 lanes, 2 FLOPs each, twice per cycle) at a clock below
@@ -84,7 +85,8 @@ except RuntimeError as e:
 ON_GPU = DEVICE == "cuda"
 DTYPE = tb.float16 if ON_GPU else tb.float32
 BACKEND = get_backend(DEVICE)
-DATASHEET = {"H100 PCIe": 756e12, "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}   # dense float16 FLOP/s
+DATASHEET = {"H100 PCIe": 756e12, "H100 NVL": 835.5e12, "H200 NVL": 835.5e12,     # dense float16 FLOP/s;
+             "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}                # the first name found wins
 
 
 def wait() -> None:
@@ -108,6 +110,7 @@ print(f"device {BACKEND.name} ({card_name()}), dtype {DTYPE}; peak " +
       (f"{PEAK / 1e12:.3g} TFLOP/s ({PEAK_WHAT})" if PEAK else PEAK_WHAT))
 assert DEVICE in ("cuda", "cpu") and (ON_GPU or WHY)
 assert DTYPE == (tb.float16 if ON_GPU else tb.float32) and round(DATASHEET["H100"] / 1e13) * 10 == 990
+assert round(2 * DATASHEET["H100"] / 1e12) == 1979                  # the datasheet's "with sparsity"
 
 # %% [markdown]
 # ## 2. Timing work on a device
@@ -239,10 +242,12 @@ rates = [r["flops"] / r["time"] for r in results.values()]
 per_call = {size: r["flops"] // r["calls"] for size, r in results.items()}
 print("matmul FLOPs per primitive call: " + ", ".join(f"{size} {v:,}" for size, v in per_call.items()))
 per_call32 = {size: mm // calls for size in ("tiny", "medium") for mm, _, calls in [counted(*config(size), tb.float32)]}
+calls16 = {counted(*config(size), tb.float16)[2] for size in ("tiny", "xl")}    # on meta: any size, any machine
 if not rates[-1] > rates[0]:
     print("note: the largest block ran no faster than the smallest: this machine was busy; run the lesson again")
 assert all(r["time"] > 0 for r in results.values()) and max(rates) < PEAK
 assert {r["calls"] for r in results.values()} == {288 if DTYPE == tb.float16 else 280}   # one program, all sizes
+assert calls16 == {288}
 assert per_call32 == {"tiny": 32_475, "medium": 33_254_838} and 1000 < per_call32["medium"] / per_call32["tiny"] < 1100
 
 fig = figure(7.5, 4.2)
@@ -271,9 +276,10 @@ show(fig, OUT / "rate_by_size.png")
 # A weight used once costs 2 FLOPs (a multiply and an add) for the bytes it takes to read it: 2 in float16, 4 in
 # float32. So decode does about one FLOP per byte in float16 and a half in float32, and a prompt of 256 tokens
 # does over a hundred. A device does far more FLOPs per second than it reads bytes: an H100 does 989.4 TFLOP/s
-# and reads 3.35 TB/s, about 295 FLOPs per byte. So prefill is bound by arithmetic and decode by memory: its
-# achieved FLOP/s collapses. Below, a model of 4 layers ($d_{model} = 512$, 20 M parameters) on the CPU, or
-# of 8 layers ($d_{model} = 2048$, 0.49 B parameters) on the GPU, prefills 256 tokens, then decodes.
+# and reads 3.35 TB/s, about 295 FLOPs per byte. So, on the hardware, prefill is bound by arithmetic and decode
+# by memory: its achieved FLOP/s collapses (section 6 shows what this engine adds to that on a GPU). Below, a
+# model of 4 layers ($d_{model} = 512$, 20 M parameters) on the CPU, or of 8 layers ($d_{model} = 2048$,
+# 0.49 B parameters) on the GPU, prefills 256 tokens, then decodes.
 
 # %%
 GEN_GPU = nn.BlockConfig(2048, 16, 4, 5504, n_layers=8, vocab_size=32000, max_seq_len=512)
@@ -339,6 +345,14 @@ assert round(989.4e12 / 3.35e12) == 295
 # intensities beside the measured phases on a *roofline*: a device can do no more than its peak, and no more
 # than (bytes it can read per second) × intensity. For the bandwidth we time a large elementwise multiply,
 # which reads and writes every byte once.
+#
+# The measured points sit below their bounds, because a step costs more than its FLOPs and its bytes: every
+# primitive call costs Python and, on a GPU, a kernel launch (section 4). A decode step of the GPU's model
+# makes 1,009 primitive calls (counted on meta) and reads 844 MB, which an H100 reads in 0.25 ms at 3.35 TB/s:
+# 0.25 µs per call. Each of this engine's calls takes microseconds in Python alone (the tiny block's time per
+# call in section 4). So on a GPU this engine's decode is bound by its launches, not by memory, and its
+# measured point lies far below the roofline; an engine reaches the roof with fewer, fused kernels (lesson 15,
+# section 4). The two lines printed before the picture make the same comparison on this machine.
 
 # %%
 big = tb.randn(2**28 if ON_GPU else 2**24, generator=tb.Generator(1), device=DEVICE)   # float32: 1 GiB or 64 MiB
@@ -354,6 +368,29 @@ for b, phase in zip(batches, decodes):
 intensities = [p.intensity for p in decodes]
 assert copy_time > 0 and all(a < b for a, b in zip(intensities, intensities[1:]))
 assert intensities[1] > 3.5 * intensities[0] and intensities[-1] < batches[-1] * intensities[0]
+
+
+def decode_calls(cfg: nn.BlockConfig, dtype) -> int:
+    """Primitive calls of one decode step of nn.LM(cfg) after a prompt of P tokens, counted on meta."""
+    lm = meta_lm(cfg, dtype)
+    cache = nn.KVCache(lm, 1)
+    with tb.no_grad():
+        lm(meta_ids(1, P), cache=cache)                                 # prefill: (1, P)
+        with count_flops() as fc:
+            lm(meta_ids(1, 1), cache=cache)                             # decode: (1, 1)
+    return sum(fc.calls.values())
+
+
+gpu_decode, gpu_calls = generation_phases(GEN_GPU, P, dtype="fp16")[1], decode_calls(GEN_GPU, tb.float16)
+gpu_read = gpu_decode.weight_bytes + gpu_decode.cache_bytes
+here_calls, here_read = decode_calls(GEN, DTYPE), decode.weight_bytes + decode.cache_bytes
+print(f"GPU model's decode step: {gpu_calls:,} calls, {gpu_read / GB:.3f} GB: {gpu_read / 3.35e12 * 1e3:.2f} ms at "
+      f"3.35 TB/s, {gpu_read / 3.35e12 / gpu_calls * 1e6:.2f} us per call")
+print(f"here: the decode step took {decode_time * 1e3:.2f} ms in {here_calls:,} calls "
+      f"({decode_time / here_calls * 1e6:.1f} us each); its bytes at the measured bandwidth need "
+      f"{here_read / BANDWIDTH * 1e3:.2f} ms ({here_read / BANDWIDTH / here_calls * 1e6:.2f} us per call)")
+assert gpu_calls == 1009 and round(gpu_read / 1e6) == 844 and round(gpu_read / 3.35e12 * 1e3, 2) == 0.25
+assert round(gpu_read / 3.35e12 / gpu_calls * 1e6, 2) == 0.25
 
 fig = figure(7.5, 4.4)
 ax = fig.add_subplot()

@@ -112,9 +112,10 @@ def check_merge_softmax_states(solution) -> None:
             if not np.allclose(got[i], want[i], rtol=1e-10, atol=0):
                 err = np.abs(got[i] - want[i]).max()
                 hint = _merge_hint(got, (one, two), want)
-                raise CheckFailed(f"{call}: {what} is off by up to {err:.3g} (for example {got[i].ravel()[0]!r} "
-                                  f"instead of {want[i].ravel()[0]!r}); expected the sums over all the keys against "
-                                  f"the common maximum m{hint}")
+                example, expected = float(got[i].ravel()[0]), float(want[i].ravel()[0])
+                raise CheckFailed(f"{call}: {what} is off by up to {err:.3g} (for example {example:.6g} instead of "
+                                  f"{expected:.6g}); expected the sums over all the keys against the common "
+                                  f"maximum m{hint}")
 
 
 # ---------------------------------------------------------------- 2 and 3. a decode step, counted
