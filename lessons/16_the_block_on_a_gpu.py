@@ -85,7 +85,7 @@ except RuntimeError as e:
 ON_GPU = DEVICE == "cuda"
 DTYPE = tb.float16 if ON_GPU else tb.float32
 BACKEND = get_backend(DEVICE)
-DATASHEET = {"H100 PCIe": 756e12, "H100 NVL": 835.5e12, "H200 NVL": 835.5e12,     # dense float16 FLOP/s;
+DATASHEET = {"H100 PCIe": 756.5e12, "H100 NVL": 835.5e12, "H200 NVL": 835.5e12,     # dense float16 FLOP/s;
              "H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}                # the first name found wins
 
 
