@@ -7,6 +7,8 @@ totals (46.7B parameters, 12.9B active per token).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import LLAMA, msg, rng, t64
@@ -16,6 +18,7 @@ from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.gradcheck import central_difference
+from tinygrad_block.measure import measured_params
 
 MOE = LLAMA.with_(n_experts=4, experts_top_k=2, n_layers=2)         # d_model 16, d_ff 24, 4 experts, top 2
 
@@ -181,3 +184,13 @@ def test_forward_and_backward_read_nothing_back_to_the_host(device):
 def test_bad_expert_configs_raise_naming_the_fields(changes, fragments):
     with pytest.raises(ValueError, match=msg(None, "BlockConfig", *fragments)):
         LLAMA.with_(**changes)
+
+
+def test_measured_params_names_a_mixtures_rows_and_adds_up_to_the_closed_form():
+    """measure.measured_params (what the counting commands read) knows the stacked experts and the router."""
+    cfg = nn.preset("tiny").with_(n_experts=4, experts_top_k=2)
+    block, model, _ = measured_params(cfg)
+    assert block["W_gate"] == block["W_up"] == [(4, 172, 64)] and block["W_down"] == [(4, 64, 172)]
+    assert block["W_router"] == [(4, 64)]
+    assert sum(math.prod(s) for v in block.values() for s in v) == acc.params_per_block(cfg) == 144_768
+    assert sum(math.prod(s) for v in model.values() for s in v) == acc.total_params(cfg) == 322_368

@@ -42,6 +42,10 @@ def block_row(name: str) -> str:
         return "lora"
     if parts[0] in ("norm1", "norm2"):
         return "norms"
+    if parts[-1] in PROJECTION_ROWS:                                 # a mixture's experts, stacked (E, out, in)
+        return PROJECTION_ROWS[parts[-1]]
+    if parts[-2] == "router":
+        return "W_router"
     return "biases" if parts[-1] == "bias" else PROJECTION_ROWS[parts[-2]]
 
 
