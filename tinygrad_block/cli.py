@@ -310,26 +310,21 @@ SHAPE_HELP = {"d_model": "the residual stream's width", "n_layers": "blocks", "n
               "vocab_size": "tokens in the vocabulary"}
 
 
-def _fraction(text: str) -> float:
-    """argparse type: a utilisation, a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1] (0.4 is 40 %), got {text!r}")
-    return value
+def _real(ok, expected: str):
+    """An argparse type: a finite number for which ok(value) holds, else an error saying what was `expected`."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and ok(value)):
+            raise argparse.ArgumentTypeError(f"{expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_number(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
-    return value
+_fraction = _real(lambda v: 0 < v <= 1, "must be a number in (0, 1] (0.4 is 40 %)")     # a utilisation
+_positive_number = _real(lambda v: v > 0, "must be a number > 0")
 
 
 def _count(text: str) -> int:
@@ -834,15 +829,7 @@ def _token_ids(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
-def _temperature(text: str) -> float:
-    """argparse type: a temperature, a finite number >= 0 (0: greedy)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"a temperature is a number >= 0 (0: greedy), got {text!r}")
-    return value
+_temperature = _real(lambda v: v >= 0, "a temperature is a number >= 0 (0: greedy)")
 
 
 def add_model_commands(commands) -> None:
