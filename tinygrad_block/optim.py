@@ -81,7 +81,8 @@ class Optimizer:
         return g.detach()
 
     def update(self, p: Tensor, g: Tensor, state: dict) -> Tensor:
-        raise NotImplementedError
+        """The parameter's new value from its gradient and its state: what SGD and AdamW each define."""
+        raise NotImplementedError(f"{type(self).__name__} must define update(p, g, state)")
 
     def zero_grad(self) -> None:
         """Forget the gradients (set them to None), as PyTorch does by default."""
