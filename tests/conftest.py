@@ -79,6 +79,16 @@ def msg(op: str | None, *fragments: str) -> str:
     return "(?s)" + "".join(f"(?=.*{p})" for p in parts)
 
 
+class Float64Torch:
+    """torch, except that `torch.float` (float32) names float64. transformers builds RoPE frequencies and tables
+    with `dtype=torch.float`; with this in place of `torch` in its modules it runs the same code in float64
+    (float32 alone leaves ~1e-7 errors, far above the float64 tolerances of the tests)."""
+
+    def __getattr__(self, name):
+        import torch
+        return torch.float64 if name == "float" else getattr(torch, name)
+
+
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 

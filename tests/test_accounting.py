@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tinygrad_block as tb
 from tinygrad_block import accounting as acc
-from tinygrad_block import nn
+from tinygrad_block import measure, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.nn.config import PROJECTIONS
 
@@ -55,20 +55,26 @@ def closed_model(cfg, B: int, L: int):
             acc.model_backward_flops(cfg, L, B), acc.model_backward_flops(cfg, L, B, matmul_only=False))
 
 
+SCALINGS = [(), ("linear", 4.0), ("llama3", 8.0, 1.0, 4.0, 16)]   # RoPE scaling: constant tables, free
+
+
 @st.composite
 def configs(draw, max_layers: int = 1):
-    """Small configs over every variant field: norms, placements, FFNs, biases, RoPE, masks, GQA, LoRA."""
+    """Small configs over every variant field: norms, placements, FFNs, biases, RoPE (scaled or not), masks,
+    GQA, LoRA, QK-norm (RMSNorm configs)."""
     n_kv, group, rope = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.booleans())
     d_head = draw(st.integers(1, 3)) * 2 if rope else draw(st.integers(1, 5))
     targets = draw(st.lists(st.sampled_from(PROJECTIONS), unique=True, max_size=4))
+    norm = draw(st.sampled_from(["rms", "layer"]))
     return nn.BlockConfig(
         d_model=n_kv * group * d_head, n_heads=n_kv * group, n_kv_heads=n_kv, d_ff=draw(st.integers(1, 20)),
-        norm=draw(st.sampled_from(["rms", "layer"])), norm_position=draw(st.sampled_from(["pre", "post"])),
+        norm=norm, norm_position=draw(st.sampled_from(["pre", "post"])),
         ffn=draw(st.sampled_from(["swiglu", "gelu", "gelu_tanh", "relu"])), bias=draw(st.booleans()),
         parallel=draw(st.booleans()), rope=rope, causal=draw(st.booleans()), max_seq_len=8,
         vocab_size=draw(st.integers(1, 11)), n_layers=draw(st.integers(1, max_layers)),
         tie_embeddings=draw(st.booleans()), lora_rank=draw(st.integers(0, 3)) * bool(targets),
-        lora_targets=tuple(targets) or ("q_proj", "v_proj"))
+        lora_targets=tuple(targets) or ("q_proj", "v_proj"), qk_norm=norm == "rms" and draw(st.booleans()),
+        rope_scaling=draw(st.sampled_from(SCALINGS)) if rope else ())
 
 
 # ---------------------------------------------------------------- parameters
@@ -90,6 +96,8 @@ def _row(name: str) -> str:
         return "lora"
     if name.startswith("norm"):
         return "norms"
+    if name.startswith(("attn.q_norm.", "attn.k_norm.")):
+        return "qk_norms"
     if name.endswith("bias"):
         return "biases"
     proj = name.split(".")[1]
@@ -104,12 +112,18 @@ def built_breakdown(cfg) -> dict[str, int]:
     return rows
 
 
+QWEN3ISH = P["llama3-8b"].with_(qk_norm=True, qkv_bias=True, rope_scaling=("llama3", 8.0, 1.0, 4.0, 8192),
+                                name="llama3-8b+qk_norm")
+
+
 @pytest.mark.parametrize("cfg", [*P.values(), P["gpt2-small"].with_(lora_rank=4, lora_targets=PROJECTIONS),
-                                 P["tiny"].with_(norm="layer", ffn="relu", lora_rank=2)], ids=lambda c: c.name)
+                                 P["tiny"].with_(norm="layer", ffn="relu", lora_rank=2), QWEN3ISH,
+                                 P["tiny"].with_(qk_norm=True, lora_rank=2, name="tiny+qk_norm+lora")],
+                         ids=lambda c: c.name)
 def test_block_breakdown_rows_are_the_built_blocks_parameters_in_order(cfg):
     rows = acc.block_param_breakdown(cfg)
     assert rows == built_breakdown(cfg)
-    order = ["W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "biases", "norms", "lora"]
+    order = ["W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "biases", "norms", "qk_norms", "lora"]
     assert list(rows) == [k for k in order if k in rows]
     assert acc.params_per_block(cfg) == sum(rows.values())
 
@@ -120,6 +134,7 @@ def test_breakdowns_match_built_modules_for_random_configs(cfg):
     rows = acc.block_param_breakdown(cfg)       # 'lora' stays, as 0, when no target is in this block
     assert {k: n for k, n in rows.items() if n} == built_breakdown(cfg)
     assert ("lora" in rows) == bool(cfg.lora_rank) and ("biases" in rows) == cfg.bias
+    assert rows.get("qk_norms", 0) == 2 * cfg.d_head * cfg.qk_norm
     model = nn.LM(cfg, generator=tb.Generator(0), device="meta")
     assert acc.total_params(cfg) == model.num_parameters()
     rows = acc.model_param_breakdown(cfg)
@@ -143,6 +158,21 @@ def test_gpt2_block_has_biases_and_layernorm_shifts():
     assert acc.params_per_block(cfg) == 7_087_872
     assert acc.model_param_breakdown(cfg) == {"embedding": 50257 * d, "position_embedding": 1024 * d,
                                               "blocks": 12 * 7_087_872, "final_norm": 2 * d, "lm_head": 0}
+
+
+def test_qk_norm_adds_two_head_gains_per_block_counted_as_attention():
+    """Qwen3's q_norm and k_norm: d_head each per block, in the attention sublayer (the measured shares read the
+    built block's 'attn' submodule); RoPE scaling adds no parameter."""
+    cfg = P["llama3-8b"].with_(qk_norm=True)
+    assert acc.params_per_block(cfg) - acc.params_per_block(P["llama3-8b"]) == 2 * 128
+    assert acc.total_params(cfg) == 8_030_261_248 + 32 * 2 * 128
+    assert acc.total_params(cfg.with_(rope_scaling=("llama3", 8.0, 1.0, 4.0, 8192))) == acc.total_params(cfg)
+    block, _, submodules = measure.measured_params(cfg)
+    assert block["qk_norms"] == [(128,), (128,)]
+    attention, ffn = acc.attention_ffn_shares(cfg)
+    per_block = sum(submodules.values())
+    assert (attention, ffn) == (submodules["attn"] / per_block, submodules["ffn"] / per_block)
+    assert submodules["attn"] == 2 * 4096 * 4096 + 2 * 4096 * 1024 + 2 * 128
 
 
 def test_shares_of_a_block():
@@ -228,6 +258,38 @@ def test_elementwise_counts_by_hand_on_the_tiny_block():
     by_hand = matmul + 2 * rms + rope + scale + mask + softmax + ffn + residuals
     assert acc.block_forward_flops(P["tiny"], L, B, matmul_only=False) == by_hand
     assert count_block(P["tiny"], B, L)[1] == by_hand
+
+
+def test_qk_norm_counts_by_hand_on_the_tiny_block():
+    """QK-norm on `tiny` at B=2, L=5: RMSNorm's rule per head row of d_head = 16, N H = 40 rows of q and
+    N H_kv = 20 of k. Forward per row: x*x d, sum d - 1, /d +eps sqrt 1/ (4), x * rstd d, * gain d. Backward
+    per row 8 d + 5 to x; each gain's gradient g * x_hat summed over its rows: 2 rows d - d. RoPE scaling
+    changes no count."""
+    B, L, d_head, H, H_kv = 2, 5, 16, 4, 2
+    rows_q, rows_k = B * L * H, B * L * H_kv
+    fwd = (rows_q + rows_k) * (d_head + (d_head - 1) + 4 + d_head + d_head)
+    bwd = (rows_q + rows_k) * (8 * d_head + 5) + (2 * rows_q * d_head - d_head) + (2 * rows_k * d_head - d_head)
+    plain, qk = closed_block(P["tiny"], B, L), closed_block(P["tiny"].with_(qk_norm=True), B, L)
+    assert (qk[0] - plain[0], qk[1] - plain[1], qk[2] - plain[2], qk[3] - plain[3]) == (0, fwd, 0, bwd)
+    for cfg in (P["tiny"].with_(qk_norm=True), P["tiny"].with_(qk_norm=True, rope_scaling=("linear", 2.0))):
+        assert count_block(cfg, B, L) == qk
+        assert count_block(cfg, B, L, device="cpu") == qk
+
+
+@pytest.mark.parametrize("cfg", [QWEN3ISH, P["tiny"].with_(qk_norm=True, n_kv_heads=1, norm_position="post"),
+                                 P["tiny"].with_(qk_norm=True, parallel=True, n_experts=4, experts_top_k=2),
+                                 P["tiny"].with_(qk_norm=True, norm_position="deep", n_layers=3)],
+                         ids=lambda c: f"{c.name}-{c.norm_position}-{c.parallel}-{c.n_experts}")
+def test_qk_norm_counts_equal_the_closed_forms(cfg):
+    """Blocks, LoRA-frozen blocks and whole models with QK-norm, and a decode step with a KV cache."""
+    for grad in (True, False):
+        assert count_block(cfg, 2, 5, input_requires_grad=grad) == closed_block(cfg, 2, 5, input_requires_grad=grad)
+    lora = cfg.with_(lora_rank=2, lora_targets=("k_proj", "o_proj"))
+    assert count_block(lora, 2, 5, input_requires_grad=False) == closed_block(lora, 2, 5, input_requires_grad=False)
+    assert count_model(cfg, 2, 3) == closed_model(cfg, 2, 3)
+    prefill, decode = measure.generation_phases(cfg, 6, 2)
+    assert (prefill.flops, decode.flops) == (acc.model_forward_flops(cfg, 6, 2, matmul_only=False),
+                                             acc.decode_flops(cfg, 7, 2, matmul_only=False))
 
 
 def test_elementwise_counts_by_hand_on_a_gpt2_shaped_block():

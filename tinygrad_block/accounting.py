@@ -57,10 +57,12 @@ def _norm_params(cfg: BlockConfig) -> int:
 
 def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
     """Rows W_Q, W_K, W_V, W_O, [W_gate], W_up, W_down, [biases: all, or q/k/v's alone with qkv_bias], norms,
-    [lora]; they sum to params_per_block.
+    [qk_norms], [lora]; they sum to params_per_block.
 
     Llama: W_Q = W_O = d_model^2, W_K = W_V = d_model * n_kv_heads * d_head, each FFN matrix d_model * d_ff,
-    norms 2 d_model. LoRA of rank r adds r * (d_in + d_out) per targeted projection."""
+    norms 2 d_model (the block's two, norm1 and norm2). qk_norms: QK-norm's gains, q_norm and k_norm, 2 d_head
+    (Qwen3); they live in the attention sublayer, so attention_ffn_shares counts them as attention. LoRA of
+    rank r adds r * (d_in + d_out) per targeted projection."""
     label = {"q_proj": "W_Q", "k_proj": "W_K", "v_proj": "W_V", "o_proj": "W_O", "gate_proj": "W_gate",
              "up_proj": "W_up", "down_proj": "W_down"}
     shapes = _shapes(cfg)
@@ -70,6 +72,8 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
     if cfg.bias or cfg.qkv_bias:
         rows["biases"] = sum(o for n, (_, o) in shapes.items() if _has_bias(cfg, n))
     rows["norms"] = 2 * _norm_params(cfg)
+    if cfg.qk_norm:
+        rows["qk_norms"] = 2 * cfg.d_head
     if cfg.lora_rank:
         rows["lora"] = sum(_rank(cfg, n) * (i + o) for n, (i, o) in shapes.items())
     return rows
@@ -78,7 +82,7 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
 def params_per_block(cfg: BlockConfig) -> int:
     """Llama family: 2 d_model^2 + 2 d_model n_kv_heads d_head + 3 d_model d_ff + 2 d_model; GPT-2 and BERT
     add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d; Qwen2
-    adds q, k and v's biases to Llama's: d_model + 2 n_kv_heads d_head."""
+    adds q, k and v's biases to Llama's: d_model + 2 n_kv_heads d_head; QK-norm (Qwen3) 2 d_head."""
     return sum(block_param_breakdown(cfg).values())
 
 
@@ -120,10 +124,12 @@ class Shares(NamedTuple):
 
 
 def attention_ffn_shares(cfg: BlockConfig) -> Shares:
-    """(attention, ffn): the fractions of a block's parameters in Q, K, V, O and in the FFN (biases and LoRA
-    adapters go with their projection; the norms' small rest makes the two sum to just under 1)."""
+    """(attention, ffn): the fractions of a block's parameters in its attention sublayer (Q, K, V, O, and
+    QK-norm's gains) and in the FFN (biases and LoRA adapters go with their projection; the two norms' small
+    rest makes the two sum to just under 1)."""
     total = params_per_block(cfg)
-    return Shares(_projection_params(cfg, ATTENTION) / total, _projection_params(cfg, FFN) / total)
+    attention = _projection_params(cfg, ATTENTION) + 2 * cfg.d_head * cfg.qk_norm
+    return Shares(attention / total, _projection_params(cfg, FFN) / total)
 
 
 # ---------------------------------------------------------------- FLOPs: the pieces
@@ -177,15 +183,16 @@ def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bo
     return _linear(N, d_in, d_out, dx=dx, train=not cfg.lora_rank, bias=_has_bias(cfg, name), rank=_rank(cfg, name))
 
 
-def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool) -> tuple[Cost, bool]:
-    """Per row of d.  RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward x*x d, sum d - 1, /d, +eps, sqrt, 1/
-    (4), x * rstd d, * g d: 4 N d + 3 N.  Backward to x 8 N d + 5 N: g * gain d; g * rstd and g * x d each, the
-    latter summed d - 1; back through 1/ 3 (-g out^2), sqrt 2 (g / 2 out), /d 1; x*x's two products 2 d; x read
-    three times, 2 d of adds.  To g: g * x_hat, summed over the rows: 2 N d - d.
+def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool, d: int = 0) -> tuple[Cost, bool]:
+    """N rows of d (d = d_model unless given: QK-norm's rows are heads of d_head).
+    RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward x*x d, sum d - 1, /d, +eps, sqrt, 1/ (4), x * rstd d,
+    * g d: 4 N d + 3 N.  Backward to x 8 N d + 5 N: g * gain d; g * rstd and g * x d each, the latter summed
+    d - 1; back through 1/ 3 (-g out^2), sqrt 2 (g / 2 out), /d 1; x*x's two products 2 d; x read three times,
+    2 d of adds.  To g: g * x_hat, summed over the rows: 2 N d - d.
     LayerNorm  c = x - mean(x);  c * rsqrt(mean(c*c) + eps) * g (+ b):  forward mean d, x - mean d, then RMSNorm's
     4 d + 3 on c (+ b d): 6 N d + 3 N (+ N d).  Backward to x 11 N d + 5 N: RMSNorm's 8 d + 5 on c, and 3 d for
     the mean: -g d (the subtrahend's gradient), summed d - 1, /d 1, x read twice d.  To g 2 N d - d, b N d - d."""
-    d = cfg.d_model
+    d = d or cfg.d_model
     if cfg.norm == "rms":
         fwd, to_x, to_params = 4 * N * d + 3 * N, 8 * N * d + 5 * N, 2 * N * d - d
     else:
@@ -211,16 +218,22 @@ def _softmax(T: int, R: int, wanted: bool) -> Cost:
 
 
 def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
-    """Projections; RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model); GQA's expand of k
-    and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores q k^T and
-    weights @ v (2 B n_heads L^2 d_head each); the causal mask, a constant of the length alone (0 on and below
-    the diagonal, -inf above), added to the scores: T, its gradient g itself; softmax; o_proj. x feeds q, k, v."""
+    """Projections; with qk_norm, RMSNorm on each head of q and k (N n_heads and N n_kv_heads rows of d_head,
+    gains trained unless LoRA freezes them); RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model);
+    GQA's expand of k and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores
+    q k^T and weights @ v (2 B n_heads L^2 d_head each); the causal mask, a constant of the length alone (0 on
+    and below the diagonal, -inf above), added to the scores: T, its gradient g itself; softmax; o_proj. x feeds
+    q, k, v. RoPE's tables, scaled or not, are constants: they cost nothing."""
     N, d, H, d_head = B * L, cfg.d_model, cfg.n_heads, cfg.d_head
     T, R, d_kv = B * H * L * L, B * H * L, cfg.n_kv_heads * d_head
     q, q_grad = _projection(cfg, "q_proj", N, dx)
     k, k_grad = _projection(cfg, "k_proj", N, dx)
     v, v_grad = _projection(cfg, "v_proj", N, dx)
     cost = q + k + v + _fan_out(N * d, 3, dx)
+    if cfg.qk_norm:
+        q_norm, q_grad = _norm(cfg, N * H, dx=q_grad, train=not cfg.lora_rank, d=d_head)
+        k_norm, k_grad = _norm(cfg, N * cfg.n_kv_heads, dx=k_grad, train=not cfg.lora_rank, d=d_head)
+        cost += q_norm + k_norm
     if cfg.rope:
         cost += _rope(N * d, q_grad) + _rope(N * d_kv, k_grad)
     cost += Cost(fwd_other=N * d, bwd_other=N * d if q_grad else 0)                       # q / sqrt(d_head)

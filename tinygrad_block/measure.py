@@ -36,12 +36,15 @@ MODEL_ROWS = {"embed": "embedding", "pos_embed": "position_embedding", "norm": "
 
 
 def block_row(name: str) -> str:
-    """A block's parameter name ('attn.q_proj.weight', 'norm1.weight', ...) -> its component row."""
+    """A block's parameter name ('attn.q_proj.weight', 'norm1.weight', ...) -> its component row (the rows of
+    accounting.block_param_breakdown)."""
     parts = name.split(".")
     if parts[-1] in ("lora_A", "lora_B"):
         return "lora"
     if parts[0] in ("norm1", "norm2"):
         return "norms"
+    if parts[-2] in ("q_norm", "k_norm"):                            # QK-norm's gains (Qwen3)
+        return "qk_norms"
     if parts[-1] in PROJECTION_ROWS:                                 # a mixture's experts, stacked (E, out, in)
         return PROJECTION_ROWS[parts[-1]]
     if parts[-2] == "router":
@@ -144,6 +147,8 @@ def step_label(cfg: BlockConfig, scope: tuple, step: str, op: str) -> str | None
     where = scope[1:]                                                # drop 'block'
     if where and where[0] in ("norm1", "norm2"):
         return f"{NORMS[cfg.norm]} ({where[0]})"
+    if len(where) > 1 and where[1] in ("q_norm", "k_norm"):         # QK-norm: RMSNorm over each head
+        return f"RMSNorm ({where[1]})"
     if len(where) > 1:
         return PROJECTIONS[where[1]]
     module = where[0] if where else ""

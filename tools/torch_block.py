@@ -49,6 +49,9 @@ def norm(p, cfg, name: str, x):
 def attention(p, cfg, x, cos=None, sin=None, offset: int = 0, prefix: str = "attn.", probe: list | None = None):
     """Causal (or not) multi-head attention with n_kv_heads K/V heads, query head h reading KV head h // G;
     RoPE by (cos, sin), or tables for positions offset.. when not given. probe collects the rotated q and k."""
+    if getattr(cfg, "qk_norm", False) or getattr(cfg, "rope_scaling", ()):
+        raise ValueError("torch_block.attention: no QK-norm or RoPE scaling here; tests check those against "
+                         "transformers' Qwen3 and Llama layers (tests/test_rope_scaling_qk_norm.py)")
     B, L, _ = x.shape
     H, H_kv = cfg.n_heads, cfg.n_kv_heads
     d_head = cfg.d_model // H

@@ -6,19 +6,47 @@ import math
 import numbers
 
 from ..backend import float32, float64, int64
-from ..tensor import Tensor, arange, concat
+from ..tensor import Tensor, arange, concat, tensor
 from ..trace import no_grad, step
 from .config import BlockConfig
-from .layers import projection
+from .layers import RMSNorm, projection
 from .module import Module
 
 
-def rope_tables(n_positions: int, d_head: int, theta: float, dtype, device) -> tuple[Tensor, Tensor]:
-    """cos and sin of angle[p, i] = p * theta^(-2i / d_head), i < d_head/2, each laid out twice along the
-    last axis (the half-split pairing of Hugging Face Llama): shapes (n_positions, d_head). Computed once,
-    in float64, without recording a graph."""
+def rope_frequencies(d_head: int, theta: float, scaling: tuple = (), device="cpu") -> Tensor:
+    """inv_freq[i] = 1 / theta^(2i / d_head), i < d_head/2 (radians per token of pair i), scaled as `scaling`
+    says (BlockConfig.rope_scaling): (d_head/2,) float64. Computed as Hugging Face transformers does, in its
+    order (modeling_rope_utils, ROPE_INIT_FUNCTIONS), in Python floats; neither kind rescales cos and sin."""
+    inv_freq = [1.0 / theta ** (i / d_head) for i in range(0, d_head, 2)]
+    return tensor([scaled_frequency(f, scaling) for f in inv_freq], dtype=float64, device=device)
+
+
+def scaled_frequency(inv_freq: float, scaling: tuple = ()) -> float:
+    """One pair's frequency under RoPE scaling. ('linear', s): inv_freq / s (positions slowed s times).
+    ('llama3', s, low, high, n_old) with wavelength w = 2 pi / inv_freq: w < n_old / high keeps inv_freq (fast
+    pairs, already many turns within the old context); w > n_old / low divides it by s; in between, the
+    mixture (1 - a) inv_freq / s + a inv_freq, a = (n_old / w - low) / (high - low) (a goes 0 -> 1)."""
+    if not scaling:
+        return inv_freq
+    if scaling[0] == "linear":
+        return inv_freq / scaling[1]
+    _, factor, low, high, old_context = scaling
+    wavelength = 2 * math.pi / inv_freq
+    if wavelength < old_context / high:
+        return inv_freq
+    if wavelength > old_context / low:
+        return inv_freq / factor
+    smooth = (old_context / wavelength - low) / (high - low)
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+def rope_tables(n_positions: int, d_head: int, theta: float, dtype, device,
+                scaling: tuple = ()) -> tuple[Tensor, Tensor]:
+    """cos and sin of angle[p, i] = p * inv_freq[i] (rope_frequencies: theta^(-2i / d_head), scaled as
+    `scaling` says), each laid out twice along the last axis (the half-split pairing of Hugging Face Llama):
+    shapes (n_positions, d_head). Computed once, in float64, without recording a graph."""
     with no_grad():
-        inv_freq = (arange(0, d_head, 2, dtype=float64, device=device) * (-math.log(theta) / d_head)).exp()
+        inv_freq = rope_frequencies(d_head, theta, scaling, device)                          # (d_head/2,)
         angles = arange(n_positions, dtype=float64, device=device).unsqueeze(1) * inv_freq   # (P, d_head/2)
         angles = concat([angles, angles], axis=-1)                                           # (P, d_head)
         return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -59,7 +87,9 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
 
 class Attention(Module):
     """softmax(Q K^T / sqrt(d_head) + causal mask) V, with Q, K, V, O projections, RoPE on Q and K after the
-    head split, and n_kv_heads key/value heads shared by groups of query heads (MHA, GQA, MQA)."""
+    head split, and n_kv_heads key/value heads shared by groups of query heads (MHA, GQA, MQA). With
+    cfg.qk_norm (Qwen3), each head's q and k pass an RMSNorm over d_head (q_norm, k_norm: one gain each, shared
+    by every head) between the head split and RoPE."""
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
@@ -67,9 +97,20 @@ class Attention(Module):
         make = dict(generator=generator, dtype=dtype, device=device)
         self.q_proj, self.k_proj = projection(cfg, "q_proj", d, d, **make), projection(cfg, "k_proj", d, d_kv, **make)
         self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
-        if cfg.rope:
-            self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
+            self.k_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
+        self.make_rope_tables(dtype, device)
         self.last_mask = (None, None)  # ((L, past, dtype, backend), the mask): rebuilt only when its shape changes
+
+    def make_rope_tables(self, dtype, device) -> None:
+        """Build rope_cos and rope_sin, (max_seq_len, d_head) constants in `dtype` on `device`, as the config
+        says (theta, scaling); nothing without RoPE. A model built on 'meta' calls it again once real weights
+        are in place (the checkpoint loader)."""
+        cfg = self.cfg
+        if cfg.rope:
+            self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device,
+                                                       cfg.rope_scaling)
 
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:   # x: (B, L, d_model)
         """Positions offset .. offset + L - 1. With `cache` (a LayerCache holding the K, V of positions
@@ -79,9 +120,10 @@ class Attention(Module):
         H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         self._check_positions(offset, L)
         self._check_cache(cache, offset)
-        q = self.q_proj(x).reshape(B, L, H, d_head).transpose(1, 2)        # (B, H, L, d_head)
-        k = self.k_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
-        v = self.v_proj(x).reshape(B, L, H_kv, d_head).transpose(1, 2)     # (B, H_kv, L, d_head)
+        q_norm, k_norm = (self.q_norm, self.k_norm) if cfg.qk_norm else (None, None)
+        q = self.split_heads(self.q_proj(x), H, q_norm)                    # (B, H, L, d_head)
+        k = self.split_heads(self.k_proj(x), H_kv, k_norm)                 # (B, H_kv, L, d_head)
+        v = self.split_heads(self.v_proj(x), H_kv)                         # (B, H_kv, L, d_head)
         if cfg.rope:
             with step("rope"):
                 cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
@@ -101,6 +143,16 @@ class Attention(Module):
             out = weights @ v                                             # (B, H, L, d_head)
         out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
         return self.o_proj(out)
+
+    def split_heads(self, t: Tensor, n_heads: int, norm: RMSNorm | None = None) -> Tensor:
+        """(B, L, n_heads * d_head) -> (B, n_heads, L, d_head); `norm` (q_norm or k_norm, Qwen3's QK-norm)
+        normalises each head's vector over d_head on the way."""
+        B, L, _ = t.shape
+        t = t.reshape(B, L, n_heads, self.cfg.d_head)                      # (B, L, n_heads, d_head)
+        if norm is not None:
+            with step("qk norm"):
+                t = norm(t)
+        return t.transpose(1, 2)                                           # (B, n_heads, L, d_head)
 
     def mask(self, L: int, like: Tensor, past: int = 0) -> Tensor:
         """The causal mask for L queries after `past` cached positions, in `like`'s dtype and device: built on

@@ -27,10 +27,13 @@ class BlockConfig:
     ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
     bias: bool = False                # biases on every projection (and LayerNorm shifts)
     qkv_bias: bool = False            # biases on q_proj, k_proj and v_proj only (Qwen2)
+    qk_norm: bool = False             # RMSNorm of each head's q and k (a d_head gain each) before RoPE (Qwen3)
     parallel: bool = False            # x + attn(norm1(x)) + ffn(norm2(x))
     norm_eps: float = 1e-5
     rope: bool = True                 # rotary embeddings on q and k; False: positions are added outside
     rope_theta: float = 10000.0
+    rope_scaling: tuple = ()          # (): none; ('linear', factor); ('llama3', factor, low_freq_factor,
+                                      # high_freq_factor, original_max_position_embeddings) (Llama 3.1, 3.2)
     causal: bool = True               # False for encoders (BERT)
     max_seq_len: int = 4096           # context length, and the length of the RoPE table
     vocab_size: int = 32000
@@ -57,7 +60,7 @@ class BlockConfig:
             real = isinstance(value, numbers.Real) and not isinstance(value, bool)
             if not (real and math.isfinite(value) and ok(value)):
                 raise ValueError(f"BlockConfig: {key} must be {expected}, got {value!r}")
-        for key in ("bias", "qkv_bias"):
+        for key in ("bias", "qkv_bias", "qk_norm"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"BlockConfig: {key} must be True or False, got {getattr(self, key)!r}")
         for key, allowed in CHOICES.items():
@@ -78,7 +81,11 @@ class BlockConfig:
         if self.parallel and self.norm_position == "deep":
             raise ValueError("BlockConfig: DeepNorm (norm_position='deep') is a sequential layout; it cannot be "
                              "combined with parallel=True")
+        if self.qk_norm and self.norm != "rms":
+            raise ValueError(f"BlockConfig: qk_norm=True normalises q and k with RMSNorm (Qwen3), so it needs "
+                             f"norm='rms'; got norm={self.norm!r}")
         self._check_experts()
+        self._check_rope_scaling()
 
     def _check_experts(self) -> None:
         """n_experts >= 1, 1 <= experts_top_k <= n_experts; a mixture (n_experts > 1) is of bias-free SwiGLU
@@ -97,11 +104,42 @@ class BlockConfig:
             raise ValueError(f"BlockConfig: LoRA adapters on the experts are not supported (n_experts="
                              f"{self.n_experts}, lora_targets={self.lora_targets!r}); target attention only")
 
+    def _check_rope_scaling(self) -> None:
+        """() or ('linear', factor) or ('llama3', factor, low_freq_factor, high_freq_factor,
+        original_max_position_embeddings): factors finite and > 0, low < high, the original context a positive int."""
+        scaling = self.rope_scaling
+        if scaling == ():
+            return
+        if not isinstance(scaling, tuple) or not scaling or scaling[0] not in tuple(ROPE_SCALING):
+            raise ValueError(f"BlockConfig: rope_scaling must be () (none), ('linear', factor) or ('llama3', "
+                             f"{', '.join(ROPE_SCALING['llama3'])}); got {scaling!r}")
+        if not self.rope:
+            raise ValueError(f"BlockConfig: rope_scaling={scaling!r} scales RoPE's frequencies, but rope=False")
+        kind, names = scaling[0], ROPE_SCALING[scaling[0]]
+        if len(scaling) != 1 + len(names):
+            raise ValueError(f"BlockConfig: rope_scaling {kind!r} takes ({kind!r}, {', '.join(names)}); "
+                             f"got {scaling!r}")
+        factors = scaling[1:4]                                   # the context length, llama3's last, is an int
+        for name, value in zip(names, factors):
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not (real and math.isfinite(value) and value > 0):
+                raise ValueError(f"BlockConfig: rope_scaling's {name} must be a finite number > 0, got {value!r}")
+        if kind == "llama3":
+            _, _, low, high, context = scaling
+            if high <= low:
+                raise ValueError(f"BlockConfig: rope_scaling's high_freq_factor must exceed its low_freq_factor "
+                                 f"(the interpolated band lies between them); got low {low!r}, high {high!r}")
+            if not isinstance(context, int) or isinstance(context, bool) or context < 1:
+                raise ValueError(f"BlockConfig: rope_scaling's original_max_position_embeddings must be a positive "
+                                 f"int, got {context!r}")
+
     def with_(self, **changes) -> BlockConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
 
+ROPE_SCALING = {"linear": ("factor",),          # the numbers after the kind in BlockConfig.rope_scaling
+                "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
