@@ -2,6 +2,7 @@
 LM.generate writes from the same checkpoint, prompt and seed, with or without the cache; mistakes are one line."""
 import json
 
+import numpy as np
 import pytest
 
 import tinygrad_block as tb
@@ -74,11 +75,52 @@ def test_generate_from_a_train_run_continues_text(capsys, run_folder):
     assert shown.startswith(data["text"]) and "3 prompt tokens + 20 new" in shown
 
 
+def test_from_pretrained_opens_a_train_run_as_the_command_line_does(run_folder):
+    """One door: the run folder itself (its checkpoint/ inside), with its character tokenizer."""
+    model = nn.LM.from_pretrained(run_folder)
+    direct = nn.LM.from_pretrained(run_folder / "checkpoint")
+    assert all(np.array_equal(p.numpy(), q.numpy()) for p, q in zip(model.parameters(), direct.parameters()))
+    assert isinstance(model.tokenizer, CharTokenizer) and model.tokenizer.encode("abc") == [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    """A Llama-3-shaped folder written by transformers: byte-level BPE tokenizer.json adding <|begin_of_text|>,
+    llama3 RoPE scaling, random weights (tools/make_llama_folder.py, no training)."""
+    from tools.make_llama_folder import write_llama_folder
+    torch = pytest.importorskip("torch")
+    with torch.random.fork_rng():
+        return write_llama_folder(tmp_path_factory.mktemp("llama3"), steps=0)
+
+
+def test_a_text_prompt_on_a_transformers_folder(capsys, llama_folder, monkeypatch):
+    """--prompt goes through the folder's tokenizer.json: the ids AutoTokenizer gives (BOS first), continued as
+    LM.generate continues them, decoded as AutoTokenizer decodes them. (Greedy tokens equal to transformers' are
+    tested in float64, with the llama3 scaling, in test_pretrained.py.)"""
+    import transformers
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    prompt = "The assert statement, then café ☕"
+    data = json.loads(run(capsys, "generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "12",
+                          "--temperature", "0", "--json"))
+    auto = transformers.AutoTokenizer.from_pretrained(llama_folder)
+    ids = auto(prompt)["input_ids"]
+    assert ids[0] == auto.bos_token_id and data["ids"][:len(ids)] == ids and data["prompt_tokens"] == len(ids)
+    model = nn.LM.from_pretrained(llama_folder)
+    assert model.cfg.rope_scaling[0] == "llama3" and model.tokenizer.encode(prompt) == ids
+    want = model.generate(tb.tensor([ids]), 12, temperature=0).numpy()[0].tolist()
+    assert data["ids"] == want
+    assert data["text"] == auto.decode(want, skip_special_tokens=True) and data["text"].startswith(prompt)
+    shown = run(capsys, "generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "5")
+    assert shown.startswith(prompt) and f"{len(ids)} prompt tokens + 5 new" in shown
+
+
 @pytest.mark.parametrize("argv, fragment", [
     (["generate", "{ck}"], "give a prompt: --prompt TEXT"),
-    (["generate", "{ck}", "--prompt", "hi"], "has no vocab.json to turn --prompt into tokens"),
+    (["generate", "{ck}", "--prompt", "hi"], "has no tokenizer.json (nor the vocab.json that `train` writes)"),
     (["generate", "{ck}", "--ids", "1 999"], "token id 999 is outside the vocabulary of 256"),
-    (["generate", "{ck}", "--ids", "1", "--max-new-tokens", "200"], "exceed the context length max_seq_len=128"),
+    (["generate", "{ck}", "--ids", "1", "--max-new-tokens", "200"],
+     "the prompt's 1 tokens + --max-new-tokens 200 exceed the model's context of 128 tokens; ask for at most 127"),
+    (["generate", "{run}", "--prompt", ""], "the prompt is empty"),
     (["generate", "{ck}", "--ids", "a b"], "token ids are integers >= 0"),
     (["generate", "{ck}", "--ids", "1", "--temperature", "-1"], "a temperature is a number >= 0"),
     (["generate", "{run}", "--prompt", "xyz"], "characters not in the vocabulary: 'xyz'"),
@@ -91,3 +133,10 @@ def test_checkpoint_mistakes_are_one_line(capsys, checkpoint, run_folder, argv, 
         cli.main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and fragment in err.strip().splitlines()[-1] and "Traceback" not in err
+
+
+def test_ids_beyond_the_tokenizer_are_shown_not_dropped():
+    """A model's embedding can have more rows than its tokenizer has tokens (Qwen2: 151,936 vs 151,665)."""
+    tokenizer = CharTokenizer("abc")
+    assert cli.shown_text(tokenizer, [0, 1, 5, 2, 2, 7]) == "ab<id 5>cc<id 7>"
+    assert cli.shown_text(tokenizer, [2, 1, 0]) == tokenizer.decode([2, 1, 0]) == "cba"

@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import msg, rel_err
+from conftest import Float64Torch, msg, rel_err
 from safetensors.numpy import load_file, save_file
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers import modeling_rope_utils
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, measure, nn
@@ -34,12 +36,18 @@ CONFIGS = {   # GQA where the architecture has it; a non-default RoPE base; Qwen
     "mistral": ("MistralConfig", SIZES | dict(sliding_window=32, rms_norm_eps=1e-6)),
     "qwen2": ("Qwen2Config", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                                           tie_word_embeddings=True)),
+    "llama3": ("LlamaConfig", SIZES | dict(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                                            "factor": 8.0, "low_freq_factor": 1.0,
+                                                            "high_freq_factor": 4.0,
+                                                            "original_max_position_embeddings": 16})),
+    "qwen3": ("Qwen3Config", SIZES | dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
     "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
                                 eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
 }
 ARCHS = list(CONFIGS)
-SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-            "gpt2": "GPT2LMHeadModel"}   # our save_pretrained's layout: Mistral without its window is Llama
+SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",   # our
+            "llama3": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",              # save_pretrained's layout:
+            "gpt2": "GPT2LMHeadModel"}                                  # Mistral without its window is Llama
 
 
 def hf_model(arch: str, seed: int = 0):
@@ -85,19 +93,21 @@ def rms_norm64(self, hidden_states):          # LlamaRMSNorm.forward (and Mistra
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
-def rotary64(self, x, position_ids):          # LlamaRotaryEmbedding.forward's default RoPE, in float64
-    d = 2 * self.inv_freq.shape[0]
-    inv_freq = 1.0 / self.config.rope_parameters["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = position_ids[..., None].double() * inv_freq                    # (B, L, d/2)
-    emb = torch.cat([angles, angles], dim=-1)                                # (B, L, d)
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+def rotary64(self, x, position_ids):          # LlamaRotaryEmbedding.forward (Qwen's, Mistral's) in float64
+    angles = position_ids[..., None].double() * self.inv_freq.double()      # (B, L, d/2): inv_freq as transformers
+    emb = torch.cat([angles, angles], dim=-1)                                # computed it (in float64, below)
+    return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
 
 @pytest.fixture
 def oracle(monkeypatch):
-    """transformers offline, its Llama-family float32 islands computed in float64; loads a folder in float64."""
+    """transformers offline, its Llama-family float32 islands computed in float64 (RMSNorm; RoPE's frequencies,
+    scaled or not, by transformers' own functions with `torch.float` meaning float64); loads a folder in float64."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    for module, prefix in [(modeling_llama, "Llama"), (modeling_mistral, "Mistral"), (modeling_qwen2, "Qwen2")]:
+    monkeypatch.setattr(modeling_rope_utils, "torch", Float64Torch())
+    for module, prefix in [(modeling_llama, "Llama"), (modeling_mistral, "Mistral"), (modeling_qwen2, "Qwen2"),
+                           (modeling_qwen3, "Qwen3")]:
+        monkeypatch.setattr(module, "torch", Float64Torch())
         monkeypatch.setattr(getattr(module, f"{prefix}RMSNorm"), "forward", rms_norm64)
         monkeypatch.setattr(getattr(module, f"{prefix}RotaryEmbedding"), "forward", rotary64)
     return lambda folder: transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
@@ -216,32 +226,10 @@ def test_save_pretrained_refuses_what_no_layout_holds(tmp_path):
 def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
     folder = saved[arch, "sharded"]
 
-    class NoData:                                        # safe_open that refuses to read any tensor's values
-        def __init__(self, *args, **kwargs):
-            self.f = safe_open(*args, **kwargs)
+    def no_read(entry, *args):
+        raise AssertionError(f"inspect read the values of {entry.name}")
 
-        def __enter__(self):
-            self.f.__enter__()
-            return self
-
-        def __exit__(self, *exc):
-            return self.f.__exit__(*exc)
-
-        def keys(self):
-            return self.f.keys()
-
-        def get_slice(self, name):
-            return self.f.get_slice(name)
-
-        def get_tensor(self, name):
-            raise AssertionError(f"inspect read the values of {name}")
-
-    def no_read(file, name, *args):
-        raise AssertionError(f"inspect read the values of {name}")
-
-    safe_open = pretrained.safe_open
-    monkeypatch.setattr(pretrained, "safe_open", NoData)
-    monkeypatch.setattr(pretrained, "read_tensor", no_read)
+    monkeypatch.setattr(pretrained, "read_array", no_read)
     info = pretrained.inspect_checkpoint(folder)
     model = hf_model(arch)
     n = sum(p.numel() for p in model.parameters())       # tied weights counted once
@@ -339,8 +327,10 @@ def test_pickle_checkpoints_are_refused_unread(tmp_path):
                                                         "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                                                         "GPT2LMHeadModel"]),
     ("llama", dict(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}),
-     ["RoPE scaling 'llama3'"]),
-    ("llama", dict(rope_scaling={"type": "linear", "factor": 2.0}), ["RoPE scaling 'linear'"]),
+     ["RoPE scaling 'llama3' needs a factor", "low_freq_factor"]),
+    ("llama", dict(rope_scaling={"type": "dynamic", "factor": 2.0}),
+     ["RoPE scaling 'dynamic'", "'linear' and 'llama3'"]),
+    ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0}), ["RoPE scaling 'yarn'"]),
     ("llama", dict(head_dim=32), ["head_dim=32", "d_head is d_model / n_heads"]),
     ("llama", dict(hidden_act="gelu"), ["hidden_act='gelu'", "SwiGLU"]),
     ("llama", dict(attention_bias=True), ["attention_bias=True with mlp_bias=False"]),

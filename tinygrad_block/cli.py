@@ -83,12 +83,13 @@ def presets_text(data: dict) -> list[str]:
 
 # ---------------------------------------------------------------- params
 LABELS = {"position_embedding": "position embedding", "final_norm": "final norm", "lm_head": "LM head",
-          "biases": "biases (projections)", "norms": "norms (norm1, norm2)", "lora": "LoRA adapters (A, B)",
+          "biases": "biases (projections)", "norms": "norms (norm1, norm2)",
+          "qk_norms": "QK norms (q_norm, k_norm)", "lora": "LoRA adapters (A, B)",
           "optimizer": "optimizer (Adam)", "activations": "activations (estimate)", "kv_cache": "KV cache",
           "parameters": "parameters", "gradients": "gradients", "total": "total"}
 
 
-BLOCK_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "biases", "norms", "lora")
+BLOCK_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "biases", "norms", "qk_norms", "lora")
 MODEL_ORDER = ("embedding", "position_embedding", "blocks", "final_norm", "lm_head")
 
 
@@ -837,7 +838,8 @@ def add_model_commands(commands) -> None:
     p = commands.add_parser("generate", help=GENERATE_HELP, description=GENERATE_HELP + " (docs/generation.md)")
     p.add_argument("path", metavar="PATH", help="a checkpoint folder (config.json + *.safetensors), or a train run")
     prompt = p.add_mutually_exclusive_group()
-    prompt.add_argument("--prompt", metavar="TEXT", help="text to continue (needs the checkpoint's vocab.json)")
+    prompt.add_argument("--prompt", metavar="TEXT",
+                        help="text to continue, through the checkpoint's tokenizer.json (or a train run's vocab.json)")
     prompt.add_argument("--ids", type=_token_ids, metavar="IDS", help="token ids to continue, e.g. '1 15 27'")
     p.add_argument("--max-new-tokens", type=_positive, default=100, metavar="N", help="tokens to add (default 100)")
     p.add_argument("--temperature", type=_temperature, default=0.8, metavar="T", help="0: greedy (default 0.8)")
@@ -851,32 +853,58 @@ def add_model_commands(commands) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
 
 
-def checkpoint_folder(path: str) -> Path:
-    """A train run keeps its checkpoint in checkpoint/; any other folder is the checkpoint itself."""
-    folder = Path(path)
-    return folder / "checkpoint" if (folder / "checkpoint" / "config.json").is_file() else folder
+def prompt_ids(args: argparse.Namespace, tokenizer, cfg, folder: Path) -> list[int]:
+    """--prompt through the checkpoint's tokenizer, or --ids; checked against the vocabulary and the context
+    before any weight is read."""
+    if args.prompt is None and args.ids is None:
+        raise ValueError("give a prompt: --prompt TEXT (with the checkpoint's tokenizer) or --ids '1 2 3'")
+    if args.prompt is not None and tokenizer is None:
+        raise ValueError(f"{folder} has no tokenizer.json (nor the vocab.json that `train` writes) to turn --prompt "
+                         "into tokens; give token ids with --ids")
+    ids = tokenizer.encode(args.prompt) if args.prompt is not None else args.ids
+    if not ids:
+        raise ValueError(f"the prompt {args.prompt!r} is empty; give at least one character or token id")
+    if max(ids) >= cfg.vocab_size:
+        raise ValueError(f"token id {max(ids)} is outside the vocabulary of {cfg.vocab_size} (ids 0.."
+                         f"{cfg.vocab_size - 1})")
+    room = cfg.max_seq_len - len(ids)
+    if args.max_new_tokens > room:
+        raise ValueError(f"the prompt's {len(ids)} tokens + --max-new-tokens {args.max_new_tokens} exceed the "
+                         f"model's context of {cfg.max_seq_len} tokens; ask for at most {max(room, 0)} new tokens"
+                         + ("" if room > 0 else " (shorten the prompt)"))
+    return ids
+
+
+def shown_text(tokenizer, ids: list[int]) -> str:
+    """The ids as text. A model's vocabulary can be larger than its tokenizer's (rows kept for padding, as in Qwen2):
+    an id the tokenizer lacks is shown as <id N>, never dropped."""
+    pieces, run = [], []
+    for i in ids + [None]:
+        if i is not None and i < tokenizer.vocab_size:
+            run.append(i)
+            continue
+        pieces += [tokenizer.decode(run)] if run else []
+        pieces += [f"<id {i}>"] if i is not None else []
+        run = []
+    return "".join(pieces)
 
 
 def generate_data(args: argparse.Namespace) -> dict:
-    """Load the checkpoint, run the prompt once (prefill), then one token at a time (decode), each timed."""
+    """Check the config, tokenizer and prompt; load the weights; run the prompt once (prefill), then one token at a
+    time (decode), each timed."""
     import tinygrad_block as tb
     from tqdm import tqdm
 
-    from .data import CharTokenizer
     from .nn import LM, KVCache
+    from .nn.hf_config import config_from_hf
     from .nn.model import next_token
-    folder = checkpoint_folder(args.path)
+    from .nn.pretrained import checkpoint_files
+    from .tokenizer import load_tokenizer
+    folder, hf_config, _, _ = checkpoint_files(args.path, "generate")
+    cfg = config_from_hf(hf_config, "generate")[1]
+    tokenizer = load_tokenizer(folder)
+    ids = prompt_ids(args, tokenizer, cfg, folder)
     model = LM.from_pretrained(folder, device=args.device)
-    vocab = folder / "vocab.json"
-    tokenizer = CharTokenizer.load(vocab) if vocab.is_file() else None
-    if args.prompt is not None and tokenizer is None:
-        raise ValueError(f"{folder} has no vocab.json to turn --prompt into tokens; give token ids with --ids")
-    if args.prompt is None and args.ids is None:
-        raise ValueError("give a prompt: --prompt TEXT (with a vocab.json) or --ids '1 2 3'")
-    ids = tokenizer.encode(args.prompt) if args.prompt is not None else args.ids
-    if max(ids) >= model.cfg.vocab_size:
-        raise ValueError(f"token id {max(ids)} is outside the vocabulary of {model.cfg.vocab_size} (ids 0.."
-                         f"{model.cfg.vocab_size - 1})")
     prompt = tb.tensor([ids], dtype=tb.int64, device=args.device)
     generator, tokens = tb.Generator(args.seed), list(ids)
     model._check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, generator)
@@ -895,7 +923,8 @@ def generate_data(args: argparse.Namespace) -> dict:
     return {"command": "generate", "checkpoint": str(folder), "prompt_tokens": len(ids),
             "new_tokens": args.max_new_tokens, "cache": not args.no_cache, "temperature": args.temperature,
             "top_k": args.top_k, "seed": args.seed, "ids": tokens,
-            "text": tokenizer.decode(tokens) if tokenizer else None,
+            "tokenizer": tokenizer.name if tokenizer else None,
+            "text": shown_text(tokenizer, tokens) if tokenizer else None,
             "prefill_s": prefill_s, "decode_s": decode_s, "decode_tokens_per_s": args.max_new_tokens / decode_s}
 
 
@@ -912,7 +941,7 @@ def run_models(args: argparse.Namespace, out=print) -> int:
     from .nn.pretrained import inspect_checkpoint, inspect_text
     try:
         if args.command == "inspect":
-            data = {"command": "inspect", **inspect_checkpoint(checkpoint_folder(args.path))}
+            data = {"command": "inspect", **inspect_checkpoint(args.path)}
             text = inspect_text(data)
         else:
             data = generate_data(args)

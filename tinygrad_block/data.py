@@ -3,12 +3,11 @@ the induction task (n random tokens, then the same n again) and a character-leve
 pages, which ship with CPython in `pydoc_data`: no download)."""
 from __future__ import annotations
 
-import json
 import numbers
-from pathlib import Path
 
 from .backend import Generator, int64
 from .tensor import Tensor, arange, concat, randint, tensor
+from .tokenizer import CharTokenizer   # it lives with the other tokenizers; train and the lessons import it from here
 
 
 def _positive(op: str, **values) -> None:
@@ -36,48 +35,6 @@ def python_help_text() -> str:
     Python version)."""
     from pydoc_data.topics import topics
     return "".join(topics[name] for name in sorted(topics))
-
-
-class CharTokenizer:
-    """One token per character: the sorted characters of a text are the vocabulary, ids their positions."""
-
-    def __init__(self, chars: str):
-        if not chars or len(set(chars)) != len(chars):
-            raise ValueError(f"CharTokenizer: chars must be a non-empty string of distinct characters, got "
-                             f"{len(chars)} characters with {len(chars) - len(set(chars))} repeats")
-        self.chars = chars
-        self.ids = {c: i for i, c in enumerate(chars)}
-
-    @classmethod
-    def from_text(cls, text: str) -> CharTokenizer:
-        return cls("".join(sorted(set(text))))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def encode(self, text: str) -> list[int]:
-        unknown = sorted(set(text) - set(self.ids))
-        if unknown:
-            raise ValueError(f"CharTokenizer: characters not in the vocabulary: {''.join(unknown)!r}; "
-                             f"it knows {self.vocab_size} characters")
-        return [self.ids[c] for c in text]
-
-    def decode(self, ids) -> str:
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise ValueError(f"CharTokenizer: ids must lie in [0, {self.vocab_size}), got {bad[0]}")
-        return "".join(self.chars[i] for i in ids)
-
-    def save(self, path: Path) -> None:
-        """vocab.json: {character: id}, as Hugging Face tokenizers keep their vocabulary."""
-        Path(path).write_text(json.dumps(self.ids, ensure_ascii=False, indent=0))
-
-    @classmethod
-    def load(cls, path: Path) -> CharTokenizer:
-        ids = json.loads(Path(path).read_text())
-        return cls("".join(sorted(ids, key=ids.get)))
 
 
 def text_splits(text: str, tokenizer: CharTokenizer, holdout: float = 0.1,

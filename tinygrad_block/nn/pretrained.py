@@ -1,219 +1,140 @@
 """Hugging Face checkpoints: a folder with config.json and model.safetensors (or shards listed in
 model.safetensors.index.json), read into nn.LM, written back out, and counted from the file headers alone.
 
-Llama, Mistral and Qwen2 store our parameters under other names; GPT-2 also fuses q, k and v into one `c_attn`
-and stores its Conv1D weights as (in, out). Tensors are read with the safetensors package, never unpickled."""
+The folder is untrusted input: hf_folder.py checks every path, JSON file and safetensors header, hf_config.py every
+config field, and the model's size is known from its config (on the shape-only device) before any array is made.
+Llama, Mistral and Qwen store our parameters under other names; GPT-2 also fuses q, k and v into one `c_attn` and
+stores its Conv1D weights as (in, out). Tensors are read straight into the model's arrays, never unpickled."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from ..accounting import total_params
-from ..backend import Generator, float32
+from ..backend import Generator, as_dtype, float32
+from ..device import get_backend
 from ..tensor import Tensor
+from .attention import Attention
 from .config import PRESETS, BlockConfig
+from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
+from .hf_folder import (TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
+                        write_safetensors, write_text)
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
-MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "gpt2": "GPT2LMHeadModel"}
-GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16}     # and BF16, converted by hand
+__all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
+           "save_pretrained", "inspect_checkpoint", "inspect_text", "checkpoint_files", "read_headers", "hf_layout"]
+
 # Constants some checkpoints store beside the weights (GPT-2's causal mask, old Llama's RoPE frequencies); every
 # implementation rebuilds them from the config, so they are skipped, never loaded.
 BUFFERS = re.compile(r"\.attn\.(masked_)?bias$|\.rotary_emb\.inv_freq$")
-PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
+SHARD = re.compile(r"^model-\d+-of-\d+\.safetensors$")
+MAX_PARAMETERS = 10**13           # 10 T: far beyond any published model; a config past it is a mistake
 
 
 # ---------------------------------------------------------------- the folder
-def _json(file: Path, op: str, key: str | None = None):
-    """A JSON file's contents (or its `key`), or an error naming the file."""
-    try:
-        data = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{op}: {file} is not valid JSON ({e})") from None
-    if key is not None and not isinstance(data.get(key), dict):
-        raise ValueError(f"{op}: {file} has no {key!r} mapping each tensor to its shard")
-    return data if key is None else data[key]
-
-
-def checkpoint_files(path, op: str) -> tuple[dict, list[Path]]:
-    """config.json's contents and the safetensors files of a checkpoint folder, or a clear error: no folder, no
-    config.json, a missing shard, or only a pickle checkpoint (refused)."""
+def checkpoint_folder(path) -> Path:
+    """The folder a path names: a run that `train` wrote keeps its checkpoint in checkpoint/; any other folder is
+    the checkpoint itself. A path that is no folder is a FileNotFoundError."""
     folder = Path(path)
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "does not exist"
-        raise FileNotFoundError(f"{op}: {folder} {what}; expected a Hugging Face checkpoint folder holding "
-                                "config.json and model.safetensors (or model-0000x-of-0000y.safetensors shards)")
-    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} {what}; expected a Hugging Face checkpoint folder holding config.json and "
+                                "model.safetensors (or model-0000x-of-0000y.safetensors shards), or a train run")
+    run = folder / "checkpoint"
+    return run if run.is_dir() and (run / "config.json").is_file() else folder
+
+
+def checkpoint_files(path, op: str) -> tuple[Path, dict, list[Path], dict | None]:
+    """(folder, config.json's object, the safetensors files, the index's weight_map or None) of a checkpoint
+    folder; or one clear error: no folder, no config.json, both a single file and an index (ambiguous), a shard
+    missing or outside the folder, or only a pickle checkpoint (refused, unread)."""
+    try:
+        folder = checkpoint_folder(path)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{op}: {e}") from None
+    config = inside(folder, "config.json", op, "the checkpoint")
+    if not readable(config, op):
         raise FileNotFoundError(f"{op}: {folder} has no config.json (the architecture and its sizes)")
-    config = _json(folder / "config.json", op)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(_json(index, op, "weight_map").values()))
-        for missing in [s for s in shards if not (folder / s).is_file()]:
-            raise FileNotFoundError(f"{op}: {index.name} names the shard {missing}, which is not in {folder}")
-        return config, [folder / s for s in shards]
-    if (folder / "model.safetensors").is_file():
-        return config, [folder / "model.safetensors"]
-    pickles = [p for p in PICKLES if (folder / p).exists()]
+    hf = read_json_object(config, op)
+    single, index = readable(inside(folder, SINGLE, op, "the checkpoint"), op), \
+        readable(inside(folder, INDEX, op, "the checkpoint"), op)
+    if single and index:
+        raise ValueError(f"{op}: {folder} holds both {SINGLE} and {INDEX}: two checkpoints, and which one is meant "
+                         "is ambiguous; delete the one you do not want")
+    if index:
+        weight_map = read_weight_map(folder, op)
+        return folder, hf, [inside(folder, s, op, INDEX) for s in sorted(set(weight_map.values()))], weight_map
+    if single:
+        return folder, hf, [folder / SINGLE], None
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise ValueError(f"{op}: {folder} holds only {pickles[0]}, a pickle: unpickling runs whatever code the file "
                          "contains, so tinygrad_block never loads one. Convert it to safetensors where you trust "
                          "it (transformers: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out))")
-    raise FileNotFoundError(f"{op}: {folder} has no model.safetensors and no model.safetensors.index.json")
+    raise FileNotFoundError(f"{op}: {folder} has no {SINGLE} and no {INDEX}")
 
 
-def read_headers(files: list[Path], op: str) -> dict[str, tuple[Path, str, tuple]]:
-    """{tensor name: (file, safetensors dtype such as 'BF16', shape)} from the headers alone: no data is read."""
+def read_weight_map(folder: Path, op: str) -> dict[str, str]:
+    """The index's {tensor name: shard file name}, each shard a plain file name in the folder that exists."""
+    weight_map = read_json_object(folder / INDEX, op).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{op}: {folder / INDEX} has no 'weight_map' object mapping each tensor to its shard")
+    for name, shard in weight_map.items():
+        path = inside(folder, shard, op, f"{INDEX}'s weight_map entry {name!r}")
+        if not readable(path, op):
+            raise FileNotFoundError(f"{op}: {INDEX} names the shard {shard} (for {name}), which is not in {folder}")
+    return weight_map
+
+
+def read_headers(files: list[Path], op: str, weight_map: dict | None = None) -> dict[str, TensorEntry]:
+    """{tensor name: where it lies} from the headers alone (no data is read), each header checked; a tensor in two
+    files, or in another shard than the index says, is refused by name."""
     found = {}
     for file in files:
-        with safe_open(file, framework="numpy") as f:
-            for name in f.keys():
-                if name in found:
-                    raise ValueError(f"{op}: tensor {name} is in both {found[name][0].name} and {file.name}")
-                s = f.get_slice(name)
-                found[name] = (file, s.get_dtype(), tuple(s.get_shape()))
+        for name, entry in read_header(file, op).items():
+            if name in found:
+                raise ValueError(f"{op}: tensor {name} is in both {found[name].file.name} and {file.name}")
+            if weight_map is not None and weight_map.get(name) != file.name:
+                listed = f"lists it in {weight_map[name]}" if name in weight_map else "does not list it"
+                raise ValueError(f"{op}: tensor {name} is in {file.name}, but {INDEX} {listed}")
+            found[name] = entry
+    for name in sorted(set(weight_map or {}) - set(found)):
+        raise ValueError(f"{op}: {INDEX} lists tensor {name} in {weight_map[name]}, which does not hold it")
     return found
 
 
-def read_tensor(file: Path, name: str, dtype: str, op: str) -> np.ndarray:
-    """One tensor's values. numpy has no bfloat16, but a bfloat16 is the top 16 bits of a float32: its raw bits
-    (located by the file's header: 8 bytes of length, JSON, then the data) shifted up 16 are the exact float32."""
-    if dtype in NUMPY_DTYPES:
-        with safe_open(file, framework="numpy") as f:
-            return f.get_tensor(name)
-    if dtype != "BF16":
-        raise ValueError(f"{op}: tensor {name} in {file.name} is {dtype}; expected F64, F32, F16 or BF16")
-    with open(file, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        entry = json.loads(f.read(n))[name]
-        begin, end = entry["data_offsets"]
-        f.seek(8 + n + begin)
-        bits = np.frombuffer(f.read(end - begin), dtype="<u2")
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
-
-
-# ---------------------------------------------------------------- config.json <-> BlockConfig
-def architecture(hf: dict, op: str) -> str:
-    """The class named by config.json's `architectures` (or its `model_type`), if we read it."""
-    names = hf.get("architectures") or [MODEL_TYPES.get(hf.get("model_type"), hf.get("model_type"))]
-    if len(names) != 1 or names[0] not in ARCHITECTURES:
-        raise ValueError(f"{op}: unsupported architecture {names}; supported: {', '.join(ARCHITECTURES)}")
-    return names[0]
-
-
-def _get(hf: dict, key: str, op: str):
-    """A size config.json must give."""
-    if hf.get(key) is None:
-        raise ValueError(f"{op}: config.json has no {key!r}, which the architecture needs")
-    return hf[key]
-
-
-def _refuse(op: str, what: str, why: str):
-    raise ValueError(f"{op}: this checkpoint uses {what}, which tinygrad_block does not implement ({why})")
-
-
-def _rope_theta(hf: dict, op: str) -> float:
-    """RoPE's base, from transformers 5's rope_parameters or 4's rope_theta; any scaling (Llama 3.1, YaRN) refused."""
-    params, scaling = hf.get("rope_parameters") or {}, hf.get("rope_scaling") or {}
-    for kind in (params.get("rope_type", "default"), scaling.get("rope_type", scaling.get("type", "default"))):
-        if kind != "default":
-            _refuse(op, f"RoPE scaling {kind!r}", "only the plain RoPE of Llama 2: angle = position * theta^(-2i/d)")
-    if hf.get("partial_rotary_factor", params.get("partial_rotary_factor", 1.0)) != 1.0:
-        _refuse(op, "partial_rotary_factor < 1", "RoPE here rotates every dimension of a head")
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
-
-
-def _sliding_window(hf: dict, arch: str) -> int | None:
-    """The attention window, if any layer has one: Mistral's sliding_window; Qwen2's when use_sliding_window."""
-    if arch == "Qwen2ForCausalLM" and not hf.get("use_sliding_window", False):
+# ---------------------------------------------------------------- size before memory
+def available_bytes(device) -> int | None:
+    """Memory free on `device` now: the GPU's own, or the host's (None: the shape-only device, or unknown)."""
+    be = get_backend(device)
+    if be.name == "meta":
         return None
-    if "sliding_attention" not in hf.get("layer_types", ["sliding_attention"]):
+    if getattr(be, "active", None) is not None:                        # a GPU (CuPy)
+        return be.active.mem_info[0]
+    try:                                                               # Linux says what it could give
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
         return None
-    return hf.get("sliding_window")
 
 
-def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
-    d, H = _get(hf, "hidden_size", op), _get(hf, "num_attention_heads", op)
-    if hf.get("hidden_act", "silu") != "silu":
-        _refuse(op, f"hidden_act={hf['hidden_act']!r}", "a Llama-style FFN here is SwiGLU, with SiLU")
-    if hf.get("head_dim") not in (None, d // H):
-        _refuse(op, f"head_dim={hf['head_dim']} with hidden_size={d}, heads={H}", "d_head is d_model / n_heads")
-    bias = hf.get("attention_bias", False), hf.get("mlp_bias", False)
-    if bias[0] != bias[1]:
-        _refuse(op, f"attention_bias={bias[0]} with mlp_bias={bias[1]}", "biases are on every projection or none")
-    positions = _get(hf, "max_position_embeddings", op)
-    window = _sliding_window(hf, arch)
-    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=hf.get("num_key_value_heads") or H,
-                       d_ff=_get(hf, "intermediate_size", op), bias=bias[0], qkv_bias=arch == "Qwen2ForCausalLM",
-                       norm_eps=hf.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(hf, op),
-                       max_seq_len=min(positions, window or positions), vocab_size=_get(hf, "vocab_size", op),
-                       n_layers=_get(hf, "num_hidden_layers", op),
-                       tie_embeddings=hf.get("tie_word_embeddings", False), name=arch)
-
-
-def _gpt2_config(hf: dict, op: str) -> BlockConfig:
-    act = hf.get("activation_function", "gelu_new")
-    if act not in GPT2_ACTIVATIONS:
-        _refuse(op, f"activation_function={act!r}", f"GPT-2's MLP here uses one of {list(GPT2_ACTIVATIONS)}")
-    if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx", False):
-        _refuse(op, "attention scores not scaled by 1/sqrt(d_head) alone", "scores are q k^T / sqrt(d_head)")
-    if hf.get("add_cross_attention", False):
-        _refuse(op, "cross-attention", "a decoder-only LM attends to its own tokens")
-    d = _get(hf, "n_embd", op)
-    return BlockConfig(d_model=d, n_heads=_get(hf, "n_head", op), n_kv_heads=_get(hf, "n_head", op),
-                       d_ff=hf.get("n_inner") or 4 * d, norm="layer", ffn=GPT2_ACTIVATIONS[act], bias=True,
-                       norm_eps=hf.get("layer_norm_epsilon", 1e-5), rope=False,
-                       max_seq_len=_get(hf, "n_positions", op), vocab_size=_get(hf, "vocab_size", op),
-                       n_layers=_get(hf, "n_layer", op), tie_embeddings=hf.get("tie_word_embeddings", True),
-                       name="GPT2LMHeadModel")
-
-
-def config_from_hf(hf: dict, op: str = "from_pretrained") -> tuple[str, BlockConfig]:
-    """(architecture, BlockConfig) from config.json's dict. A sliding attention window W caps max_seq_len at W:
-    up to W tokens, windowed attention is exactly full causal attention, and LM refuses longer inputs."""
-    arch = architecture(hf, op)
-    return arch, _gpt2_config(hf, op) if arch == "GPT2LMHeadModel" else _llama_config(hf, arch, op)
-
-
-def hf_architecture(cfg: BlockConfig) -> str:
-    """The Hugging Face class whose layout a config's model is: GPT-2, Qwen2 (biases on q/k/v only) or Llama."""
-    if cfg.lora_rank:
-        raise ValueError("save_pretrained: the model has LoRA adapters, which these layouts have no place for; "
-                         "merge them into the weights (W + scale B A) first")
-    sequential = cfg.norm_position == "pre" and not cfg.parallel and cfg.causal
-    if sequential and cfg.rope and cfg.norm == "rms" and cfg.ffn == "swiglu":
-        return "Qwen2ForCausalLM" if cfg.qkv_bias and not cfg.bias else "LlamaForCausalLM"
-    if (sequential and not cfg.rope and cfg.norm == "layer" and cfg.bias and cfg.ffn != "swiglu"
-            and cfg.n_kv_heads == cfg.n_heads):
-        return "GPT2LMHeadModel"
-    raise ValueError(f"save_pretrained: no Hugging Face layout fits {cfg}: Llama and Qwen2 need RoPE, RMSNorm, "
-                     "SwiGLU; GPT-2 needs learned positions, LayerNorm and biases, a GELU or ReLU MLP and "
-                     "n_kv_heads == n_heads; all three are pre-norm, sequential and causal")
-
-
-def config_to_hf(cfg: BlockConfig, arch: str, dtype) -> dict:
-    """config.json for `arch` (transformers 4 and 5 both read it). bos/eos tokens are unknown here: null."""
-    common = {"architectures": [arch], "vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings,
-              "torch_dtype": str(dtype), "bos_token_id": None, "eos_token_id": None}
-    if arch == "GPT2LMHeadModel":
-        act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[cfg.ffn]
-        return common | {"model_type": "gpt2", "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_layer": cfg.n_layers,
-                         "n_positions": cfg.max_seq_len, "n_inner": cfg.d_ff, "activation_function": act,
-                         "layer_norm_epsilon": cfg.norm_eps}
-    hf = common | {"model_type": "qwen2" if arch == "Qwen2ForCausalLM" else "llama", "hidden_size": cfg.d_model,
-                   "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
-                   "head_dim": cfg.d_head, "intermediate_size": cfg.d_ff, "num_hidden_layers": cfg.n_layers,
-                   "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.norm_eps,
-                   "rope_theta": cfg.rope_theta, "hidden_act": "silu"}
-    if arch == "Qwen2ForCausalLM":
-        return hf | {"use_sliding_window": False, "sliding_window": None, "max_window_layers": cfg.n_layers}
-    return hf | {"attention_bias": cfg.bias, "mlp_bias": cfg.bias}
+def check_size(cfg: BlockConfig, dtype, device, op: str) -> int:
+    """The bytes the model's weights take in `dtype` (accounting's closed form: no array made), refused before any
+    allocation when they exceed what the device has free. Returns them."""
+    n = total_params(cfg)
+    nbytes = n * as_dtype(dtype, op).itemsize
+    free = available_bytes(device)
+    if n > MAX_PARAMETERS or (free is not None and nbytes > free):
+        room = f"{free / 2**30:,.1f} GiB free on {device}" if free is not None else "no published model is as large"
+        raise ValueError(f"{op}: config.json describes {n:,} parameters ({cfg.n_layers:,} layers, d_model "
+                         f"{cfg.d_model:,}, vocabulary {cfg.vocab_size:,}): {nbytes / 2**30:,.1f} GiB in {dtype}, "
+                         f"more than {room}")
+    return nbytes
 
 
 # ---------------------------------------------------------------- parameter names and layouts
@@ -270,54 +191,82 @@ def _check_tensors(layout: dict, shapes: dict, headers: dict, op: str) -> None:
     expected = {hf: hf_shape(conv1d, [shapes[o] for o in ours]) for hf, (conv1d, ours) in layout.items()}
     missing = sorted(set(expected) - set(headers))
     unexpected = sorted(n for n in set(headers) - set(expected) if not BUFFERS.search(n))
-    misshaped = [f"{n} is {headers[n][2]}, expected {expected[n]}" for n in sorted(set(expected) & set(headers))
-                 if headers[n][2] != expected[n]]
+    misshaped = [f"{n} is {headers[n].shape}, expected {expected[n]}" for n in sorted(set(expected) & set(headers))
+                 if headers[n].shape != expected[n]]
     if missing or unexpected or misshaped:
         raise ValueError(f"{op}: the checkpoint's tensors do not fit the model its config.json describes: "
                          f"missing {missing}, unexpected {unexpected}, misshaped {misshaped}")
 
 
+def _check_tied_copy(copy: TensorEntry, embedding: TensorEntry, op: str) -> None:
+    """A tied model's file may also store lm_head.weight: loaded only when it is the embedding, byte for byte."""
+    same = copy.dtype == embedding.dtype and copy.shape == embedding.shape
+    with open(copy.file, "rb") as a, open(embedding.file, "rb") as b:
+        a.seek(copy.begin)
+        b.seek(embedding.begin)
+        for start in range(copy.begin, copy.end if same else copy.begin, 2**24):
+            n = min(2**24, copy.end - start)
+            same = same and a.read(n) == b.read(n)
+    if not same:
+        raise ValueError(f"{op}: tie_word_embeddings is true, but lm_head.weight differs from the embedding "
+                         f"({copy.dtype} {copy.shape} vs {embedding.dtype} {embedding.shape}); a tied model has one "
+                         "matrix, and which of the two is meant is unknowable")
+
+
 # ---------------------------------------------------------------- load and save
 def load_pretrained(model_class, path, dtype=float32, device="cpu"):
-    """A checkpoint folder as a `model_class` (nn.LM) of `dtype` on `device`; LM.from_pretrained calls this.
-    The model is built (randomly initialised), then every parameter is replaced by the checkpoint's."""
+    """A checkpoint folder (or a train run) as a `model_class` (nn.LM) of `dtype` on `device`, with the folder's
+    tokenizer (or None) as model.tokenizer; LM.from_pretrained calls this. Everything is checked before any array
+    is made: config, size, headers, names and shapes. The model is built on the shape-only device, then each
+    parameter is read straight from the file into its array on `device`: one copy of the weights, never two."""
+    from ..tokenizer import load_tokenizer
     op = "from_pretrained"
-    hf_config, files = checkpoint_files(path, op)
+    folder, hf_config, files, weight_map = checkpoint_files(path, op)
     arch, cfg = config_from_hf(hf_config, op)
-    model = model_class(cfg, generator=Generator(0), dtype=dtype, device=device)
+    check_size(cfg, dtype, device, op)
+    headers = read_headers(files, op, weight_map)
+    tokenizer = load_tokenizer(folder)
+    model = model_class(cfg, generator=Generator(0), dtype=dtype, device="meta")      # shapes only: no memory
     layout, shapes = hf_layout(model, arch), {n: p.shape for n, p in model.named_parameters()}
-    headers = read_headers(files, op)
-    names = {_canonical(n, arch): n for n in headers}                  # our HF name -> the file's
-    found = {hf: headers[n] for hf, n in names.items()}
+    found = {_canonical(n, arch): e for n, e in headers.items()}
     tied_copy = found.pop("lm_head.weight", None) if cfg.tie_embeddings else None
     _check_tensors(layout, shapes, found, op)
-    read = lambda hf: read_tensor(found[hf][0], names[hf], found[hf][1], op)   # noqa: E731
-    state = {}
-    for hf, (conv1d, ours) in layout.items():
-        parts = from_hf(conv1d, read(hf), [shapes[o] for o in ours])
-        state |= {o: Tensor(np.ascontiguousarray(a), dtype=dtype, device=device) for o, a in zip(ours, parts)}
     if tied_copy is not None:
-        found["lm_head.weight"] = tied_copy
-        embedding = next(hf for hf, (_, ours) in layout.items() if ours == ["embed.weight"])
-        if not np.array_equal(read("lm_head.weight"), read(embedding)):
-            raise ValueError(f"{op}: tie_word_embeddings is true, but lm_head.weight differs from the embedding")
-    model.load_state_dict(state)
+        _check_tied_copy(tied_copy, found[next(hf for hf, (_, o) in layout.items() if o == ["embed.weight"])], op)
+    params = dict(model.named_parameters())
+    for hf, (conv1d, ours) in layout.items():
+        parts = from_hf(conv1d, read_array(found[hf], np.dtype(dtype), op), [shapes[o] for o in ours])
+        for name, a in zip(ours, parts):
+            t = Tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+            params[name].data, params[name].backend = t.data, t.backend
+    attention = [m for _, m in model.named_modules() if isinstance(m, Attention)]
+    if cfg.rope and attention:                  # built on meta; made once beside the weights, shared by every layer
+        attention[0].make_rope_tables(dtype, device)
+        for module in attention[1:]:
+            module.rope_cos, module.rope_sin = attention[0].rope_cos, attention[0].rope_sin
+    model.tokenizer = tokenizer
     return model
 
 
 def save_pretrained(model, path) -> Path:
     """Write config.json and model.safetensors (the model's dtype) in the layout of the Hugging Face class the
-    config matches (hf_architecture), so transformers' from_pretrained rebuilds the same model. Returns the folder."""
+    config matches (hf_architecture), so transformers' from_pretrained rebuilds the same model. Each file goes to a
+    temporary name first and is renamed into place, so a kill leaves the previous checkpoint; a sharded checkpoint
+    the folder held before (its index and shards) is removed after, so the folder holds exactly the new one.
+    Returns the folder."""
     arch, folder = hf_architecture(model.cfg), Path(path)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"save_pretrained: {folder} is a file; expected a folder to write into")
     params = {n: p.numpy() for n, p in model.named_parameters()}
-    tensors = {hf: np.ascontiguousarray(to_hf(conv1d, [params[o] for o in ours]))
-               for hf, (conv1d, ours) in hf_layout(model, arch).items()}
+    tensors = {hf: to_hf(conv1d, [params[o] for o in ours]) for hf, (conv1d, ours) in hf_layout(model, arch).items()}
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})   # 'pt': what transformers expects
-    dtype = model.parameters()[0].dtype
-    (folder / "config.json").write_text(json.dumps(config_to_hf(model.cfg, arch, dtype), indent=2) + "\n")
+    write_safetensors(folder / SINGLE, tensors, metadata={"format": "pt"})     # 'pt': what transformers expects
+    write_text(folder / "config.json", json.dumps(config_to_hf(model.cfg, arch, model.parameters()[0].dtype),
+                                                  indent=2) + "\n")
+    stale = [folder / INDEX] + [p for p in folder.iterdir() if SHARD.match(p.name)]
+    for file in stale:
+        file.unlink(missing_ok=True)
+    sync_folder(folder)
     return folder
 
 
@@ -335,10 +284,11 @@ def inspect_checkpoint(path) -> dict:
     """Parameters of a checkpoint folder per component, from the safetensors headers alone (no tensor data is
     read), beside accounting's closed form for the BlockConfig its config.json maps to (and a preset it equals)."""
     op = "inspect"
-    hf_config, files = checkpoint_files(path, op)
-    headers = read_headers(files, op)
+    folder, hf_config, files, weight_map = checkpoint_files(path, op)
+    headers = read_headers(files, op, weight_map)
     names = hf_config.get("architectures") or [hf_config.get("model_type")]
-    info = {"path": str(path), "files": [f.name for f in files], "architecture": ", ".join(map(str, names)),
+    names = names if isinstance(names, list) else [names]
+    info = {"path": str(folder), "files": [f.name for f in files], "architecture": ", ".join(map(str, names)),
             "buffers_skipped": sorted(n for n in headers if BUFFERS.search(n)), "dtypes": {}, "components": {}}
     try:
         arch, cfg = config_from_hf(hf_config, op)
@@ -350,10 +300,10 @@ def inspect_checkpoint(path) -> dict:
     if cfg is not None and cfg.tie_embeddings and "lm_head.weight" in counted:
         counted.pop("lm_head.weight")                                   # a stored copy of the tied embedding
         info["buffers_skipped"].append("lm_head.weight (a copy of the tied embedding)")
-    for name, (_, code, shape) in counted.items():
-        n = int(np.prod(shape, dtype=np.int64))
+    for name, entry in counted.items():
+        n = math.prod(entry.shape)
         info["components"][component(name)] = info["components"].get(component(name), 0) + n
-        info["dtypes"][code] = info["dtypes"].get(code, 0) + n
+        info["dtypes"][entry.dtype] = info["dtypes"].get(entry.dtype, 0) + n
     order = ("embedding", "attention", "ffn", "norms", "lm_head", "other")
     info["components"] = {part: info["components"][part] for part in order if part in info["components"]}
     info["parameters"] = sum(info["components"].values())

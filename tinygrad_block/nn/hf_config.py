@@ -1,0 +1,255 @@
+"""config.json <-> BlockConfig for the Hugging Face classes the engine computes exactly: Llama (with Llama 3's
+and linear RoPE scaling), Mistral, Qwen2, Qwen3 and GPT-2. config.json is untrusted input: every field is checked
+for its type and range, named when wrong, and a field that would change the math and is not implemented is refused
+by name, never ignored."""
+from __future__ import annotations
+
+import math
+
+from .config import BlockConfig
+from .hf_folder import is_int
+
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
+MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel"}
+GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+             "original_max_position_embeddings"}
+NOT_IMPLEMENTED = {   # config fields that change what a model computes, and why the engine cannot follow them
+    "quantization_config": "quantized weights (the engine reads F64, F32, F16 and BF16 tensors)",
+    "attn_logit_softcapping": "capped attention scores (Gemma 2)",
+    "final_logit_softcapping": "capped logits (Gemma 2)",
+    "embedding_multiplier": "scaled embeddings (Granite)", "logits_scaling": "scaled logits (Granite)",
+    "residual_multiplier": "scaled residuals (Granite)", "attention_multiplier": "another attention scale"}
+
+
+class Fields:
+    """Typed access to config.json's fields; a missing or ill-typed one is a ValueError naming the key."""
+
+    def __init__(self, hf: dict, op: str):
+        self.hf, self.op = hf, op
+
+    def _fail(self, key: str, expected: str):
+        value = self.hf[key]
+        raise ValueError(f"{self.op}: config.json's {key!r} is {value!r:.60} ({type(value).__name__}); expected "
+                         f"{expected}")
+
+    def int(self, key: str, default=None, minimum: int = 1) -> int:
+        """An integer >= minimum (JSON's true/false and 64.0 are not); `default` when absent or null."""
+        if self.hf.get(key) is None:
+            if default is None:
+                raise ValueError(f"{self.op}: config.json has no {key!r}, which the architecture needs")
+            return default
+        if not is_int(self.hf[key]) or self.hf[key] < minimum:
+            self._fail(key, f"an integer >= {minimum}")
+        return self.hf[key]
+
+    def number(self, key: str, default: float, positive: bool = True, table: dict | None = None) -> float:
+        """A finite real number (> 0 when positive), from `table` (a nested dict) or config.json itself."""
+        table = self.hf if table is None else table
+        value = table.get(key)
+        if value is None:
+            return default
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or (positive and value <= 0):
+            raise ValueError(f"{self.op}: config.json's {key!r} is {value!r:.60} ({type(value).__name__}); expected "
+                             f"a finite number{' > 0' if positive else ''}")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        if self.hf.get(key) is None:
+            return default
+        if not isinstance(self.hf[key], bool):
+            self._fail(key, "true or false")
+        return self.hf[key]
+
+    def str(self, key: str, default: str) -> str:
+        if self.hf.get(key) is None:
+            return default
+        if not isinstance(self.hf[key], str):
+            self._fail(key, "a string")
+        return self.hf[key]
+
+
+def _refuse(op: str, what: str, why: str):
+    raise ValueError(f"{op}: this checkpoint uses {what}, which tinygrad_block does not implement ({why})")
+
+
+def architecture(hf: dict, op: str) -> str:
+    """The class named by config.json's `architectures` (a list of one string), or else by its `model_type`."""
+    names = hf.get("architectures")
+    if names is None:
+        model_type = Fields(hf, op).str("model_type", "")
+        names = [MODEL_TYPES.get(model_type, model_type or "(no architectures, no model_type)")]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{op}: config.json's 'architectures' is {names!r:.60}; expected a list of class names "
+                         "such as [\"LlamaForCausalLM\"]")
+    if len(names) != 1 or names[0] not in ARCHITECTURES:
+        raise ValueError(f"{op}: unsupported architecture {names}; supported: {', '.join(ARCHITECTURES)}")
+    return names[0]
+
+
+def rope(hf: dict, op: str) -> tuple[float, tuple]:
+    """(theta, scaling) from transformers 5's rope_parameters or 4's rope_theta + rope_scaling. scaling is () for
+    the plain RoPE, ('linear', factor) or ('llama3', factor, low_freq_factor, high_freq_factor, original context);
+    any other kind (YaRN, dynamic, longrope, ...) or an unknown key is refused by name."""
+    f, params, kinds = Fields(hf, op), {}, set()
+    for key in ("rope_scaling", "rope_parameters"):
+        table = hf.get(key) or {}
+        if not isinstance(table, dict) or not all(isinstance(v, str | int | float) for v in table.values()):
+            raise ValueError(f"{op}: config.json's {key!r} is {table!r:.80}; expected an object of numbers and a "
+                             "rope_type")
+        params |= table
+        kinds.add(table.get("rope_type", table.get("type", "default")))
+    kinds = kinds - {"default"} or {"default"}
+    if len(kinds) > 1:
+        raise ValueError(f"{op}: config.json's rope_scaling and rope_parameters name different RoPE types "
+                         f"{sorted(kinds)}; which one is meant is ambiguous")
+    kind = kinds.pop()
+    unknown = sorted(set(params) - ROPE_KEYS)
+    if unknown:
+        _refuse(op, f"RoPE settings {unknown}", "only RoPE's theta and the linear and llama3 scalings are read")
+    theta = f.number("rope_theta", f.number("rope_theta", 10000.0), table=params)
+    if kind == "default":
+        return theta, ()
+    factor = f.number("factor", None, table=params)
+    if kind == "linear" and factor is not None:
+        return theta, ("linear", factor)
+    if kind == "llama3" and factor is not None:
+        sizes = [f.number(k, None, table=params) for k in ("low_freq_factor", "high_freq_factor")]
+        context = params.get("original_max_position_embeddings")
+        if None not in sizes and is_int(context) and context > 0:
+            return theta, ("llama3", factor, *sizes, context)
+    if kind in ("linear", "llama3"):
+        raise ValueError(f"{op}: config.json's RoPE scaling {kind!r} needs a factor (and for llama3 low_freq_factor, "
+                         f"high_freq_factor and an integer original_max_position_embeddings); got {params}")
+    _refuse(op, f"RoPE scaling {kind!r}", "the plain RoPE and the 'linear' and 'llama3' scalings are implemented")
+
+
+def _heads(f: Fields, d: int, d_head_default) -> tuple[int, int]:
+    """(n_heads, n_kv_heads), checked to split d_model evenly into heads of d_model / n_heads."""
+    H = f.int("num_attention_heads")
+    H_kv = f.int("num_key_value_heads", H)
+    if d % H:
+        raise ValueError(f"{f.op}: config.json's hidden_size={d} is not divisible by num_attention_heads={H}")
+    if H % H_kv:
+        raise ValueError(f"{f.op}: config.json's num_attention_heads={H} is not divisible by num_key_value_heads="
+                         f"{H_kv} (each key/value head serves an equal group of query heads)")
+    d_head = f.int("head_dim", d_head_default or d // H)
+    if d_head != d // H:
+        _refuse(f.op, f"head_dim={d_head} with hidden_size={d}, heads={H}", "d_head is d_model / n_heads")
+    return H, H_kv
+
+
+def _sliding_window(f: Fields, arch: str) -> int | None:
+    """The attention window, if any layer has one: Mistral's sliding_window; Qwen's when use_sliding_window."""
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and not f.bool("use_sliding_window", False):
+        return None
+    layer_types = f.hf.get("layer_types") or ["sliding_attention"]
+    if not isinstance(layer_types, list):
+        raise ValueError(f"{f.op}: config.json's 'layer_types' is {layer_types!r:.60}; expected a list")
+    if "sliding_attention" not in layer_types or f.hf.get("sliding_window") is None:
+        return None
+    return f.int("sliding_window")
+
+
+def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
+    """Llama, Mistral, Qwen2 (biases on q, k, v) and Qwen3 (RMSNorm on each head's q and k)."""
+    f = Fields(hf, op)
+    d = f.int("hidden_size")
+    H, H_kv = _heads(f, d, 128 if arch == "Qwen3ForCausalLM" else None)   # transformers' Qwen3 default head_dim
+    if f.str("hidden_act", "silu") != "silu":
+        _refuse(op, f"hidden_act={hf['hidden_act']!r}", "a Llama-style FFN here is SwiGLU, with SiLU")
+    bias = f.bool("attention_bias", False), f.bool("mlp_bias", False)
+    if bias[0] != bias[1]:
+        _refuse(op, f"attention_bias={bias[0]} with mlp_bias={bias[1]}", "biases are on every projection or none")
+    if arch == "Qwen3ForCausalLM" and bias[0]:
+        _refuse(op, "attention_bias=true in Qwen3", "Qwen3's attention biases are on q, k, v and o but not the FFN")
+    theta, scaling = rope(hf, op)
+    positions, window = f.int("max_position_embeddings"), _sliding_window(f, arch)
+    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=f.int("intermediate_size"), bias=bias[0],
+                       qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
+                       norm_eps=f.number("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
+                       max_seq_len=min(positions, window or positions), vocab_size=f.int("vocab_size"),
+                       n_layers=f.int("num_hidden_layers"), tie_embeddings=f.bool("tie_word_embeddings", False),
+                       name=arch)
+
+
+def _gpt2_config(hf: dict, op: str) -> BlockConfig:
+    f = Fields(hf, op)
+    act = f.str("activation_function", "gelu_new")
+    if act not in GPT2_ACTIVATIONS:
+        _refuse(op, f"activation_function={act!r}", f"GPT-2's MLP here uses one of {list(GPT2_ACTIVATIONS)}")
+    if not f.bool("scale_attn_weights", True) or f.bool("scale_attn_by_inverse_layer_idx", False):
+        _refuse(op, "attention scores not scaled by 1/sqrt(d_head) alone", "scores are q k^T / sqrt(d_head)")
+    if f.bool("add_cross_attention", False):
+        _refuse(op, "cross-attention", "a decoder-only LM attends to its own tokens")
+    d, H = f.int("n_embd"), f.int("n_head")
+    if d % H:
+        raise ValueError(f"{op}: config.json's n_embd={d} is not divisible by n_head={H}")
+    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H, d_ff=f.int("n_inner", 4 * d), norm="layer",
+                       ffn=GPT2_ACTIVATIONS[act], bias=True, norm_eps=f.number("layer_norm_epsilon", 1e-5),
+                       rope=False, max_seq_len=f.int("n_positions"), vocab_size=f.int("vocab_size"),
+                       n_layers=f.int("n_layer"), tie_embeddings=f.bool("tie_word_embeddings", True),
+                       name="GPT2LMHeadModel")
+
+
+def config_from_hf(hf: dict, op: str = "from_pretrained") -> tuple[str, BlockConfig]:
+    """(architecture, BlockConfig) from config.json's dict. A sliding attention window W caps max_seq_len at W:
+    up to W tokens, windowed attention is exactly full causal attention, and LM refuses longer inputs."""
+    if not isinstance(hf, dict):
+        raise ValueError(f"{op}: config.json holds a JSON {type(hf).__name__}; expected an object")
+    arch = architecture(hf, op)
+    for key, what in NOT_IMPLEMENTED.items():
+        if hf.get(key) not in (None, 1, 1.0) or (key == "quantization_config" and hf.get(key)):
+            _refuse(op, f"{key}={hf[key]!r:.60}", what)
+    try:
+        cfg = _gpt2_config(hf, op) if arch == "GPT2LMHeadModel" else _llama_config(hf, arch, op)
+    except ValueError as e:
+        if str(e).startswith(op):
+            raise
+        raise ValueError(f"{op}: config.json describes a model the engine cannot build: {e}") from None
+    return arch, cfg
+
+
+def hf_architecture(cfg: BlockConfig) -> str:
+    """The Hugging Face class whose layout a config's model is: GPT-2, Qwen2 (biases on q/k/v only), Qwen3 (QK-norm)
+    or Llama (which also holds linear and llama3 RoPE scaling)."""
+    if cfg.lora_rank:
+        raise ValueError("save_pretrained: the model has LoRA adapters, which these layouts have no place for; "
+                         "merge them into the weights (W + scale B A) first")
+    sequential = cfg.norm_position == "pre" and not cfg.parallel and cfg.causal and cfg.n_experts == 1
+    if sequential and cfg.rope and cfg.norm == "rms" and cfg.ffn == "swiglu":
+        if cfg.qk_norm and not (cfg.bias or cfg.qkv_bias):
+            return "Qwen3ForCausalLM"
+        if not cfg.qk_norm:
+            return "Qwen2ForCausalLM" if cfg.qkv_bias and not cfg.bias else "LlamaForCausalLM"
+    if (sequential and not cfg.rope and cfg.norm == "layer" and cfg.bias and cfg.ffn != "swiglu"
+            and cfg.n_kv_heads == cfg.n_heads):
+        return "GPT2LMHeadModel"
+    raise ValueError(f"save_pretrained: no Hugging Face layout fits {cfg}: Llama, Qwen2 and Qwen3 need RoPE, "
+                     "RMSNorm, SwiGLU; GPT-2 needs learned positions, LayerNorm and biases, a GELU or ReLU MLP and "
+                     "n_kv_heads == n_heads; all are pre-norm, sequential, causal and dense")
+
+
+def config_to_hf(cfg: BlockConfig, arch: str, dtype) -> dict:
+    """config.json for `arch` (transformers 4 and 5 both read it). bos/eos tokens are unknown here: null."""
+    common = {"architectures": [arch], "vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings,
+              "torch_dtype": str(dtype), "bos_token_id": None, "eos_token_id": None}
+    if arch == "GPT2LMHeadModel":
+        act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[cfg.ffn]
+        return common | {"model_type": "gpt2", "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_layer": cfg.n_layers,
+                         "n_positions": cfg.max_seq_len, "n_inner": cfg.d_ff, "activation_function": act,
+                         "layer_norm_epsilon": cfg.norm_eps}
+    model_type = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}.get(arch, "llama")
+    hf = common | {"model_type": model_type, "hidden_size": cfg.d_model, "num_attention_heads": cfg.n_heads,
+                   "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.d_head, "intermediate_size": cfg.d_ff,
+                   "num_hidden_layers": cfg.n_layers, "max_position_embeddings": cfg.max_seq_len,
+                   "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "hidden_act": "silu"}
+    if cfg.rope_scaling:
+        keys = ("rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+        hf["rope_scaling"] = dict(zip(keys, cfg.rope_scaling))
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+        qwen = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": cfg.n_layers}
+        return hf | qwen | ({"attention_bias": False} if arch == "Qwen3ForCausalLM" else {})
+    return hf | {"attention_bias": cfg.bias, "mlp_bias": cfg.bias}
