@@ -1,4 +1,4 @@
-"""A checkpoint folder is untrusted input (nn/hf_folder.py, nn/hf_config.py, nn/pretrained.py): every hostile or
+"""A checkpoint folder is untrusted input (hf_folder.py, nn/hf_config.py, nn/pretrained.py): every hostile or
 careless folder below, written by the test itself, is one clear error naming the file and what was expected; nothing
 outside the folder is opened; the size is known before any array is made; a save replaces the folder's checkpoint
 whole, and a process killed in the middle of a save leaves the previous checkpoint loadable."""
@@ -19,7 +19,8 @@ from safetensors.numpy import load_file, save_file
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, cli, nn
-from tinygrad_block.nn import hf_folder, pretrained
+from tinygrad_block import hf_folder
+from tinygrad_block.nn import pretrained
 
 TINY = nn.preset("tiny").with_(n_layers=1, vocab_size=40, name="tiny1")
 LOAD = "from_pretrained"

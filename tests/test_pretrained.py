@@ -30,7 +30,7 @@ TOL = 1e-10
 V, P = 101, 64                    # vocabulary, positions
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=V, max_position_embeddings=P, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-CONFIGS = {   # GQA where the architecture has it; a non-default RoPE base; Qwen2 tied; Mistral with a window of 32
+CONFIGS = {   # GQA where it exists; non-default RoPE bases and scalings; Qwen2 tied; Mistral with a window of 32
     "llama": ("LlamaConfig", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
                                           rms_norm_eps=1e-5)),
     "mistral": ("MistralConfig", SIZES | dict(sliding_window=32, rms_norm_eps=1e-6)),
@@ -40,13 +40,16 @@ CONFIGS = {   # GQA where the architecture has it; a non-default RoPE base; Qwen
                                                             "factor": 8.0, "low_freq_factor": 1.0,
                                                             "high_freq_factor": 4.0,
                                                             "original_max_position_embeddings": 16})),
+    "linear": ("LlamaConfig", SIZES | dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                                            "factor": 4.0})),
     "qwen3": ("Qwen3Config", SIZES | dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
     "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
                                 eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
 }
 ARCHS = list(CONFIGS)
 SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",   # our
-            "llama3": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",              # save_pretrained's layout:
+            "llama3": "LlamaForCausalLM", "linear": "LlamaForCausalLM",           # save_pretrained's layout:
+            "qwen3": "Qwen3ForCausalLM",
             "gpt2": "GPT2LMHeadModel"}                                  # Mistral without its window is Llama
 
 

@@ -1,7 +1,7 @@
 """Text in, text out: one interface, `Tokenizer`, for our character models (`CharTokenizer`, saved as vocab.json)
 and for real checkpoints (`HFTokenizer`, a Hugging Face tokenizer.json run by the `tokenizers` library), and
 `load_tokenizer(folder)`, which reads whichever a folder holds. Its files are untrusted input, checked by
-nn/hf_folder.py (inside the folder, size, valid JSON) and here (types, ids) before anything uses them."""
+hf_folder.py (inside the folder, size, valid JSON) and here (types, ids) before anything uses them."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tokenizers
 
-from .nn.hf_folder import inside, read_json_object, readable
+from .hf_folder import inside, read_json_object, readable, write_text
 
 MAX_BYTES = 64 * 2**20       # the largest tokenizer file read (Llama 3's tokenizer.json is 9 MB)
 BPE_HELP = ("transformers writes one where you trust the folder: "
@@ -82,8 +82,8 @@ class CharTokenizer(Tokenizer):
         return "".join(self.chars[i] for i in self._check_ids(ids))
 
     def save(self, path: Path) -> None:
-        """vocab.json: {character: id}, as Hugging Face tokenizers keep their vocabulary."""
-        Path(path).write_text(json.dumps(self.ids, ensure_ascii=False, indent=0))
+        """vocab.json: {character: id}, as Hugging Face tokenizers keep their vocabulary (written atomically)."""
+        write_text(Path(path), json.dumps(self.ids, ensure_ascii=False, indent=0))
 
     @classmethod
     def load(cls, path: Path) -> CharTokenizer:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .config import BlockConfig
-from .hf_folder import is_int
+from ..hf_folder import is_int
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",

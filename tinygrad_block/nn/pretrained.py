@@ -21,7 +21,7 @@ from ..tensor import Tensor
 from .attention import Attention
 from .config import PRESETS, BlockConfig
 from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
-from .hf_folder import (TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
+from ..hf_folder import (TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
                         write_safetensors, write_text)
 
 __all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
