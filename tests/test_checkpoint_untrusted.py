@@ -317,6 +317,9 @@ def test_loading_reads_each_tensor_once_into_its_final_array(good, monkeypatch):
     params = model.parameters()
     assert len(reads) == len(params)
     assert all(np.shares_memory(p.data, a) for p, a in zip(params, reads))
+    built = nn.LM(TINY, generator=tb.Generator(0)).layers[0].attn             # RoPE tables as a model makes them
+    assert np.array_equal(model.layers[0].attn.rope_cos.numpy(), built.rope_cos.numpy())
+    assert np.array_equal(model.layers[0].attn.rope_sin.numpy(), built.rope_sin.numpy())
 
 
 def test_bf16_and_f16_are_converted_in_chunks_exactly(tmp_path, monkeypatch):

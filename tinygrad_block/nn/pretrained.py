@@ -233,19 +233,26 @@ def load_pretrained(model_class, path, dtype=float32, device="cpu"):
     _check_tensors(layout, shapes, found, op)
     if tied_copy is not None:
         _check_tied_copy(tied_copy, found[next(hf for hf, (_, o) in layout.items() if o == ["embed.weight"])], op)
+    if get_backend(device).name != "meta":                             # on meta the shapes are all there is
+        _read_weights(model, layout, found, dtype, device, op)
+    model.tokenizer = tokenizer
+    return model
+
+
+def _read_weights(model, layout: dict, found: dict, dtype, device, op: str) -> None:
+    """Point each parameter of the meta-built model at its values, read from the file on `device`; then make the
+    RoPE tables there, once, shared by every layer."""
     params = dict(model.named_parameters())
-    for hf, (conv1d, ours) in layout.items() if get_backend(device).name != "meta" else ():   # meta: shapes only
-        parts = from_hf(conv1d, read_array(found[hf], np.dtype(dtype), op), [shapes[o] for o in ours])
+    for hf, (conv1d, ours) in layout.items():
+        parts = from_hf(conv1d, read_array(found[hf], np.dtype(dtype), op), [params[o].shape for o in ours])
         for name, a in zip(ours, parts):
             t = Tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
             params[name].data, params[name].backend = t.data, t.backend
-    attention = [m for _, m in model.named_modules() if isinstance(m, Attention)]
-    if cfg.rope and attention:                  # built on meta; made once beside the weights, shared by every layer
+    attention = [m for _, m in model.named_modules() if isinstance(m, Attention) and m.cfg.rope]
+    if attention:
         attention[0].make_rope_tables(dtype, device)
         for module in attention[1:]:
             module.rope_cos, module.rope_sin = attention[0].rope_cos, attention[0].rope_sin
-    model.tokenizer = tokenizer
-    return model
 
 
 def save_pretrained(model, path) -> Path:
