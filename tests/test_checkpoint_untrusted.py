@@ -296,6 +296,18 @@ def test_a_config_too_large_to_fit_fails_before_any_allocation(ckpt, monkeypatch
     assert 0 < free and accounting.total_params(cfg) * 4 > free
 
 
+def test_a_context_too_long_to_tabulate_fails_before_any_allocation(ckpt, monkeypatch):
+    monkeypatch.setattr(pretrained, "read_array", lambda *a: pytest.fail("an array was read"))
+    edit_config(ckpt, max_position_embeddings=10**11)
+    refused(ckpt, LOAD, f"RoPE tables of {2 * 10**11 * TINY.d_head:,} numbers ({10**11:,} positions)", "more than")
+
+
+def test_a_weight_dtype_is_checked_before_any_tensor_is_read(ckpt, monkeypatch):
+    monkeypatch.setattr(pretrained, "read_array", lambda *a: pytest.fail("an array was read"))
+    name = broken_entry(ckpt, lambda h, first: h[first].update(dtype="I32"))       # F32 and I32: 4 bytes each
+    refused(ckpt, LOAD, f"tensor {name} in model.safetensors is I32", "expected F64, F32, F16 or BF16")
+
+
 def test_a_model_that_would_not_fit_in_the_free_memory_is_refused(ckpt, monkeypatch):
     monkeypatch.setattr(pretrained, "available_bytes", lambda device: None if device == "meta" else 1000)
     n = accounting.total_params(TINY)

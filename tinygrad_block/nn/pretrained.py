@@ -21,7 +21,7 @@ from ..tensor import Tensor
 from .attention import Attention
 from .config import PRESETS, BlockConfig
 from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
-from ..hf_folder import (TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
+from ..hf_folder import (FLOATS, TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
                         write_safetensors, write_text)
 
 __all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
@@ -126,14 +126,14 @@ def available_bytes(device) -> int | None:
 def check_size(cfg: BlockConfig, dtype, device, op: str) -> int:
     """The bytes the model's weights take in `dtype` (accounting's closed form: no array made), refused before any
     allocation when they exceed what the device has free. Returns them."""
-    n = total_params(cfg)
-    nbytes = n * as_dtype(dtype, op).itemsize
-    free = available_bytes(device)
-    if n > MAX_PARAMETERS or (free is not None and nbytes > free):
+    n, itemsize = total_params(cfg), as_dtype(dtype, op).itemsize
+    tables = 2 * cfg.max_seq_len * cfg.d_head if cfg.rope else 0     # RoPE's cos and sin, shared by the layers
+    nbytes, free = (n + tables) * itemsize, available_bytes(device)
+    if n + tables > MAX_PARAMETERS or (free is not None and nbytes > free):
         room = f"{free / 2**30:,.1f} GiB free on {device}" if free is not None else "no published model is as large"
         raise ValueError(f"{op}: config.json describes {n:,} parameters ({cfg.n_layers:,} layers, d_model "
-                         f"{cfg.d_model:,}, vocabulary {cfg.vocab_size:,}): {nbytes / 2**30:,.1f} GiB in {dtype}, "
-                         f"more than {room}")
+                         f"{cfg.d_model:,}, vocabulary {cfg.vocab_size:,}) and RoPE tables of {tables:,} numbers "
+                         f"({cfg.max_seq_len:,} positions): {nbytes / 2**30:,.1f} GiB in {dtype}, more than {room}")
     return nbytes
 
 
@@ -196,6 +196,9 @@ def _check_tensors(layout: dict, shapes: dict, headers: dict, op: str) -> None:
     if missing or unexpected or misshaped:
         raise ValueError(f"{op}: the checkpoint's tensors do not fit the model its config.json describes: "
                          f"missing {missing}, unexpected {unexpected}, misshaped {misshaped}")
+    for e in (headers[n] for n in sorted(expected)):
+        if e.dtype not in FLOATS:
+            raise ValueError(f"{op}: tensor {e.name} in {e.file.name} is {e.dtype}; expected F64, F32, F16 or BF16")
 
 
 def _check_tied_copy(copy: TensorEntry, embedding: TensorEntry, op: str) -> None:
