@@ -62,13 +62,13 @@ def _deliver(edge, g, scope: tuple, grads: dict, meets: dict | None) -> None:
     if meets is not None:
         meets[edge] = scope = _common(meets.get(edge, scope), scope)
     if isinstance(edge, Function):
-        grads[edge] = g if edge not in grads else _sum(grads[edge], g, scope)
+        grads[edge] = g if edge not in grads else _sum(grads[edge], g, scope, edge)
     else:
-        edge.grad = g if edge.grad is None else _sum(edge.grad, g, scope)
+        edge.grad = g if edge.grad is None else _sum(edge.grad, g, scope, edge)
 
 
-def _sum(a, b, scope: tuple):
-    with trace.accumulating(scope):
+def _sum(a, b, scope: tuple, edge):
+    with trace.accumulating(scope, edge):
         return a + b
 
 

@@ -33,6 +33,7 @@ class Node:
     flops: int = 0
     inputs: list = field(default_factory=list)    # node indices
     tensor: object = None           # the output, for value summaries (kept alive while recording)
+    source: int | None = None       # backward: the node of the forward op differentiated, or (a sum) whose gradient
 
 
 class Graph:
@@ -44,7 +45,8 @@ class Graph:
         self._made_by: dict = {}                  # id(array) -> node index
         self._names = names or {}                 # id(array) -> (kind, name, scope): params, buffers, inputs
         self._ids = [t for t in inputs if str(t.dtype).startswith(("int", "uint"))]   # integer inputs: indices
-        self._alive: list = []                    # arrays whose ids are keys above
+        self._alive: list = []                    # arrays (and forward Functions) whose ids are keys here
+        self._op_node: dict = {}                  # id(forward Function) -> its node index
 
     def _node_of(self, t, phase: str, op_scope: tuple, step: str = "", name: str = "const") -> int:
         """The node of an op's input; a tensor no recorded op made becomes a source node: a named parameter,
@@ -81,11 +83,24 @@ class Graph:
         if phase == "forward":
             ins += self._index_of(event.op, event.scope, event.step)
         self.nodes.append(Node("op", event.op.name, out.shape, str(out.dtype), event.scope, phase, event.origin,
-                               event.step, event.flops, ins, out))
+                               event.step, event.flops, ins, out, self._source(event)))
         self._made_by[id(out.data)] = len(self.nodes) - 1
         self._alive.append(out.data)
+        if phase == "forward":
+            self._op_node[id(event.op)] = len(self.nodes) - 1
+            self._alive.append(event.op)
         if self.retain_grads and phase == "forward" and out.requires_grad:
             out.retain_grad()
+
+    def _source(self, event) -> int | None:
+        """Backward: the node of the forward op this call differentiates; for a sum of gradients, the node whose
+        gradient it is (the op that made the tensor, or the parameter or input itself)."""
+        src = event.source
+        if src is None:
+            return None
+        if hasattr(src, "data") and id(src.data) in self._made_by:          # a leaf tensor
+            return self._made_by[id(src.data)]
+        return self._op_node.get(id(src))
 
     def ops(self, phase: str | None = None) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.kind == "op" and (phase is None or n.phase == phase)]

@@ -20,6 +20,7 @@ class Trace:
     scope: tuple = ()   # the module path, e.g. ('model', 'layers.0', 'attn', 'q_proj')
     step = ""           # the named step inside that module: 'rope', 'scores', 'softmax', 'residual', ...
     origin = ""         # in backward: the forward op being differentiated ('accumulate' where gradients sum)
+    source = None       # in backward: that forward Function; for a sum, the Function or leaf whose gradient it is
 
 
 TRACE = Trace()
@@ -35,6 +36,7 @@ class Event:
     scope: tuple        # module path; in backward, the module whose forward op is differentiated
     step: str           # named step in that module ('' where the module names none)
     origin: str         # backward: the forward op differentiated, or 'accumulate'; '' in forward
+    source: object = None   # backward: the Function differentiated; for 'accumulate', whose gradient is summed
 
     @property
     def flops(self) -> int:
@@ -44,7 +46,7 @@ class Event:
 
 def emit(op, inputs: tuple, output) -> None:
     """Tell every observer that `op` ran (called by Function.apply when there are observers)."""
-    event = Event(op, inputs, output, TRACE.phase, TRACE.scope, TRACE.step, TRACE.origin)
+    event = Event(op, inputs, output, TRACE.phase, TRACE.scope, TRACE.step, TRACE.origin, TRACE.source)
     for observer in TRACE.observers:
         observer(event)
 
@@ -107,11 +109,12 @@ def differentiating(fn) -> _Set | _Nothing:
     Observers are the only readers, so with none this changes nothing."""
     if not TRACE.observers:
         return NOTHING
-    return _Set(phase="backward", scope=fn.scope, step=fn.step, origin=fn.name)
+    return _Set(phase="backward", scope=fn.scope, step=fn.step, origin=fn.name, source=fn)
 
 
-def accumulating(scope: tuple) -> _Set | _Nothing:
-    """Gradients of a tensor used several times add up: that sum is counted and drawn in module `scope`."""
+def accumulating(scope: tuple, target=None) -> _Set | _Nothing:
+    """Gradients of a tensor used several times add up: that sum is counted and drawn in module `scope`;
+    `target` is whose gradient it is (the Function that made the tensor, or the leaf tensor itself)."""
     if not TRACE.observers:
         return NOTHING
-    return _Set(phase="backward", scope=scope, step="", origin="accumulate")
+    return _Set(phase="backward", scope=scope, step="", origin="accumulate", source=target)

@@ -1,0 +1,206 @@
+"""The graph explorer: a recorded Graph as one self-contained HTML page a learner clicks through. Python decides
+what the page holds — every primitive of the forward and backward views (identical layers stored once), the module
+tree with what each module sums up (parameters, FLOPs, bytes), each op's shapes, dtypes, FLOPs and bytes, which
+backward ops differentiate which forward op, autograd's order — and explorer/explorer.js only shows and hides it,
+laid out by graphviz (compiled to WebAssembly, inside the page).
+
+    page = tb.explore(block, x)                 # forward and backward of block(x), recorded
+    page.save("block.html")                      # open it in a browser; in Jupyter, `page` shows itself
+    python -m tinygrad_block graph --preset llama2-70b --model --out model.html
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .graph import Graph, record_graph
+from .graph_dot import STYLE
+from .graph_view import GraphView
+
+ASSETS = Path(__file__).parent / "explorer"
+VIEWS = {"permute", "expand", "slice"}      # outputs that alias their input (measure.ALIASES): no bytes moved
+BINS = 24                                   # histogram bars of a tensor's values
+SAMPLE = 200_000                            # values a histogram or statistic looks at, at most (evenly spaced)
+KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module"}   # data-kind; the rest are tensors
+
+
+class Explorer:
+    """The page: `.html` (the text), `.save(path)`, and inline display in Jupyter (`_repr_html_`)."""
+
+    def __init__(self, html_text: str, title: str):
+        self.html, self.title = html_text, title
+
+    def save(self, path) -> Path:
+        """Write the page (one file, nothing fetched when it opens). Returns the path."""
+        from .hf_folder import write_text
+        path = Path(path)
+        if path.suffix.lower() != ".html":
+            raise ValueError(f"Explorer.save: {path} must end in .html")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, self.html)
+        return path
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe srcdoc="{html.escape(self.html)}" style="width:100%;height:720px;border:1px solid #ccc" '
+                f'title="{html.escape(self.title)}"></iframe>')
+
+    def __repr__(self) -> str:
+        return f"<Explorer {self.title!r}: {len(self.html):,} bytes; .save('graph.html') or display it in Jupyter>"
+
+
+def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool = True, values: bool | None = None,
+            title: str | None = None) -> Explorer:
+    """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
+    its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
+    adds each tensor's statistics and histogram, and gradients."""
+    from .tensor import ones_like
+    values = all(getattr(t, "device", "meta") != "meta" for t in inputs) if values is None else values
+    with record_graph(module, *inputs, retain_grads=values and backward) as graph:
+        out = module(*inputs)
+        if backward:
+            out.backward(ones_like(out))
+    name = module.scope_name or type(module).__name__.lower()
+    return explorer(graph, module, title=title or f"{name}: {type(module).__name__}, inputs "
+                    f"{', '.join(str(tuple(t.shape)) for t in inputs)}", depth=depth, fold=fold, values=values)
+
+
+def explorer(graph: Graph, module=None, *, title: str = "graph", depth: int = 1, fold: bool = True,
+             values: bool = False) -> Explorer:
+    """The page of a recorded graph (both phases when it holds a backward)."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
+    data = payload(graph, module, title=title, depth=depth, fold=fold, values=values)
+    text = (ASSETS / "template.html").read_text()
+    for key, value in {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
+                       "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
+                       "DATA": json.dumps(data, separators=(",", ":")).replace("</", "<\\/")}.items():
+        text = text.replace(f"/*{key}*/", value)
+    return Explorer(text, title)
+
+
+# ---------------------------------------------------------------- what the page holds
+def payload(graph: Graph, module, *, title: str, depth: int, fold: bool, values: bool) -> dict:
+    """Everything the script shows, as JSON-ready data: nodes and edges of each phase, the module tree."""
+    phases = ["forward"] + (["backward"] if graph.ops("backward") else [])
+    views = {p: graph.view(None, backward=p == "backward", values=False, fold=fold) for p in phases}
+    ids = {p: {} for p in phases}                     # graph node index -> page id of the node drawing it
+    nodes = []
+    for p, view in views.items():
+        for n in view.nodes:
+            ids[p].update({i: f"{p[0]}{n.name}" for i in n.members})
+    for p, view in views.items():
+        nodes += [_node(graph, view, n, p, ids, values) for n in view.nodes]
+    _link(nodes)
+    edges = {p: [[f"{p[0]}{e.src}", f"{p[0]}{e.dst}", list(e.shape), e.highway] for e in v.edges]
+             for p, v in views.items()}
+    return {"title": title, "depth": depth, "phases": phases, "style": STYLE, "nodes": nodes, "edges": edges,
+            "modules": _modules(graph, module, views, nodes), "values": values}
+
+
+def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool) -> dict:
+    """One drawn node: what the hover card shows."""
+    g = graph.nodes[n.members[0]] if n.members else None
+    ins = [graph.nodes[j] for j in g.inputs] if g is not None and n.kind != "grad" else []
+    out = {"id": f"{phase[0]}{n.name}", "phase": phase, "kind": n.kind, "data_kind": KINDS.get(n.kind, "tensor"),
+           "label": n.label, "path": ".".join(n.scope), "step": n.step, "note": n.note, "origin": n.origin,
+           "shape": list(n.shape), "dtype": n.dtype, "scalar": n.scalar,
+           "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
+           "matmul_flops": n.flops if n.label == "matmul" else 0}
+    if n.kind in KINDS:
+        written = 0 if n.label in VIEWS else _nbytes(n.shape, n.dtype)
+        out |= {"bytes_read": 0 if n.label in VIEWS else sum(_nbytes(i.shape, i.dtype) for i in ins),
+                "bytes_written": written}
+    if phase == "backward" and n.kind != "grad" and g is not None and g.source is not None:
+        out["source"] = ids["forward"].get(g.source)      # the forward op differentiated (a sum: whose gradient)
+    if values and g is not None:
+        out |= _stats(g.tensor, "value") | (_stats(g.tensor.grad, "grad") if getattr(g.tensor, "grad", None)
+                                            is not None else {})
+    return out
+
+
+def _nbytes(shape, dtype: str) -> int:
+    size = 1
+    for d in shape:
+        size *= d
+    return size * {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bool": 1}.get(dtype, 4)
+
+
+def _stats(t, what: str) -> dict:
+    """mean, std, min, max and a histogram of a tensor's finite values (at most SAMPLE of them, evenly spaced)."""
+    if t is None or t.device == "meta" or not t.size:
+        return {}
+    v = t.numpy().astype("float64").ravel()
+    v = v[::max(1, v.size // SAMPLE)]
+    v = v[(v == v) & (abs(v) != float("inf"))]              # masked attention scores hold -inf
+    if not v.size:
+        return {}
+    lo, hi = float(v.min()), float(v.max())
+    k = ((v - lo) * (BINS / (hi - lo))).astype("int64").clip(0, BINS - 1) if hi > lo else v.astype("int64") * 0
+    return {what: {"mean": float(v.mean()), "std": float(v.std()), "min": lo, "max": hi,
+                   "hist": [int((k == b).sum()) for b in range(BINS)] if hi > lo else [int(v.size)]}}
+
+
+def _link(nodes: list) -> None:
+    """Forward ops list the backward ops that differentiate them (`grads`); backward ops get their place in
+    autograd's order (`order`), the order the sweep ran them."""
+    by_id = {n["id"]: n for n in nodes}
+    order = 0
+    for n in nodes:
+        if n["phase"] == "backward" and n["data_kind"] == "op":
+            n["order"], order = order, order + 1
+            if n.get("source") in by_id:
+                by_id[n["source"]].setdefault("grads", []).append(n["id"])
+
+
+def _modules(graph: Graph, module, views: dict, nodes: list) -> dict:
+    """The module tree: {path: label, parent, depth, repeat (a fold of identical layers), parameters, FLOPs and
+    matmul FLOPs per phase, bytes written by its forward ops (its activations), its output shape per phase}; each
+    sums what it holds, a fold counted once per layer it stands for."""
+    folds = views["forward"].folds
+    tree: dict = {}
+    for n in nodes:
+        scope = tuple(n["path"].split(".")) if n["path"] else ()
+        for k in range(1, len(scope) + 1):
+            path = ".".join(scope[:k])
+            if path not in tree:
+                repeat = folds[scope[:k]][1] - folds[scope[:k]][0] + 1 if scope[:k] in folds else 1
+                tree[path] = {"label": views["forward"].module_name(scope[:k]), "parent": ".".join(scope[:k - 1]),
+                              "depth": k - 1, "repeat": repeat, "own": _zero(), "shape": {}}
+        if scope:
+            own = tree[".".join(scope)]["own"]
+            own["flops"][n["phase"]] += n["flops"]
+            own["matmul_flops"][n["phase"]] += n["matmul_flops"]
+            own["parameters"] += _size(n["shape"]) if n["kind"] == "param" else 0
+            own["activation_bytes"] += n.get("bytes_written", 0) if n["phase"] == "forward" else 0
+            for k in range(1, len(scope) + 1):                  # a module's output: the last op inside it
+                if n["data_kind"] == "op":
+                    tree[".".join(scope[:k])]["shape"][n["phase"]] = n["shape"]
+    for path in sorted(tree, key=lambda p: -tree[p]["depth"]):   # children before parents
+        m = tree[path]
+        total = m.setdefault("total", _zero())
+        _add(total, m.pop("own"))
+        if m["parent"]:
+            _add(tree[m["parent"]].setdefault("total", _zero()), total, m["repeat"])
+    return tree
+
+
+def _zero() -> dict:
+    return {"parameters": 0, "activation_bytes": 0, "flops": {"forward": 0, "backward": 0},
+            "matmul_flops": {"forward": 0, "backward": 0}}
+
+
+def _add(into: dict, what: dict, times: int = 1) -> None:
+    for key, value in what.items():
+        if isinstance(value, dict):
+            for phase in value:
+                into[key][phase] += value[phase] * times
+        else:
+            into[key] += value * times
+
+
+def _size(shape) -> int:
+    size = 1
+    for d in shape:
+        size *= d
+    return size

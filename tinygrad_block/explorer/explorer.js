@@ -1,0 +1,282 @@
+// The graph explorer's script: it shows and hides what Python put in the page (the JSON in #data), and asks
+// graphviz (Viz, compiled to WebAssembly, inside the page) to lay out what is shown. State: which modules are open,
+// which phases are shown, the op selected, the backward step, the search and the colouring.
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent);
+const byId = Object.fromEntries(D.nodes.map(n => [n.id, n]));
+const modules = D.modules;
+const root = Object.keys(modules).filter(p => modules[p].depth === 0);
+const open = new Set(Object.keys(modules).filter(p => modules[p].depth < Math.max(D.depth, 1)));
+const steps = D.nodes.filter(n => n.order !== undefined).sort((a, b) => a.order - b.order);
+let shown = D.phases.length > 1 ? ["forward", "backward"] : ["forward"];
+let selected = null, step = -1, query = "", colour = "none", viz = null;
+
+const fmt = n => n.toLocaleString("en-US");
+const shape = s => "(" + s.join(", ") + (s.length === 1 ? "," : "") + ")";
+const human = (n, unit) => {
+  for (const [p, k] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]]) if (n >= k) return (n / k).toFixed(2) + " " + p + unit;
+  return fmt(n) + " " + unit;
+};
+const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+const q = s => '"' + String(s).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
+
+// The module a node is drawn inside of, collapsed: the outermost closed module on its path (none: drawn itself).
+function closedAncestor(path) {
+  if (!path) return null;
+  const parts = path.split(".");
+  for (let k = 1; k <= parts.length; k++) {
+    const p = parts.slice(0, k).join(".");
+    if (modules[p] && modules[p].depth > 0 && !open.has(p)) return p;
+  }
+  return null;
+}
+const drawnAs = n => { const m = closedAncestor(n.path); return m === null ? n.id : "m:" + n.phase + ":" + m; };
+
+function boxLabel(path, phase) {
+  const m = modules[path], t = m.total, f = t.flops[phase] / m.repeat;
+  const head = m.label + (phase === "backward" ? "′" : "") + (m.repeat > 1 ? "  × " + m.repeat : "");
+  const flops = m.repeat > 1 ? human(f, "FLOPs") + " each\n× " + m.repeat + " = " + human(t.flops[phase], "FLOPs")
+    : human(t.flops[phase], "FLOPs");
+  return head + "\n" + (m.shape[phase] ? shape(m.shape[phase]) + "\n" : "") + flops;
+}
+function nodeLabel(n) {
+  if (n.kind === "residual" || n.kind === "accumulate") return "+\n" + n.note + "\n" + shape(n.shape);
+  if (n.kind === "op") return n.label + (n.scalar ? " (with a scalar)" : "") + (n.note ? "\n" + n.note : "") +
+    "\n" + shape(n.shape) + " " + n.dtype + (n.flops ? "\n" + fmt(n.flops) + (n.flops === 1 ? " FLOP" : " FLOPs") : "");
+  return n.label + "\n" + shape(n.shape);
+}
+function heat(value, max) {            // white to red, on a log scale
+  if (!max || !value) return "#ffffff";
+  const t = Math.log1p(value) / Math.log1p(max), c = Math.round(255 - 200 * t);
+  return "#ff" + c.toString(16).padStart(2, "0").repeat(2);
+}
+const cost = (id, phase) => {
+  if (id.startsWith("m:")) {
+    const t = modules[id.split(":")[2]].total;
+    return colour === "flops" ? t.flops[phase] : t.activation_bytes;
+  }
+  const n = byId[id];
+  return colour === "flops" ? n.flops : (n.bytes_read || 0) + (n.bytes_written || 0);
+};
+
+// DOT text of one phase as it stands: open modules as dashed frames, closed ones as boxes.
+function dot(phase) {
+  const items = new Map();                            // drawn id -> module path it sits in
+  for (const n of D.nodes) if (n.phase === phase) {
+    const id = drawnAs(n);
+    if (!items.has(id)) items.set(id, id.startsWith("m:") ? modules[id.split(":")[2]].parent : n.path);
+  }
+  const max = colour === "none" ? 0 : Math.max(0, ...[...items.keys()].map(id => cost(id, phase)));
+  const decl = id => {
+    const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '", style="filled,rounded"';
+    if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(id.split(":")[2], phase)) + fill + "];";
+    const n = byId[id];
+    return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ", label=" + q(nodeLabel(n)) + fill + "];";
+  };
+  const inside = new Map();                           // open module path -> drawn ids directly in it
+  for (const [id, path] of items) {
+    let p = path || "";
+    while (p && !(open.has(p) && modules[p].depth > 0)) p = modules[p] ? modules[p].parent : "";
+    if (!inside.has(p)) inside.set(p, []);
+    inside.get(p).push(id);
+  }
+  const children = p => Object.keys(modules).filter(c => modules[c].parent === p && open.has(c));
+  const lines = [];
+  const emit = (p, indent) => {
+    for (const id of inside.get(p) || []) lines.push(indent + decl(id));
+    for (const c of children(p)) {
+      const before = lines.length;
+      lines.push(indent + "subgraph " + q("cluster_" + phase + ":" + c) + " {");
+      lines.push(indent + '  id=' + q("c:" + phase + ":" + c) + '; label=' + q(modules[c].label +
+        (modules[c].repeat > 1 ? "  × " + modules[c].repeat : "") + "  (click to close)") +
+        '; style="rounded,dashed"; color="#9e9e9e"; fontsize=10; fontcolor="#4c8a46";');
+      emit(c, indent + "  ");
+      if (lines.length === before + 2) lines.splice(before); else lines.push(indent + "}");
+    }
+  };
+  for (const r of root) emit(r, "  ");
+  emit("", "  ");
+  const seen = new Set(), edges = [];
+  for (const [s, d, sh, highway] of D.edges[phase]) {
+    const a = drawnAs(byId[s]), b = drawnAs(byId[d]), key = a + ">" + b;
+    if (a === b || seen.has(key)) continue;
+    seen.add(key);
+    edges.push("  " + q(a) + " -> " + q(b) + " [label=" + q(shape(sh)) + (highway ? ', penwidth=3, color="#2e7d32", weight=50' : "") + "];");
+  }
+  return 'digraph G {\n  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10];\n' +
+    '  edge [fontname="Helvetica", fontsize=8, color="#777777"];\n' + lines.join("\n") + "\n" + edges.join("\n") + "\n}";
+}
+
+// Drawing, and what each drawn thing answers.
+function render() {
+  const panes = document.getElementById("panes");
+  panes.replaceChildren();
+  for (const phase of shown) {
+    const pane = document.createElement("section");
+    pane.className = "pane";
+    pane.dataset.phase = phase;
+    pane.innerHTML = "<h2>" + (phase === "forward" ? "forward" : "backward: the gradient flow") + "</h2>";
+    const svg = viz.renderSVGElement(dot(phase));
+    const natural = parseFloat(svg.getAttribute("width"));
+    svg.setAttribute("width", "100%");                   // as wide as the pane, never wider than drawn
+    svg.removeAttribute("height");
+    svg.style.maxWidth = natural + "pt";
+    pane.appendChild(svg);
+    panes.appendChild(pane);
+    decorate(svg, phase);
+  }
+  highlight();
+}
+
+function decorate(svg, phase) {
+  for (const g of svg.querySelectorAll("g.node")) {
+    const id = g.id;
+    if (id.startsWith("m:")) {
+      const path = id.split(":")[2];
+      Object.assign(g.dataset, {path, kind: "module", phase, collapsed: "true"});
+      g.addEventListener("click", () => { open.add(path); render(); });
+      g.addEventListener("mouseenter", () => card(moduleCard(path, phase)));
+    } else {
+      const n = byId[id];
+      Object.assign(g.dataset, {path: n.path, kind: n.data_kind, phase, collapsed: "false", id: n.id});
+      g.addEventListener("click", () => { selected = selected === id ? null : id; highlight(); card(nodeCard(n)); });
+      g.addEventListener("mouseenter", () => card(nodeCard(n)));
+    }
+  }
+  for (const g of svg.querySelectorAll("g.cluster")) {
+    const path = g.id.split(":").slice(2).join(":");
+    Object.assign(g.dataset, {path, kind: "module", phase, collapsed: "false"});
+    const text = g.querySelector("text");
+    if (text) text.addEventListener("click", () => { close(path); render(); });
+    g.addEventListener("mouseenter", e => { if (e.target === g) card(moduleCard(path, phase)); });
+  }
+}
+
+function close(path) {
+  for (const p of [...open]) if (p === path || p.startsWith(path + ".")) open.delete(p);
+}
+
+// The ops that belong together across the phases: a forward op and the backward ops that differentiate it.
+function linked(id) {
+  const n = byId[id];
+  return n.phase === "forward" ? [id, ...(n.grads || [])] : [id, ...(n.source ? [n.source] : [])];
+}
+function highlight() {
+  const hl = new Set(selected ? linked(selected).map(i => drawnAs(byId[i])) : []);
+  const cur = step >= 0 ? new Set(linked(steps[step].id).map(i => drawnAs(byId[i]))) : new Set();
+  const matches = new Set(), boxes = new Set();
+  if (query) for (const n of D.nodes) {
+    if (shown.includes(n.phase) && (n.label + " " + n.path + " " + n.step).toLowerCase().includes(query)) {
+      matches.add(drawnAs(n));
+      if (drawnAs(n) !== n.id) boxes.add(drawnAs(n));
+    }
+  }
+  for (const g of document.querySelectorAll("#panes g.node")) {
+    g.classList.toggle("hl", hl.has(g.id));
+    g.classList.toggle("current", cur.has(g.id));
+    g.classList.toggle("match", matches.has(g.id));
+    g.classList.toggle("dim", query !== "" && !matches.has(g.id));
+  }
+  document.getElementById("matches").textContent = query ?
+    matches.size + " shown" + (boxes.size ? " (" + boxes.size + " inside closed boxes)" : "") : "";
+}
+
+function reveal(n) {               // open every module on the node's path, so it is drawn itself
+  const parts = n.path ? n.path.split(".") : [];
+  for (let k = 1; k <= parts.length; k++) open.add(parts.slice(0, k).join("."));
+}
+
+// The card: what a learner asks of a node or a module.
+function card(html) {
+  const el = document.getElementById("card");
+  el.innerHTML = html;
+  el.hidden = false;
+}
+const row = (k, v) => "<tr><td>" + k + "</td><td>" + v + "</td></tr>";
+function hist(s) {
+  const max = Math.max(...s.hist), w = 300 / s.hist.length;
+  const bars = s.hist.map((c, i) => '<rect x="' + (i * w) + '" y="' + (40 - 40 * c / max) + '" width="' + (w - 1) +
+    '" height="' + (40 * c / max) + '"></rect>').join("");
+  return '<svg class="hist" width="300" height="44">' + bars + "</svg><br>" + s.min.toPrecision(3) + " … " + s.max.toPrecision(3);
+}
+const stats = (s, what) => s ? row(what, "mean " + s.mean.toPrecision(3) + ", std " + s.std.toPrecision(3)) +
+  row("", hist(s)) : "";
+function nodeCard(n) {
+  const other = n.phase === "forward" ? (n.grads || []).length + " backward op(s) differentiate it" :
+    n.source ? (n.origin === "accumulate" ? "adds up the gradients of " : "differentiates ") +
+      byId[n.source].label + " (" + (byId[n.source].path || "input") + ")" : "";
+  return "<h3>" + esc(n.label) + (n.note ? " <small>" + esc(n.note) + "</small>" : "") + "</h3><table>" +
+    row("kind", n.data_kind + (n.kind !== n.data_kind ? " (" + n.kind + ")" : "") + ", " + n.phase) +
+    row("module", esc(n.path || "(outside every module)")) + (n.step ? row("step", esc(n.step)) : "") +
+    (n.inputs.length ? row("inputs", n.inputs.map(([s, d]) => shape(s) + " " + d).join("<br>")) : "") +
+    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + n.dtype) +
+    (n.data_kind === "op" ? row("FLOPs", '<span class="flops">' + fmt(n.flops) + "</span>" +
+      (n.matmul_flops ? " (all matmul)" : " (no matmul)")) +
+      row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) : "") +
+    (other ? row(n.phase === "forward" ? "backward" : "forward", esc(other)) : "") +
+    stats(n.value, "value") + stats(n.grad, "gradient") + "</table>";
+}
+function moduleCard(path, phase) {
+  const m = modules[path], t = m.total;
+  return "<h3>" + esc(m.label) + (m.repeat > 1 ? " × " + m.repeat : "") + "</h3><table>" +
+    row("module", esc(path)) + row("parameters", fmt(t.parameters)) +
+    row("FLOPs forward", fmt(t.flops.forward) + " (matmul " + fmt(t.matmul_flops.forward) + ")") +
+    (D.phases.length > 1 ? row("FLOPs backward", fmt(t.flops.backward) + " (matmul " + fmt(t.matmul_flops.backward) + ")") : "") +
+    row("activations", human(t.activation_bytes, "B") + " written by its forward ops") +
+    (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + "</table>";
+}
+
+// Stepping through the backward pass in autograd's order.
+function go(k) {
+  if (!steps.length) return;
+  step = Math.max(0, Math.min(steps.length - 1, k));
+  const n = steps[step];
+  reveal(n);
+  if (n.source) reveal(byId[n.source]);
+  if (!shown.includes("backward")) shown = ["forward", "backward"];
+  document.getElementById("step-text").textContent = "op " + (step + 1) + " of " + steps.length + ": " + n.label +
+    (n.origin === "accumulate" ? " (gradients add up)" : " (backward of " + n.origin + ")") + " in " + (n.path || "—");
+  render();
+  card(nodeCard(n));
+}
+
+function controls() {
+  const phases = document.getElementById("phases");
+  const choices = D.phases.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", ["forward", "backward"]]] : [];
+  for (const [name, list] of choices) {
+    const b = document.createElement("button");
+    b.textContent = name;
+    b.id = "phase-" + name;
+    b.addEventListener("click", () => { shown = list; render(); mark(); });
+    phases.appendChild(b);
+  }
+  const mark = () => { for (const [name, list] of choices) document.getElementById("phase-" + name).classList.toggle("on", list.join() === shown.join()); };
+  mark();
+  document.getElementById("expand-all").addEventListener("click", () => { Object.keys(modules).forEach(p => open.add(p)); render(); });
+  document.getElementById("collapse-all").addEventListener("click", () => { open.clear(); root.forEach(p => open.add(p)); render(); });
+  const search = document.getElementById("search");
+  search.addEventListener("input", () => { query = search.value.trim().toLowerCase(); highlight(); });
+  search.addEventListener("keydown", e => {
+    if (e.key !== "Enter" || !query) return;
+    const n = D.nodes.find(x => shown.includes(x.phase) && (x.label + " " + x.path + " " + x.step).toLowerCase().includes(query));
+    if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); }
+  });
+  document.getElementById("colour").addEventListener("change", e => { colour = e.target.value; render(); });
+  if (steps.length) {
+    document.getElementById("stepper").hidden = false;
+    document.getElementById("step-next").addEventListener("click", () => go(step + 1));
+    document.getElementById("step-back").addEventListener("click", () => go(step - 1));
+    document.addEventListener("keydown", e => {
+      if (e.target === search) return;
+      if (e.key === "ArrowRight") go(step + 1);
+      if (e.key === "ArrowLeft") go(step - 1);
+    });
+  }
+}
+
+Viz.instance().then(v => {
+  viz = v;
+  controls();
+  render();
+  document.body.dataset.ready = "true";
+});
