@@ -4,6 +4,7 @@ from .device import BACKENDS, get_backend
 from .function import Function
 from .trace import Event, enable_grad, no_grad, observe, step
 from .gradcheck import GradcheckError, gradcheck
+from .explore import explore
 from .tensor import (Tensor, arange, cat, concat, eye, full, maximum, minimum, ones, ones_like, rand, randint,
                      randn, stack, tensor, where, zeros, zeros_like)
 
@@ -11,7 +12,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS", "Event", "Function", "Generator", "GradcheckError", "Tensor", "arange", "bool_", "cat", "concat",
-    "enable_grad", "eye", "float16", "float32", "float64", "full", "get_backend", "gradcheck", "int32", "int64",
-    "maximum", "minimum", "no_grad", "observe", "ones", "ones_like", "rand", "randint", "randn", "stack",
+    "enable_grad", "explore", "eye", "float16", "float32", "float64", "full", "get_backend", "gradcheck", "int32",
+    "int64", "maximum", "minimum", "no_grad", "observe", "ones", "ones_like", "rand", "randint", "randn", "stack",
     "step", "tensor", "where", "zeros", "zeros_like",
 ]

@@ -483,7 +483,7 @@ def run_calc(args: argparse.Namespace, out=print) -> int:
 
 
 # ---------------------------------------------------------------- graph
-GRAPH_FORMATS = ("svg", "png", "pdf", "dot")
+GRAPH_FORMATS = ("svg", "png", "pdf", "dot", "html")        # html: the explorer page (explore.py)
 VALUES_LIMIT = 2 * 2**30  # bytes: --values runs the model for real, and the recording keeps every tensor it saw
 
 
@@ -543,10 +543,12 @@ def graph_data(args: argparse.Namespace) -> dict:
     if args.values:
         check_values_memory(args)
     start = time.perf_counter()
-    graph = record(cfg, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward,
+    graph = record(cfg, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward or fmt == "html",
                    values=args.values, device=args.device)
     title = (f"{cfg.name} {'model' if args.model else 'block'}, x {(args.batch, args.seq_len)}"
              f"{', backward' if args.backward else ''}{f', depth {args.depth}' if args.depth is not None else ''}")
+    if fmt == "html":
+        return explorer_page(args, graph, path, title, start)
     view = graph.view(args.depth, backward=args.backward, values=args.values, fold=not args.all_layers)
     for warning in view.warnings:                                    # e.g. a drawing too big to read
         print(f"{PROG} graph: warning: {warning}", file=sys.stderr)
@@ -557,11 +559,32 @@ def graph_data(args: argparse.Namespace) -> dict:
             "seconds": round(time.perf_counter() - start, 3)}
 
 
+def explorer_page(args: argparse.Namespace, graph, path: Path, title: str, start: float) -> dict:
+    """--out FILE.html: the explorer, both phases recorded, opened at --depth (default 1) on the forward and
+    backward side by side (--backward: the backward alone)."""
+    from .explore import explorer
+    title = title.replace(", backward", "")
+    page = explorer(graph, title=title, depth=1 if args.depth is None else args.depth, fold=not args.all_layers,
+                    values=args.values, show=["backward"] if args.backward else None)
+    try:
+        page.save(path)
+    except OSError as e:
+        raise CommandError(f"--out {path}: cannot write it: {e.strerror}") from None
+    return {"command": "graph", "preset": args.preset.name, "model": args.model, "depth": args.depth,
+            "backward": args.backward, "seq_len": args.seq_len, "batch": args.batch, "path": str(path),
+            "format": "html", "nodes": len(page.data["nodes"]), "edges": sum(map(len, page.data["edges"].values())),
+            "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - start, 3)}
+
+
 def graph_text(data: dict) -> list[str]:
     """One line: what was drawn, where, and how big."""
     what = "the model" if data["model"] else "one block"
     view = "backward (the gradient flow)" if data["backward"] else "forward"
     depth = "every primitive" if data["depth"] is None else f"depth {data['depth']}"
+    if data["format"] == "html":
+        return [f"graph: {data['preset']}, {what}, forward and backward, opened at depth {data['depth'] or 1}: "
+                f"wrote the explorer {data['path']} ({data['nodes']:,} nodes, {data['edges']:,} edges, "
+                f"{data['bytes'] / 2**20:.1f} MiB, {data['seconds']:.2f} s); open it in a browser"]
     return [f"graph: {data['preset']}, {what}, {view}, {depth}: wrote {data['path']} "
             f"({data['nodes']:,} nodes, {data['edges']:,} edges, {data['seconds']:.2f} s)"]
 
@@ -631,7 +654,9 @@ def add_counting_command(commands, name: str) -> None:
     if name == "memory":
         p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
     if name == "graph":
-        p.add_argument("--out", required=True, metavar="FILE", help="output file: .svg, .png, .pdf or .dot")
+        p.add_argument("--out", required=True, metavar="FILE",
+                       help="output file: .svg, .png, .pdf or .dot; .html: the interactive explorer (forward and "
+                            "backward, modules opened and closed with a click)")
         p.add_argument("--depth", type=_depth, default=None, metavar="N",
                        help="collapse modules below this depth into boxes (default: every primitive)")
         p.add_argument("--backward", action="store_true", help="draw the gradient flow instead of the forward")

@@ -28,8 +28,8 @@ KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module"}   # 
 class Explorer:
     """The page: `.html` (the text), `.save(path)`, and inline display in Jupyter (`_repr_html_`)."""
 
-    def __init__(self, html_text: str, title: str):
-        self.html, self.title = html_text, title
+    def __init__(self, html_text: str, title: str, data: dict):
+        self.html, self.title, self.data = html_text, title, data
 
     def save(self, path) -> Path:
         """Write the page (one file, nothing fetched when it opens). Returns the path."""
@@ -61,26 +61,28 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
         if backward:
             out.backward(ones_like(out))
     name = module.scope_name or type(module).__name__.lower()
-    return explorer(graph, module, title=title or f"{name}: {type(module).__name__}, inputs "
+    return explorer(graph, title=title or f"{name}: {type(module).__name__}, inputs "
                     f"{', '.join(str(tuple(t.shape)) for t in inputs)}", depth=depth, fold=fold, values=values)
 
 
-def explorer(graph: Graph, module=None, *, title: str = "graph", depth: int = 1, fold: bool = True,
-             values: bool = False) -> Explorer:
-    """The page of a recorded graph (both phases when it holds a backward)."""
+def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
+             show: list | None = None) -> Explorer:
+    """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
+    in `show` (default: all it holds, side by side)."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
-    data = payload(graph, module, title=title, depth=depth, fold=fold, values=values)
+    data = payload(graph, title=title, depth=depth, fold=fold, values=values)
+    data["show"] = show or data["phases"]
     text = (ASSETS / "template.html").read_text()
     for key, value in {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
                        "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
                        "DATA": json.dumps(data, separators=(",", ":")).replace("</", "<\\/")}.items():
         text = text.replace(f"/*{key}*/", value)
-    return Explorer(text, title)
+    return Explorer(text, title, data)
 
 
 # ---------------------------------------------------------------- what the page holds
-def payload(graph: Graph, module, *, title: str, depth: int, fold: bool, values: bool) -> dict:
+def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool) -> dict:
     """Everything the script shows, as JSON-ready data: nodes and edges of each phase, the module tree."""
     phases = ["forward"] + (["backward"] if graph.ops("backward") else [])
     views = {p: graph.view(None, backward=p == "backward", values=False, fold=fold) for p in phases}
@@ -95,7 +97,7 @@ def payload(graph: Graph, module, *, title: str, depth: int, fold: bool, values:
     edges = {p: [[f"{p[0]}{e.src}", f"{p[0]}{e.dst}", list(e.shape), e.highway] for e in v.edges]
              for p, v in views.items()}
     return {"title": title, "depth": depth, "phases": phases, "style": STYLE, "nodes": nodes, "edges": edges,
-            "modules": _modules(graph, module, views, nodes), "values": values}
+            "modules": _modules(views, nodes), "values": values}
 
 
 def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool) -> dict:
@@ -103,7 +105,7 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
     g = graph.nodes[n.members[0]] if n.members else None
     ins = [graph.nodes[j] for j in g.inputs] if g is not None and n.kind != "grad" else []
     out = {"id": f"{phase[0]}{n.name}", "phase": phase, "kind": n.kind, "data_kind": KINDS.get(n.kind, "tensor"),
-           "label": n.label, "path": ".".join(n.scope), "step": n.step, "note": n.note, "origin": n.origin,
+           "label": n.label, "path": ".".join(n.scope), "scope": list(n.scope), "step": n.step, "note": n.note, "origin": n.origin,
            "shape": list(n.shape), "dtype": n.dtype, "scalar": n.scalar,
            "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
            "matmul_flops": n.flops if n.label == "matmul" else 0}
@@ -153,14 +155,14 @@ def _link(nodes: list) -> None:
                 by_id[n["source"]].setdefault("grads", []).append(n["id"])
 
 
-def _modules(graph: Graph, module, views: dict, nodes: list) -> dict:
+def _modules(views: dict, nodes: list) -> dict:
     """The module tree: {path: label, parent, depth, repeat (a fold of identical layers), parameters, FLOPs and
     matmul FLOPs per phase, bytes written by its forward ops (its activations), its output shape per phase}; each
     sums what it holds, a fold counted once per layer it stands for."""
     folds = views["forward"].folds
     tree: dict = {}
     for n in nodes:
-        scope = tuple(n["path"].split(".")) if n["path"] else ()
+        scope = tuple(n["scope"])
         for k in range(1, len(scope) + 1):
             path = ".".join(scope[:k])
             if path not in tree:

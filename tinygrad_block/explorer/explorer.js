@@ -8,7 +8,7 @@ const modules = D.modules;
 const root = Object.keys(modules).filter(p => modules[p].depth === 0);
 const open = new Set(Object.keys(modules).filter(p => modules[p].depth < Math.max(D.depth, 1)));
 const steps = D.nodes.filter(n => n.order !== undefined).sort((a, b) => a.order - b.order);
-let shown = D.phases.length > 1 ? ["forward", "backward"] : ["forward"];
+let shown = D.show;
 let selected = null, step = -1, query = "", colour = "none", viz = null;
 
 const fmt = n => n.toLocaleString("en-US");
@@ -21,16 +21,15 @@ const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", 
 const q = s => '"' + String(s).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
 
 // The module a node is drawn inside of, collapsed: the outermost closed module on its path (none: drawn itself).
-function closedAncestor(path) {
-  if (!path) return null;
-  const parts = path.split(".");
-  for (let k = 1; k <= parts.length; k++) {
-    const p = parts.slice(0, k).join(".");
+// A scope is a list of module names ('layers.3' is one name: a module in a list); a path joins them with dots.
+function closedAncestor(scope) {
+  for (let k = 1; k <= scope.length; k++) {
+    const p = scope.slice(0, k).join(".");
     if (modules[p] && modules[p].depth > 0 && !open.has(p)) return p;
   }
   return null;
 }
-const drawnAs = n => { const m = closedAncestor(n.path); return m === null ? n.id : "m:" + n.phase + ":" + m; };
+const drawnAs = n => { const m = closedAncestor(n.scope); return m === null ? n.id : "m:" + n.phase + ":" + m; };
 
 function boxLabel(path, phase) {
   const m = modules[path], t = m.total, f = t.flops[phase] / m.repeat;
@@ -117,12 +116,12 @@ function render() {
     pane.dataset.phase = phase;
     pane.innerHTML = "<h2>" + (phase === "forward" ? "forward" : "backward: the gradient flow") + "</h2>";
     const svg = viz.renderSVGElement(dot(phase));
-    const natural = parseFloat(svg.getAttribute("width"));
-    svg.setAttribute("width", "100%");                   // as wide as the pane, never wider than drawn
-    svg.removeAttribute("height");
-    svg.style.maxWidth = natural + "pt";
-    pane.appendChild(svg);
     panes.appendChild(pane);
+    pane.appendChild(svg);
+    const natural = parseFloat(svg.getAttribute("width")) * 4 / 3;            // points -> pixels
+    const scale = Math.min(1, Math.max(0.75, (pane.clientWidth - 4) / natural));  // fit, but keep text readable
+    svg.setAttribute("width", Math.round(natural * scale) + "px");
+    svg.removeAttribute("height");
     decorate(svg, phase);
   }
   highlight();
@@ -182,8 +181,7 @@ function highlight() {
 }
 
 function reveal(n) {               // open every module on the node's path, so it is drawn itself
-  const parts = n.path ? n.path.split(".") : [];
-  for (let k = 1; k <= parts.length; k++) open.add(parts.slice(0, k).join("."));
+  for (let k = 1; k <= n.scope.length; k++) open.add(n.scope.slice(0, k).join("."));
 }
 
 // The card: what a learner asks of a node or a module.
