@@ -24,7 +24,8 @@
 # - the backward drawing: the gradient splits at each residual add and the paths meet again in an addition,
 #   which is the gradient accumulation of lesson 02; grouped-query attention shows up as a sum over each group;
 # - FLOPs on the boxes, and a whole 70B model whose 80 identical layers are drawn once, marked × 80;
-# - rendering to SVG and PNG, what the dpi changes, and the `graph` command.
+# - rendering to SVG and PNG, what the dpi changes, and the `graph` command;
+# - the explorer: the same graph in a browser, opened and closed with a click, forward beside backward.
 #
 # Run it as a script, `python -m tinygrad_block lesson 10`, or as a notebook,
 # `python -m tinygrad_block lesson 10 --notebook --execute` (it lands in `lessons/out/10/`).
@@ -722,6 +723,44 @@ print(f"graph --preset llama2-70b --depth 1 --backward: exit status {status}, {r
       f"{result['edges']} edges, wrote {cli_out.name} ({cli_out.stat().st_size:,} bytes of DOT text)")
 assert status == 0 and (result["nodes"], result["edges"]) == (len(db.nodes), len(db.edges)) == (8, 9)
 assert cli_out.read_text().startswith("digraph")
+
+# %% [markdown]
+# ## 9. Exploring the graph in a browser
+#
+# A drawing answers the questions it was drawn for. The questions a learner asks next — what shape goes into
+# this op, what does it cost, which backward ops belong to it, in what order does `backward()` run them — want a
+# drawing that answers when asked. `tb.explore(block, x)` records the same forward and backward pass and returns
+# the **explorer**: one HTML file, with everything it needs inside (graphviz itself, compiled for the browser,
+# lays it out), that you open in any browser, or that shows itself inline in a notebook. In it you click a
+# module's box to open it in place (depth 1 to depth 2 to every primitive, and back by clicking the dashed
+# frame's name); hover over anything for its shapes, dtypes, FLOPs and bytes (a module: its parameters, FLOPs and
+# activations, summed over what it holds); see forward and backward side by side, where clicking a forward op
+# lights up the backward ops that differentiate it; step through the backward pass in autograd's own order with
+# the ← and → keys; search; and colour by FLOPs or bytes to see where the work goes.
+#
+# The page is built from the same recording as the drawings above, so its numbers are the ones this lesson
+# checked: 118 forward and 164 backward primitive calls; attention's parameters and FLOPs; the first
+# projection's 2 × 8 × 64 × 64 = 65,536 FLOPs. `python -m tinygrad_block graph --preset llama2-70b --model
+# --out model.html` writes the same page for a whole model, its 80 identical layers stored once.
+
+# %%
+page = tb.explore(block, x, depth=1)                      # records block(x) and its backward once more
+path = page.save(OUT / "tiny_block_explorer.html")
+nodes = page.data["nodes"]
+fwd_ops = [n for n in nodes if n["phase"] == "forward" and n["data_kind"] == "op"]
+bwd_ops = sorted((n for n in nodes if "order" in n), key=lambda n: n["order"])
+attn = page.data["modules"]["block.attn"]["total"]
+first = next(n for n in fwd_ops if n["label"] == "matmul")
+print(f"{path.name}: {path.stat().st_size / 2**20:.1f} MiB; {len(fwd_ops)} forward and {len(bwd_ops)} backward "
+      f"ops; block.attn: {attn['parameters']:,} parameters, {attn['flops']['forward']:,} forward FLOPs")
+print(f"first matmul, in {first['path']}: {[tuple(s) for s, _ in first['inputs']]} -> {tuple(first['shape'])}, "
+      f"{first['flops']:,} FLOPs, differentiated by {len(first['grads'])} backward ops; the backward starts with "
+      f"{bwd_ops[0]['label']} in {bwd_ops[0]['path']}")
+assert (len(fwd_ops), len(bwd_ops)) == (118, 164) == (len(graph.ops("forward")), len(graph.ops("backward")))
+assert attn["parameters"] == block.attn.num_parameters()
+assert attn["flops"]["forward"] == fc.total("forward", scope="block.attn", matmul_only=False)
+assert first["path"] == "block.attn.q_proj" and first["flops"] == 2 * B * L * CFG.d_model * CFG.d_model == 65_536
+page                                                       # in a notebook: the explorer itself, inline
 
 # %% [markdown]
 # ## Exercises

@@ -53,16 +53,25 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
             title: str | None = None) -> Explorer:
     """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
     its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
-    adds each tensor's statistics and histogram, and gradients."""
+    adds each tensor's statistics and histogram, and gradients. The gradients the module's parameters and the
+    inputs held before are put back afterwards, untouched."""
     from .tensor import ones_like
     values = all(getattr(t, "device", "meta") != "meta" for t in inputs) if values is None else values
-    with record_graph(module, *inputs, retain_grads=values and backward) as graph:
-        out = module(*inputs)
-        if backward:
-            out.backward(ones_like(out))
     name = module.scope_name or type(module).__name__.lower()
-    return explorer(graph, title=title or f"{name}: {type(module).__name__}, inputs "
-                    f"{', '.join(str(tuple(t.shape)) for t in inputs)}", depth=depth, fold=fold, values=values)
+    title = title or f"{name}: {type(module).__name__}, inputs {', '.join(str(tuple(t.shape)) for t in inputs)}"
+    leaves = [*module.parameters(), *(t for t in inputs if t.requires_grad)]
+    kept = [t.grad for t in leaves]             # the caller's gradients: set aside, so this backward adds to none
+    try:
+        for t in leaves:
+            t.grad = None
+        with record_graph(module, *inputs, retain_grads=values and backward) as graph:
+            out = module(*inputs)
+            if backward:
+                out.backward(ones_like(out))
+        return explorer(graph, title=title, depth=depth, fold=fold, values=values)
+    finally:
+        for t, grad in zip(leaves, kept):
+            t.grad = grad
 
 
 def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,

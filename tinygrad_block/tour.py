@@ -12,6 +12,7 @@ from .backend import Generator, float64
 from .counting import count_flops
 from .trace import observe
 from .gradcheck import numerical_grad, rel_err
+from .explore import explorer
 from .graph import record_graph, render
 from .nn import TransformerBlock, preset
 from .tensor import Tensor, randn
@@ -54,7 +55,8 @@ def _flop_table(fc, cfg, B, L, out) -> int:
 
 
 def _graphs(graph, out_dir: Path, out) -> list[Path]:
-    """The forward graph at depth 2 and the gradient flow at depth 1, as SVG (DOT text if `dot` is missing)."""
+    """The forward graph at depth 2 and the gradient flow at depth 1, as SVG (DOT text if `dot` is missing), and
+    the explorer page of both."""
     views = [("tiny_block_forward_depth2", dict(depth=2), "forward, depth 2"),
              ("tiny_block_backward", dict(depth=1, backward=True), "backward (the gradient flow), depth 1")]
     paths = []
@@ -68,6 +70,9 @@ def _graphs(graph, out_dir: Path, out) -> list[Path]:
             paths.append(out_dir / f"{name}.dot")
             paths[-1].write_text(dot)
         out(f"  graph, {what}: {paths[-1]}")
+    page = explorer(graph, title="tiny block, x (2, 8, 64): forward and backward", depth=1, values=True)
+    paths.append(page.save(out_dir / "tiny_block_explorer.html"))
+    out(f"  graph explorer, both phases (open it in a browser; click a box to open it): {paths[-1]}")
     return paths
 
 

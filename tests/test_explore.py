@@ -1,0 +1,152 @@
+"""explore.py: what the explorer page holds, against independent oracles — the recorded Graph (ops, their order,
+the op each backward call differentiates), count_flops (FLOPs per module), the modules' own parameter counts and
+accounting's closed forms (a folded 70B model). The page itself is driven in a real browser in
+test_explorer_browser.py."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import accounting, cli, nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.explore import Explorer, explorer
+from tinygrad_block.graph import record_graph
+
+CFG = nn.preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The tiny block and its input, the page of its forward and backward, and an independent recording."""
+    g = tb.Generator(0)
+    block = nn.TransformerBlock(CFG, generator=g)
+    x = tb.randn(2, 8, CFG.d_model, generator=g, requires_grad=True)
+    page = tb.explore(block, x, depth=2)
+    with record_graph(block, x) as graph, count_flops() as fc:
+        out = block(x)
+        out.backward(tb.ones_like(out))
+    return block, x, page, graph, fc
+
+
+def ops(page, phase):
+    return [n for n in page.data["nodes"] if n["phase"] == phase and n["data_kind"] == "op"]
+
+
+def test_every_primitive_call_is_on_the_page_with_its_shapes_and_flops(tiny):
+    _, _, page, graph, _ = tiny
+    for phase in ("forward", "backward"):
+        recorded = [graph.nodes[i] for i in graph.ops(phase)]
+        shown = sorted(ops(page, phase), key=lambda n: int(n["id"][2:]))
+        assert [n["label"] for n in shown] == [r.label for r in recorded]
+        assert [tuple(n["shape"]) for n in shown] == [r.shape for r in recorded]
+        assert [n["flops"] for n in shown] == [r.flops for r in recorded]
+        assert [[tuple(s) for s, _ in n["inputs"]] for n in shown] == \
+            [[graph.nodes[j].shape for j in r.inputs] for r in recorded]
+
+
+def test_bytes_read_and_written_follow_the_shapes(tiny):
+    _, _, page, _, _ = tiny
+    matmul = next(n for n in ops(page, "forward") if n["path"] == "block.attn.q_proj" and n["label"] == "matmul")
+    assert matmul["bytes_read"] == 4 * (16 * 64 + 64 * 64) and matmul["bytes_written"] == 4 * 16 * 64
+    assert matmul["matmul_flops"] == matmul["flops"] == 2 * 16 * 64 * 64
+    views = [n for n in ops(page, "forward") if n["label"] in ("permute", "expand", "slice")]
+    assert views and all(n["bytes_read"] == n["bytes_written"] == 0 for n in views)
+
+
+def test_modules_sum_what_they_hold(tiny):
+    block, _, page, _, fc = tiny
+    modules = page.data["modules"]
+    for path, module in [("block", block), ("block.attn", block.attn), ("block.ffn", block.ffn),
+                         ("block.attn.q_proj", block.attn.q_proj), ("block.norm1", block.norm1)]:
+        total = modules[path]["total"]
+        assert total["parameters"] == module.num_parameters(), path
+        for phase in ("forward", "backward"):
+            assert total["flops"][phase] == fc.total(phase, scope=path, matmul_only=False), (path, phase)
+            assert total["matmul_flops"][phase] == fc.total(phase, scope=path, matmul_only=True), (path, phase)
+    assert modules["block.attn"]["parent"] == "block" and modules["block"]["depth"] == 0
+
+
+def test_backward_ops_know_the_forward_op_they_differentiate_and_run_in_autograd_order(tiny):
+    _, _, page, graph, _ = tiny
+    by_id = {n["id"]: n for n in page.data["nodes"]}
+    backward = sorted(ops(page, "backward"), key=lambda n: n["order"])
+    assert [n["label"] for n in backward] == [graph.nodes[i].label for i in graph.ops("backward")]
+    for n in backward:
+        source = by_id[n["source"]]
+        if n["origin"] == "accumulate":                      # whose gradient the sum is: an op, or a leaf
+            assert source["phase"] == "forward"
+        else:
+            assert source["label"] == n["origin"] and source["phase"] == "forward" and n["id"] in source["grads"]
+    matmul = next(n for n in ops(page, "forward") if n["label"] == "matmul")
+    assert sorted(by_id[i]["origin"] for i in matmul["grads"]) == ["matmul"] * len(matmul["grads"])
+
+
+def test_a_folded_model_is_stored_once_and_sums_to_the_closed_form():
+    cfg = nn.preset("llama2-7b")
+    model = nn.LM(cfg, generator=tb.Generator(0), device="meta")
+    ids = tb.zeros(1, 16, dtype=tb.int64, device="meta")
+    page = tb.explore(model, ids)
+    layer, whole = page.data["modules"]["model.layers.0"], page.data["modules"]["model"]["total"]
+    assert layer["repeat"] == 32 and layer["label"] == "layers.0–31"
+    assert not any(n["path"].startswith("model.layers.1") for n in page.data["nodes"])
+    assert whole["parameters"] == accounting.total_params(cfg) == 6_738_415_616
+    assert whole["flops"]["forward"] == accounting.model_forward_flops(cfg, 16, 1, matmul_only=False)
+    assert whole["matmul_flops"]["backward"] == accounting.model_backward_flops(cfg, 16, 1, matmul_only=True)
+    assert page.data["values"] is False and len(page.html) < 5 * 2**20
+
+
+def test_values_give_statistics_and_a_histogram(tiny):
+    block, x, _, _, _ = tiny
+    page = tb.explore(block, x, values=True)
+    matmul = next(n for n in ops(page, "forward") if n["label"] == "matmul")
+    with record_graph(block, x) as graph:
+        block(x)
+    out = next(graph.nodes[i] for i in graph.ops("forward") if graph.nodes[i].label == "matmul").tensor.numpy()
+    stats = matmul["value"]
+    assert abs(stats["mean"] - out.mean()) < 1e-6 and abs(stats["std"] - out.std()) < 1e-6
+    assert (stats["min"], stats["max"]) == (float(out.min()), float(out.max()))
+    assert sum(stats["hist"]) == out.size and len(stats["hist"]) == 24
+    assert "grad" in matmul                                  # retained for the page
+
+
+def test_the_callers_gradients_are_left_as_they_were(tiny):
+    block, x, _, _, _ = tiny
+    before = block.attn.q_proj.weight.grad
+    x.grad = None
+    tb.explore(block, x)
+    assert block.attn.q_proj.weight.grad is before and x.grad is None
+
+
+def test_the_page_is_one_self_contained_file(tiny, tmp_path):
+    _, _, page, _, _ = tiny
+    text = page.html
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import", text)
+    assert text.count("<script") == 3 and "/*DATA*/" not in text and "/*TITLE*/" not in text
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S).group(1))
+    assert data == page.data
+    saved = page.save(tmp_path / "sub" / "page.html")
+    assert saved.read_text() == text and sorted(p.name for p in saved.parent.iterdir()) == ["page.html"]
+    assert '<iframe srcdoc="' in page._repr_html_() and isinstance(page, Explorer)
+    with pytest.raises(ValueError, match="must end in .html"):
+        page.save(tmp_path / "page.svg")
+    with pytest.raises(ValueError, match="depth must be an int >= 0"):
+        explorer(None, depth=-1)
+
+
+def test_the_graph_command_writes_the_explorer(tmp_path, capsys):
+    out = tmp_path / "model.html"
+    assert cli.main(["graph", "--preset", "llama2-70b", "--model", "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["format"] == "html" and data["bytes"] == out.stat().st_size < 5 * 2**20
+    page = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
+                                re.S).group(1))
+    assert page["modules"]["model.layers.0"]["repeat"] == 80 and page["show"] == ["forward", "backward"]
+    assert page["modules"]["model"]["total"]["parameters"] == accounting.total_params(nn.preset("llama2-70b"))
+    assert cli.main(["graph", "--preset", "tiny", "--backward", "--depth", "2", "--out", str(out)]) == 0
+    assert "wrote the explorer" in capsys.readouterr().out
+    page = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
+                                re.S).group(1))
+    assert page["show"] == ["backward"] and page["depth"] == 2
