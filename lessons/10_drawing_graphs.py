@@ -760,7 +760,7 @@ assert (len(fwd_ops), len(bwd_ops)) == (118, 164) == (len(graph.ops("forward")),
 assert attn["parameters"] == block.attn.num_parameters()
 assert attn["flops"]["forward"] == fc.total("forward", scope="block.attn", matmul_only=False)
 assert first["path"] == "block.attn.q_proj" and first["flops"] == 2 * B * L * CFG.d_model * CFG.d_model == 65_536
-page                                                       # in a notebook: the explorer itself, inline
+show(path)                                                 # in a notebook: the explorer itself, inline
 
 # %% [markdown]
 # ## Exercises

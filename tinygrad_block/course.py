@@ -11,6 +11,8 @@ lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, show
 """
 from __future__ import annotations
 
+import html
+
 import importlib
 import importlib.util
 import subprocess
@@ -103,8 +105,8 @@ def figure(width: float = 6.4, height: float = 4.0):
 
 
 def show(picture, path: Path | None = None, dpi: int = 120) -> None:
-    """Save a matplotlib Figure to `path` (or take an image already written at `picture`), print where it is,
-    and show it inline when the lesson runs as a notebook."""
+    """Save a matplotlib Figure to `path` (or take an image or explorer page already written at `picture`),
+    print where it is, and show it inline when the lesson runs as a notebook."""
     if path is not None:
         picture.savefig(path, dpi=dpi)
     else:
@@ -112,8 +114,12 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
     shown = path.relative_to(LESSONS.parent) if path.is_relative_to(LESSONS.parent) else path
     print(f"picture: {shown}")
     if "ipykernel" in sys.modules:                                   # running as a notebook
-        from IPython.display import SVG, Image, display
-        display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
+        from IPython.display import HTML, SVG, Image, display
+        if path.suffix == ".html":                                    # an explorer page, in a frame of its own
+            page = html.escape(path.read_text())                     # the page inside: nothing to fetch
+            display(HTML(f'<iframe srcdoc="{page}" style="width:100%;height:720px;border:1px solid #ccc"></iframe>'))
+        else:
+            display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
 
 
 def tensor_result(got, name: str, shape: tuple):

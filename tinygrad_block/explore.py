@@ -114,7 +114,8 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
     g = graph.nodes[n.members[0]] if n.members else None
     ins = [graph.nodes[j] for j in g.inputs] if g is not None and n.kind != "grad" else []
     out = {"id": f"{phase[0]}{n.name}", "phase": phase, "kind": n.kind, "data_kind": KINDS.get(n.kind, "tensor"),
-           "label": n.label, "path": ".".join(n.scope), "scope": list(n.scope), "step": n.step, "note": n.note, "origin": n.origin,
+           "label": n.label, "path": ".".join(n.scope), "scope": list(n.scope), "step": n.step, "note": n.note,
+           "origin": n.origin,
            "shape": list(n.shape), "dtype": n.dtype, "scalar": n.scalar,
            "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
            "matmul_flops": n.flops if n.label == "matmul" else 0}
@@ -153,15 +154,16 @@ def _stats(t, what: str) -> dict:
 
 
 def _link(nodes: list) -> None:
-    """Forward ops list the backward ops that differentiate them (`grads`); backward ops get their place in
-    autograd's order (`order`), the order the sweep ran them."""
+    """Forward ops list the backward ops that differentiate them (`grads`) and the sums that gather their gradient
+    from several uses (`sums`); backward ops get their place in autograd's order (`order`), as the sweep ran them."""
     by_id = {n["id"]: n for n in nodes}
     order = 0
     for n in nodes:
         if n["phase"] == "backward" and n["data_kind"] == "op":
             n["order"], order = order, order + 1
-            if n.get("source") in by_id:
-                by_id[n["source"]].setdefault("grads", []).append(n["id"])
+            if n.get("source") in by_id:                        # differentiates it, or sums its gradient
+                key = "sums" if n["origin"] == "accumulate" else "grads"
+                by_id[n["source"]].setdefault(key, []).append(n["id"])
 
 
 def _modules(views: dict, nodes: list) -> dict:

@@ -158,7 +158,7 @@ function close(path) {
 // The ops that belong together across the phases: a forward op and the backward ops that differentiate it.
 function linked(id) {
   const n = byId[id];
-  return n.phase === "forward" ? [id, ...(n.grads || [])] : [id, ...(n.source ? [n.source] : [])];
+  return n.phase === "forward" ? [id, ...(n.grads || []), ...(n.sums || [])] : [id, ...(n.source ? [n.source] : [])];
 }
 function highlight() {
   const hl = new Set(selected ? linked(selected).map(i => drawnAs(byId[i])) : []);
@@ -200,7 +200,8 @@ function hist(s) {
 const stats = (s, what) => s ? row(what, "mean " + s.mean.toPrecision(3) + ", std " + s.std.toPrecision(3)) +
   row("", hist(s)) : "";
 function nodeCard(n) {
-  const other = n.phase === "forward" ? (n.grads || []).length + " backward op(s) differentiate it" :
+  const other = n.phase === "forward" ? (n.grads || []).length + " backward op(s) differentiate it" +
+    (n.sums ? "; its gradient adds up from several uses in " + n.sums.length + " sum(s)" : "") :
     n.source ? (n.origin === "accumulate" ? "adds up the gradients of " : "differentiates ") +
       byId[n.source].label + " (" + (byId[n.source].path || "input") + ")" : "";
   return "<h3>" + esc(n.label) + (n.note ? " <small>" + esc(n.note) + "</small>" : "") + "</h3><table>" +

@@ -1,0 +1,383 @@
+"""The explorer page (explore.py) in a real browser: headless Chromium driven by Playwright opens each page from a
+file:// URL and clicks, hovers, types and steps through it. Every number the page shows is checked against an
+independent recording of the same computation (record_graph, count_flops, num_parameters, numpy).
+
+Skipped, saying why, where playwright or chromium is missing. Screenshots go to each test's tmp_path and to
+/tmp/explorer_shots/ for a person to look at."""
+import re
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.explore import explore
+from tinygrad_block.graph import record_graph
+
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+SHOTS = Path("/tmp/explorer_shots")
+VIEWPORT = {"width": 1600, "height": 1000}
+READY_S = 20                                    # a generous limit on loading; the benchmark measures it
+CALLS = ("op", "residual", "accumulate")        # a view's kinds for a primitive call (data-kind "op" on the page)
+MAX_BYTES = 5_000_000
+
+
+# ---------------------------------------------------------------- the browser, the pages and their oracles
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium, one for the module; skip (with the reason) without playwright or chromium."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright")
+    if CHROMIUM is None:
+        pytest.skip("chromium is missing (Debian/Ubuntu: apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Recorded:
+    """An independent recording of module(*inputs), forward and backward: the Graph and the FLOP counter."""
+
+    def __init__(self, module, *inputs):
+        self.module = module
+        with record_graph(module, *inputs) as self.graph, count_flops() as self.fc:
+            out = module(*inputs)
+            out.backward(tb.ones(*out.shape, dtype=out.dtype, device=out.device))
+
+    def ops(self, phase: str) -> list:
+        return [self.graph.nodes[i] for i in self.graph.ops(phase)]
+
+    def index(self, phase: str, label: str) -> int:
+        """The graph index of the first op of a phase with this label."""
+        return next(i for i in self.graph.ops(phase) if self.graph.nodes[i].label == label)
+
+
+def tiny_block():
+    return nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0))
+
+
+def tiny_x():
+    return tb.randn(2, 8, 64, generator=tb.Generator(1), requires_grad=True)
+
+
+def tiny_lm():
+    return nn.LM(nn.preset("tiny"), generator=tb.Generator(0))
+
+
+def llama_7b():
+    return nn.LM(nn.preset("llama2-7b"), generator=tb.Generator(0), device="meta")
+
+
+def meta_ids():
+    return tb.zeros(1, 16, dtype=tb.int64, device="meta")
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> dict:
+    """The pages, written once: the tiny block at depth 1, the same with values, the tiny LM on token ids, and
+    Llama-2-7B on the shape-only device (its 32 identical layers folded into one box)."""
+    out = tmp_path_factory.mktemp("explorer")
+    return {"block": explore(tiny_block(), tiny_x(), depth=1).save(out / "block.html"),
+            "values": explore(tiny_block(), tiny_x(), values=True).save(out / "values.html"),
+            "lm": explore(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64)).save(out / "lm.html"),
+            "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html")}
+
+
+@pytest.fixture(scope="module")
+def block():
+    return Recorded(tiny_block(), tiny_x())
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return Recorded(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Recorded(llama_7b(), meta_ids())
+
+
+class Loaded:
+    """One page open in the browser, with the console errors and page errors it raised and its load time."""
+
+    def __init__(self, browser, path: Path, shots: Path):
+        self.page, self.shots, self.errors = browser.new_page(viewport=VIEWPORT), shots, []
+        self.page.set_default_timeout(10_000)
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        start = time.perf_counter()
+        self.page.goto(path.as_uri())
+        self.page.wait_for_selector("body[data-ready=true]", state="attached", timeout=READY_S * 1000)
+        self.seconds = time.perf_counter() - start
+
+    def nodes(self, phase: str | None = None, kind: str | None = None) -> list[dict]:
+        """The drawn g.node elements: id, data-path, data-kind, data-phase, data-collapsed, the first line of the
+        label (`text`) and its first word (`label`: the op or module name), classes; of one phase and data-kind when
+        given."""
+        found = self.page.eval_on_selector_all("#panes g.node", """els => els.map(g => ({id: g.id,
+            path: g.dataset.path, kind: g.dataset.kind, phase: g.dataset.phase, collapsed: g.dataset.collapsed,
+            text: (g.querySelector('text') || {}).textContent || '', classes: [...g.classList]}))""")
+        found = [n | {"label": n["text"].split()[0] if n["text"].split() else ""} for n in found]
+        return [n for n in found if phase in (None, n["phase"]) and kind in (None, n["kind"])]
+
+    def node(self, phase: str, kind: str, path: str, label: str | None = None) -> dict:
+        """The one drawn node of a phase, data-kind and module path (and first label line, when given)."""
+        found = [n for n in self.nodes(phase, kind) if n["path"] == path and label in (None, n["label"])]
+        assert len(found) == 1, f"expected one {phase} {kind} {label or ''} in {path!r}, drawn: {found}"
+        return found[0]
+
+    def hover(self, node: dict) -> None:
+        self.page.hover(f'#panes g.node[id="{node["id"]}"]')
+
+    def click(self, node: dict) -> None:
+        self.page.click(f'#panes g.node[id="{node["id"]}"]')
+
+    def card(self) -> dict:
+        """The hover card's rows, {first cell: second cell} (rows without a name are left out)."""
+        rows = self.page.eval_on_selector_all("#card tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+        return {r[0]: r[1] for r in rows if len(r) == 2 and r[0]}
+
+    def shot(self, name: str) -> Path:
+        """A screenshot of the viewport, in tmp_path and in /tmp/explorer_shots/."""
+        path = self.shots / f"{name}.png"
+        self.page.screenshot(path=path)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, SHOTS / path.name)
+        return path
+
+
+@pytest.fixture
+def visit(browser, pages, tmp_path):
+    """visit('block') -> the page loaded; closed after the test."""
+    opened = []
+
+    def _visit(name: str) -> Loaded:
+        opened.append(Loaded(browser, pages[name], tmp_path))
+        return opened[-1]
+    yield _visit
+    for loaded in opened:
+        loaded.page.close()
+
+
+def number(text: str) -> int:
+    """The number a card row starts with: '434,560 (matmul 393,216)' -> 434560."""
+    return int(text.split()[0].replace(",", ""))
+
+
+def inside(path: str, scope: str) -> bool:
+    return path == scope or path.startswith(scope + ".")
+
+
+def drawn_ops(recorded: Recorded, phase: str, depth: int | None) -> list:
+    """The primitive calls Python's own view draws (fold included), and the module boxes, at a depth."""
+    view = recorded.graph.view(depth, backward=phase == "backward")
+    return [n for n in view.nodes if n.kind in CALLS], sorted(".".join(n.scope) for n in view.find(kind="box"))
+
+
+# ---------------------------------------------------------------- loading
+@pytest.mark.parametrize("name", ["block", "values", "lm", "model"])
+def test_each_page_loads_without_errors_and_draws_both_phases(visit, name):
+    loaded = visit(name)
+    loaded.shot(f"{name}_loaded")
+    assert loaded.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == \
+        ["forward", "backward"]
+    assert all(loaded.nodes(phase) for phase in ("forward", "backward"))       # no empty pane
+    assert loaded.errors == []
+
+
+# ---------------------------------------------------------------- modules open and close in place
+def test_opening_a_box_draws_its_ops_and_closing_its_frame_brings_the_box_back(visit, block):
+    page = visit("block")
+    ops, boxes = drawn_ops(block, "forward", depth=2)           # attn open: its own ops, its projections boxed
+    ops = [n for n in ops if n.scope[:2] == ("block", "attn")]
+    boxes = [b for b in boxes if inside(b, "block.attn") and b != "block.attn"]
+    assert ops and boxes == ["block.attn.k_proj", "block.attn.o_proj", "block.attn.q_proj", "block.attn.v_proj"]
+
+    page.click(page.node("forward", "module", "block.attn"))
+    page.shot("block_attn_open")
+    assert [n for n in page.nodes("forward", "module") if n["path"] == "block.attn"] == []    # the box is gone
+    assert page.page.locator('#panes g.cluster[data-phase=forward][data-path="block.attn"]').count() == 1
+    attn_ops = [n for n in page.nodes("forward", "op") if inside(n["path"], "block.attn")]
+    assert Counter(n["label"] for n in attn_ops) == Counter(n.label if n.kind == "op" else "+" for n in ops)
+    assert sorted(n["path"] for n in page.nodes("forward", "module") if inside(n["path"], "block.attn")) == boxes
+    assert page.page.locator("#panes g.cluster[data-phase=forward][data-path='block.attn'] > text").first.is_visible()
+
+    page.page.click("#panes g.cluster[data-phase=forward][data-path='block.attn'] > text")
+    page.shot("block_attn_closed")
+    assert page.node("forward", "module", "block.attn")["collapsed"] == "true"
+    assert [n for n in page.nodes("forward", "op") if inside(n["path"], "block.attn")] == []
+    assert page.page.locator('#panes g.cluster[data-phase=forward][data-path="block.attn"]').count() == 0
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("name", ["block", "lm"])
+def test_expand_all_draws_every_primitive_and_collapse_all_only_the_top_level(visit, request, name):
+    recorded = request.getfixturevalue(name)
+    page = visit(name)
+    page.page.click("#expand-all")
+    page.shot(f"{name}_expanded")
+    for phase in ("forward", "backward"):
+        ops, boxes = drawn_ops(recorded, phase, depth=None)     # a fold still draws its first layer only
+        assert boxes == [] and [n for n in page.nodes(phase) if n["collapsed"] == "true"] == []
+        assert len(page.nodes(phase, "op")) == len(ops)
+        if name == "block":                                     # nothing folded: one node per recorded call
+            assert len(ops) == len(recorded.graph.ops(phase))
+    page.page.click("#collapse-all")
+    page.shot(f"{name}_collapsed")
+    for phase in ("forward", "backward"):
+        _, boxes = drawn_ops(recorded, phase, depth=1)
+        assert sorted(n["path"] for n in page.nodes(phase, "module")) == boxes
+        root_ops = [n for n in recorded.ops(phase) if len(n.scope) <= 1]
+        assert len(page.nodes(phase, "op")) == len(root_ops)
+        assert page.page.locator(f"#panes g.cluster[data-phase={phase}]").count() == 0
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- the hover card
+def test_hovering_an_op_shows_its_output_shape_and_the_flops_counted(visit, block):
+    i = block.index("forward", "matmul")                        # the first matmul ran: the query projection
+    op, (a, w) = block.graph.nodes[i], [block.graph.nodes[j].shape for j in block.graph.nodes[i].inputs]
+    path = ".".join(op.scope)
+    assert path == "block.attn.q_proj" and op.flops == 2 * a[0] * a[1] * w[1]          # 2 M K N
+    assert block.fc.total("forward", scope=path, matmul_only=True) == op.flops
+
+    page = visit("block")
+    page.page.click("#expand-all")
+    page.hover(page.node("forward", "op", path, "matmul"))
+    page.shot("block_hover_matmul")
+    assert page.page.text_content("#card span.shape") == str(tuple(op.shape))
+    assert page.page.text_content("#card span.flops") == f"{op.flops:,}"
+    assert page.card()["module"] == path
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("name, scope", [("block", "block.attn"), ("block", "block.ffn"), ("lm", "model.embed")])
+def test_hovering_a_module_box_shows_its_parameters_and_flops(visit, request, name, scope):
+    recorded = request.getfixturevalue(name)
+    module = recorded.module
+    for part in scope.split(".")[1:]:
+        module = getattr(module, part)
+    page = visit(name)
+    page.hover(page.node("forward", "module", scope))
+    page.shot(f"{name}_hover_{scope.split('.')[-1]}")
+    card = page.card()
+    assert number(card["parameters"]) == module.num_parameters()
+    for phase in ("forward", "backward"):
+        flops = sum(n for s, n in recorded.fc.by_scope(phase).items() if inside(s, scope))
+        assert number(card[f"FLOPs {phase}"]) == flops == recorded.fc.total(phase, scope=scope)
+    assert page.errors == []
+
+
+def test_values_page_shows_a_histogram_and_the_mean_of_an_op_output(visit, block):
+    op = block.graph.nodes[block.index("forward", "matmul")]
+    value = op.tensor.numpy().astype(np.float64)
+    page = visit("values")
+    page.page.click("#expand-all")
+    page.hover(page.node("forward", "op", ".".join(op.scope), "matmul"))
+    page.shot("values_hover_matmul")
+    assert page.page.locator("#card svg.hist").count() == 2                     # the value and its gradient
+    assert page.page.locator("#card svg.hist").first.locator("rect").count() > 1
+    mean = float(re.match(r"mean (\S+),", page.card()["value"]).group(1))
+    assert mean == pytest.approx(value.mean(), rel=5e-3, abs=1e-6)
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- across the phases
+def test_stepping_with_the_arrow_key_visits_backward_ops_in_autograds_order(visit, block):
+    expected = [(n.label, ".".join(n.scope) or "—") for n in block.ops("backward")]
+    page = visit("block")
+    seen, current = [], []
+    for _ in range(15):
+        page.page.keyboard.press("ArrowRight")
+        text = page.page.text_content("#step-text")
+        k, total, label, path = re.fullmatch(r"op (\d+) of (\d+): (\S+) .* in (\S+)", text).groups()
+        assert (int(k), int(total)) == (len(seen) + 1, len(expected))
+        seen.append((label, path))
+        [node] = [n for n in page.nodes("backward") if "current" in n["classes"]]
+        current.append((node["label"], node["path"] or "—"))
+    page.shot("block_step_15")
+    assert seen == current == expected[:15]
+    page.page.keyboard.press("ArrowLeft")
+    assert page.page.text_content("#step-text").startswith(f"op 14 of {len(expected)}: {expected[13][0]} ")
+    assert page.errors == []
+
+
+def test_clicking_a_forward_op_highlights_the_backward_ops_that_differentiate_it(visit, block):
+    i = block.index("forward", "matmul")
+    grads = Counter((n.label, ".".join(n.scope)) for n in block.ops("backward") if n.source == i)
+    assert grads == {("permute", "block.attn.q_proj"): 2, ("matmul", "block.attn.q_proj"): 2}
+    page = visit("block")
+    page.page.click("#phase-both")
+    page.page.click("#expand-all")
+    page.click(page.node("forward", "op", ".".join(block.graph.nodes[i].scope), "matmul"))
+    page.shot("block_click_matmul")
+    assert [n["label"] for n in page.nodes("forward") if "hl" in n["classes"]] == ["matmul"]
+    assert Counter((n["label"], n["path"]) for n in page.nodes("backward") if "hl" in n["classes"]) == grads
+    assert page.errors == []
+
+
+def test_backward_ops_inside_a_closed_box_highlight_the_box(visit, block):
+    """norm1's output op: two of the ops that sum its gradient run in attn (closed), its own backward in norm1."""
+    g = block.graph
+    [i] = {j for k in g.ops("forward") if g.nodes[k].scope[:2] == ("block", "attn") for j in g.nodes[k].inputs
+           if g.nodes[j].scope == ("block", "norm1")}          # the op of norm1 that attn reads
+    grads = [g.nodes[j] for j in g.ops("backward") if g.nodes[j].source == i]
+    expected = Counter(("module", "block.attn") if n.scope[:2] == ("block", "attn") else ("op", ".".join(n.scope))
+                       for n in grads)
+    assert set(expected) == {("module", "block.attn"), ("op", "block.norm1")}
+
+    page = visit("block")
+    page.click(page.node("forward", "module", "block.norm1"))
+    into_attn = page.page.eval_on_selector_all("#panes section[data-phase=forward] g.edge > title",
+                                               "ts => ts.map(t => t.textContent.split('->'))")
+    [[src, _]] = [e for e in into_attn if e[1] == "m:forward:block.attn" and e[0].startswith("f")]
+    page.page.click(f'#panes g.node[id="{src}"]')
+    page.shot("block_click_norm1_output")
+    hl = Counter((n["kind"], n["path"]) for n in page.nodes("backward") if "hl" in n["classes"])
+    assert set(hl) == set(expected) and hl[("op", "block.norm1")] == expected[("op", "block.norm1")]
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- search
+def test_search_marks_matches_dims_the_rest_and_enter_reveals_the_first(visit, block):
+    g = block.graph
+    boxes = {(n.phase, ".".join(n.scope[:2])) for n in g.nodes if "softmax" in n.step}   # at depth 1: boxed
+    first = g.nodes[next(i for i in g.ops("forward") if g.nodes[i].step == "softmax")]
+    page = visit("block")
+    page.page.fill("#search", "softmax")
+    page.shot("block_search_softmax")
+    nodes = page.nodes()
+    assert {(n["phase"], n["path"]) for n in nodes if "match" in n["classes"]} == boxes
+    assert all(("match" in n["classes"]) != ("dim" in n["classes"]) for n in nodes)
+
+    page.page.press("#search", "Enter")
+    page.shot("block_search_enter")
+    [found] = [n for n in page.nodes("forward", "op") if "hl" in n["classes"]]
+    assert (found["label"], found["path"]) == (first.label, ".".join(first.scope))
+    assert page.page.locator(f'#panes g.node[id="{found["id"]}"]').is_visible()
+    assert page.card()["step"] == "softmax"
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- a 7B model, folded
+def test_model_page_folds_its_layers_into_one_box_and_loads_quickly(visit, pages, model):
+    size = pages["model"].stat().st_size
+    page = visit("model")
+    print(f"\nllama2-7b page (L=16, shape-only): {size:,} bytes, data-ready {page.seconds:.2f} s after goto")
+    page.shot("model_loaded")
+    assert size < MAX_BYTES
+    [layers] = [n for n in page.nodes("forward", "module") if "layers" in n["path"]]
+    assert layers["path"].endswith("layers.0") and "× 32" in layers["text"]
+    page.hover(layers)
+    page.shot("model_hover_layers")
+    card = page.card()
+    assert number(card["parameters"]) == 32 * model.module.layers[0].num_parameters()
+    assert number(card["FLOPs forward"]) == model.fc.total("forward", scope="model.layers")
+    assert number(card["FLOPs backward"]) == model.fc.total("backward", scope="model.layers")
+    assert page.errors == []
