@@ -69,6 +69,15 @@ def test_modules_sum_what_they_hold(tiny):
     assert modules["block.attn"]["parent"] == "block" and modules["block"]["depth"] == 0
 
 
+def test_partial_sums_are_drawn_as_one_meeting_as_graph_view_draws_them(tiny):
+    _, _, page, graph, _ = tiny
+    meetings = {n.get("merge", n["id"]) for n in ops(page, "backward") if n["kind"] == "accumulate"}
+    drawn = graph.view(1, backward=True).find(kind="accumulate")
+    inside = [n for n in ops(page, "backward") if n["kind"] == "accumulate" and len(n["scope"]) == 1]
+    assert len({n.get("merge", n["id"]) for n in inside}) == len(drawn) == 2
+    assert len(meetings) < len([n for n in ops(page, "backward") if n["kind"] == "accumulate"])
+
+
 def test_backward_ops_know_the_forward_op_they_differentiate_and_run_in_autograd_order(tiny):
     _, _, page, graph, _ = tiny
     by_id = {n["id"]: n for n in page.data["nodes"]}
@@ -91,6 +100,10 @@ def test_a_folded_model_is_stored_once_and_sums_to_the_closed_form():
     page = tb.explore(model, ids)
     layer, whole = page.data["modules"]["model.layers.0"], page.data["modules"]["model"]["total"]
     assert layer["repeat"] == 32 and layer["label"] == "layers.0–31"
+    assert layer["total"]["parameters"] == 32 * accounting.params_per_block(cfg) == 6_476_267_520   # every layer
+    assert layer["total"]["flops"]["forward"] == 32 * accounting.block_forward_flops(cfg, 16, 1, matmul_only=False)
+    assert page.data["modules"]["model.layers.0.attn"]["total"]["parameters"] == accounting.params_per_block(
+        cfg) - 2 * cfg.d_model - 3 * cfg.d_model * cfg.d_ff                                      # one layer's
     assert not any(n["path"].startswith("model.layers.1") for n in page.data["nodes"])
     assert whole["parameters"] == accounting.total_params(cfg) == 6_738_415_616
     assert whole["flops"]["forward"] == accounting.model_forward_flops(cfg, 16, 1, matmul_only=False)

@@ -31,7 +31,8 @@ MAX_BYTES = 5_000_000
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium, one for the module; skip (with the reason) without playwright or chromium."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright",
+                                   exc_type=ImportError)
     if CHROMIUM is None:
         pytest.skip("chromium is missing (Debian/Ubuntu: apt-get install chromium)")
     with sync_api.sync_playwright() as p:
@@ -79,10 +80,10 @@ def meta_ids():
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict:
-    """The pages, written once: the tiny block at depth 1, the same with values, the tiny LM on token ids, and
-    Llama-2-7B on the shape-only device (its 32 identical layers folded into one box)."""
+    """The pages, written once: the tiny block at depth 1 (no values), the same with values, the tiny LM on token
+    ids, and Llama-2-7B on the shape-only device (its 32 identical layers folded into one box)."""
     out = tmp_path_factory.mktemp("explorer")
-    return {"block": explore(tiny_block(), tiny_x(), depth=1).save(out / "block.html"),
+    return {"block": explore(tiny_block(), tiny_x(), depth=1, values=False).save(out / "block.html"),
             "values": explore(tiny_block(), tiny_x(), values=True).save(out / "values.html"),
             "lm": explore(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64)).save(out / "lm.html"),
             "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html")}
@@ -191,6 +192,32 @@ def test_each_page_loads_without_errors_and_draws_both_phases(visit, name):
     assert loaded.errors == []
 
 
+@pytest.mark.parametrize("button, panes", [("forward", ["forward"]), ("backward", ["backward"]),
+                                           ("both", ["forward", "backward"])])
+def test_phase_buttons_show_one_pane_or_both(visit, button, panes):
+    page = visit("block")
+    page.page.click(f"#phase-{button}")
+    assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == panes
+    assert {n["phase"] for n in page.nodes()} == set(panes)
+    assert page.errors == []
+
+
+def test_colouring_by_flops_reddens_the_costliest_box_most(visit, block):
+    view = block.graph.view(1)
+    costliest = max(view.nodes, key=lambda n: n.flops)
+    page = visit("block")
+    page.page.select_option("#colour", "flops")
+    page.shot("block_colour_flops")
+    fills = page.page.eval_on_selector_all("#panes section[data-phase=forward] g.node", """gs => gs.map(g =>
+        [g.dataset.path, g.querySelector('polygon, ellipse, path').getAttribute('fill')])""")
+    assert all(re.fullmatch(r"#ff([0-9a-f]{2})\1", fill) for _, fill in fills)     # every node white to red
+    reddest = min(fills, key=lambda f: int(f[1][3:5], 16))
+    assert costliest.kind == "box" and reddest[0] == ".".join(costliest.scope)
+    page.page.select_option("#colour", "bytes")
+    page.page.select_option("#colour", "none")
+    assert page.errors == []
+
+
 # ---------------------------------------------------------------- modules open and close in place
 def test_opening_a_box_draws_its_ops_and_closing_its_frame_brings_the_box_back(visit, block):
     page = visit("block")
@@ -223,17 +250,20 @@ def test_expand_all_draws_every_primitive_and_collapse_all_only_the_top_level(vi
     page.page.click("#expand-all")
     page.shot(f"{name}_expanded")
     for phase in ("forward", "backward"):
-        ops, boxes = drawn_ops(recorded, phase, depth=None)     # a fold still draws its first layer only
+        # a depth below every module opens them all, and draws each chain of partial sums as one meeting, as the
+        # page does; a fold still draws its first layer only
+        ops, boxes = drawn_ops(recorded, phase, depth=99)
         assert boxes == [] and [n for n in page.nodes(phase) if n["collapsed"] == "true"] == []
         assert len(page.nodes(phase, "op")) == len(ops)
-        if name == "block":                                     # nothing folded: one node per recorded call
-            assert len(ops) == len(recorded.graph.ops(phase))
+        if name == "block":                                     # nothing folded: one node per call, or per meeting
+            merged = sum(len(n.members) - 1 for n in ops if n.kind == "accumulate")
+            assert len(ops) + merged == len(recorded.graph.ops(phase))
     page.page.click("#collapse-all")
     page.shot(f"{name}_collapsed")
     for phase in ("forward", "backward"):
-        _, boxes = drawn_ops(recorded, phase, depth=1)
+        ops, boxes = drawn_ops(recorded, phase, depth=1)        # Python's view at depth 1: the same drawing
         assert sorted(n["path"] for n in page.nodes(phase, "module")) == boxes
-        root_ops = [n for n in recorded.ops(phase) if len(n.scope) <= 1]
+        root_ops = [n for n in ops if len(n.scope) <= 1]
         assert len(page.nodes(phase, "op")) == len(root_ops)
         assert page.page.locator(f"#panes g.cluster[data-phase={phase}]").count() == 0
     assert page.errors == []
@@ -254,6 +284,7 @@ def test_hovering_an_op_shows_its_output_shape_and_the_flops_counted(visit, bloc
     assert page.page.text_content("#card span.shape") == str(tuple(op.shape))
     assert page.page.text_content("#card span.flops") == f"{op.flops:,}"
     assert page.card()["module"] == path
+    assert page.page.locator("#card svg.hist").count() == 0                     # a page without values
     assert page.errors == []
 
 
@@ -374,10 +405,22 @@ def test_model_page_folds_its_layers_into_one_box_and_loads_quickly(visit, pages
     assert size < MAX_BYTES
     [layers] = [n for n in page.nodes("forward", "module") if "layers" in n["path"]]
     assert layers["path"].endswith("layers.0") and "× 32" in layers["text"]
-    page.hover(layers)
+    assert page.errors == []
+
+
+def test_a_folded_box_counts_every_layer_it_stands_for(visit, model):
+    """The box of layers.0–31 stands for 32 layers: its card and label count all of them, and one layer 'each'."""
+    layer = model.module.layers[0].num_parameters()
+    flops = {phase: model.fc.total(phase, scope="model.layers") for phase in ("forward", "backward")}
+    assert flops["forward"] == 32 * model.fc.total("forward", scope="model.layers.0")
+    page = visit("model")
+    box = page.node("forward", "module", "model.layers.0")
+    page.hover(box)
     page.shot("model_hover_layers")
     card = page.card()
-    assert number(card["parameters"]) == 32 * model.module.layers[0].num_parameters()
-    assert number(card["FLOPs forward"]) == model.fc.total("forward", scope="model.layers")
-    assert number(card["FLOPs backward"]) == model.fc.total("backward", scope="model.layers")
+    assert number(card["parameters"]) == 32 * layer
+    assert {phase: number(card[f"FLOPs {phase}"]) for phase in flops} == flops
+    assert number(card["each layer"]) == flops["forward"] // 32
+    label = page.page.text_content(f'#panes g.node[id="{box["id"]}"]')
+    assert f"= {flops['forward'] / 1e9:.2f} GFLOPs" in label
     assert page.errors == []

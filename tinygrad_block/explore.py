@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections import Counter
 from pathlib import Path
 
 from .graph import Graph, record_graph
@@ -99,9 +100,11 @@ def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool) -
     nodes = []
     for p, view in views.items():
         for n in view.nodes:
-            ids[p].update({i: f"{p[0]}{n.name}" for i in n.members})
+            if not n.name.startswith("g"):          # a gradient's sink names the op that made it: not that op
+                ids[p].update({i: f"{p[0]}{n.name}" for i in n.members})
     for p, view in views.items():
         nodes += [_node(graph, view, n, p, ids, values) for n in view.nodes]
+    _merge_partial_sums(graph, nodes, ids)
     _link(nodes)
     edges = {p: [[f"{p[0]}{e.src}", f"{p[0]}{e.dst}", list(e.shape), e.highway] for e in v.edges]
              for p, v in views.items()}
@@ -129,6 +132,26 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
         out |= _stats(g.tensor, "value") | (_stats(g.tensor.grad, "grad") if getattr(g.tensor, "grad", None)
                                             is not None else {})
     return out
+
+
+def _merge_partial_sums(graph: Graph, nodes: list, ids: dict) -> None:
+    """Where three or more gradients meet, autograd adds them two at a time; like graph_view at any depth, the
+    page draws the chain as one "paths meet" node: each partial sum names the chain's first (`merge`)."""
+    if "backward" not in ids:
+        return
+    uses = Counter(j for i in graph.ops("backward") for j in graph.nodes[i].inputs)
+    first = {}
+    for i in graph.ops("backward"):
+        n = graph.nodes[i]
+        j = n.inputs[0] if n.origin == "accumulate" else None
+        if j is not None and graph.nodes[j].origin == "accumulate" and graph.nodes[j].scope == n.scope \
+                and uses[j] == 1:
+            first[i] = first.get(j, j)
+    by_id = {n["id"]: n for n in nodes}
+    for i, j in first.items():
+        mine, root = ids["backward"].get(i), ids["backward"].get(j)
+        if mine in by_id and root and root != mine:
+            by_id[mine]["merge"] = root
 
 
 def _nbytes(shape, dtype: str) -> int:
@@ -167,9 +190,10 @@ def _link(nodes: list) -> None:
 
 
 def _modules(views: dict, nodes: list) -> dict:
-    """The module tree: {path: label, parent, depth, repeat (a fold of identical layers), parameters, FLOPs and
-    matmul FLOPs per phase, bytes written by its forward ops (its activations), its output shape per phase}; each
-    sums what it holds, a fold counted once per layer it stands for."""
+    """The module tree: {path: label, parent, depth, repeat (a fold of identical layers), parameters, FLOPs,
+    matmul FLOPs and bytes moved per phase, bytes written by its forward ops (its activations), its output shape
+    per phase}; each sums what it holds. A fold's total counts every layer it stands for (one layer: total /
+    repeat); the modules inside it are one layer's."""
     folds = views["forward"].folds
     tree: dict = {}
     for n in nodes:
@@ -186,6 +210,7 @@ def _modules(views: dict, nodes: list) -> dict:
             own["matmul_flops"][n["phase"]] += n["matmul_flops"]
             own["parameters"] += _size(n["shape"]) if n["kind"] == "param" else 0
             own["activation_bytes"] += n.get("bytes_written", 0) if n["phase"] == "forward" else 0
+            own["bytes"][n["phase"]] += n.get("bytes_read", 0) + n.get("bytes_written", 0)
             for k in range(1, len(scope) + 1):                  # a module's output: the last op inside it
                 if n["data_kind"] == "op":
                     tree[".".join(scope[:k])]["shape"][n["phase"]] = n["shape"]
@@ -193,23 +218,26 @@ def _modules(views: dict, nodes: list) -> dict:
         m = tree[path]
         total = m.setdefault("total", _zero())
         _add(total, m.pop("own"))
+        if m["repeat"] > 1:                                     # a fold: one layer recorded, every layer counted
+            m["total"] = total = _add(_zero(), total, m["repeat"])
         if m["parent"]:
-            _add(tree[m["parent"]].setdefault("total", _zero()), total, m["repeat"])
+            _add(tree[m["parent"]].setdefault("total", _zero()), total)
     return tree
 
 
 def _zero() -> dict:
     return {"parameters": 0, "activation_bytes": 0, "flops": {"forward": 0, "backward": 0},
-            "matmul_flops": {"forward": 0, "backward": 0}}
+            "matmul_flops": {"forward": 0, "backward": 0}, "bytes": {"forward": 0, "backward": 0}}
 
 
-def _add(into: dict, what: dict, times: int = 1) -> None:
+def _add(into: dict, what: dict, times: int = 1) -> dict:
     for key, value in what.items():
         if isinstance(value, dict):
             for phase in value:
                 into[key][phase] += value[phase] * times
         else:
             into[key] += value * times
+    return into
 
 
 def _size(shape) -> int:

@@ -29,7 +29,11 @@ function closedAncestor(scope) {
   }
   return null;
 }
-const drawnAs = n => { const m = closedAncestor(n.scope); return m === null ? n.id : "m:" + n.phase + ":" + m; };
+const drawnAs = n => {
+  const m = closedAncestor(n.scope);
+  return m !== null ? "m:" + n.phase + ":" + m : n.merge || n.id;     // partial sums: drawn as their chain's first
+};
+const inFold = n => n.scope.some((_, k) => (modules[n.scope.slice(0, k + 1).join(".")] || {}).repeat > 1);
 
 function boxLabel(path, phase) {
   const m = modules[path], t = m.total, f = t.flops[phase] / m.repeat;
@@ -52,7 +56,7 @@ function heat(value, max) {            // white to red, on a log scale
 const cost = (id, phase) => {
   if (id.startsWith("m:")) {
     const t = modules[id.split(":")[2]].total;
-    return colour === "flops" ? t.flops[phase] : t.activation_bytes;
+    return colour === "flops" ? t.flops[phase] : t.bytes[phase];
   }
   const n = byId[id];
   return colour === "flops" ? n.flops : (n.bytes_read || 0) + (n.bytes_written || 0);
@@ -67,7 +71,7 @@ function dot(phase) {
   }
   const max = colour === "none" ? 0 : Math.max(0, ...[...items.keys()].map(id => cost(id, phase)));
   const decl = id => {
-    const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '", style="filled,rounded"';
+    const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '"';
     if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(id.split(":")[2], phase)) + fill + "];";
     const n = byId[id];
     return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ", label=" + q(nodeLabel(n)) + fill + "];";
@@ -87,7 +91,7 @@ function dot(phase) {
       const before = lines.length;
       lines.push(indent + "subgraph " + q("cluster_" + phase + ":" + c) + " {");
       lines.push(indent + '  id=' + q("c:" + phase + ":" + c) + '; label=' + q(modules[c].label +
-        (modules[c].repeat > 1 ? "  × " + modules[c].repeat : "") + "  (click to close)") +
+        (modules[c].repeat > 1 ? "  × " + modules[c].repeat : "") + "  [−]") +
         '; style="rounded,dashed"; color="#9e9e9e"; fontsize=10; fontcolor="#4c8a46";');
       emit(c, indent + "  ");
       if (lines.length === before + 2) lines.splice(before); else lines.push(indent + "}");
@@ -141,6 +145,7 @@ function decorate(svg, phase) {
       g.addEventListener("click", () => { selected = selected === id ? null : id; highlight(); card(nodeCard(n)); });
       g.addEventListener("mouseenter", () => card(nodeCard(n)));
     }
+    g.addEventListener("mouseleave", rest);
   }
   for (const g of svg.querySelectorAll("g.cluster")) {
     const path = g.id.split(":").slice(2).join(":");
@@ -184,7 +189,11 @@ function reveal(n) {               // open every module on the node's path, so i
   for (let k = 1; k <= n.scope.length; k++) open.add(n.scope.slice(0, k).join("."));
 }
 
-// The card: what a learner asks of a node or a module.
+// The card: what a learner asks of a node or a module; back to the selected op or the step when the mouse leaves.
+function rest() {
+  const n = step >= 0 ? steps[step] : selected ? byId[selected] : null;
+  if (n) card(nodeCard(n)); else document.getElementById("card").hidden = true;
+}
 function card(html) {
   const el = document.getElementById("card");
   el.innerHTML = html;
@@ -213,6 +222,7 @@ function nodeCard(n) {
       (n.matmul_flops ? " (all matmul)" : " (no matmul)")) +
       row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) : "") +
     (other ? row(n.phase === "forward" ? "backward" : "forward", esc(other)) : "") +
+    (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
     stats(n.value, "value") + stats(n.grad, "gradient") + "</table>";
 }
 function moduleCard(path, phase) {
@@ -222,6 +232,7 @@ function moduleCard(path, phase) {
     row("FLOPs forward", fmt(t.flops.forward) + " (matmul " + fmt(t.matmul_flops.forward) + ")") +
     (D.phases.length > 1 ? row("FLOPs backward", fmt(t.flops.backward) + " (matmul " + fmt(t.matmul_flops.backward) + ")") : "") +
     row("activations", human(t.activation_bytes, "B") + " written by its forward ops") +
+    row("bytes moved", human(t.bytes[phase], "B") + " read and written, " + phase) +
     (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + "</table>";
 }
 
@@ -234,14 +245,25 @@ function go(k) {
   if (n.source) reveal(byId[n.source]);
   if (!shown.includes("backward")) shown = ["forward", "backward"];
   document.getElementById("step-text").textContent = "op " + (step + 1) + " of " + steps.length + ": " + n.label +
-    (n.origin === "accumulate" ? " (gradients add up)" : " (backward of " + n.origin + ")") + " in " + (n.path || "—");
+    (n.origin === "accumulate" ? " (gradients add up)" : " (backward of " + n.origin + ")") + " in " + (n.path || "—") +
+    (inFold(n) ? " (one layer drawn for its identical run)" : "");
   render();
+  mark();
   card(nodeCard(n));
+  into(drawnAs(n));
+}
+function into(id) {                // scroll the drawn node into the middle of its pane
+  const g = document.getElementById(id);
+  if (g) g.scrollIntoView({block: "center", inline: "center"});
+}
+
+const choices = D.phases.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", ["forward", "backward"]]] : [];
+function mark() {                  // the phase button that matches what is shown
+  for (const [name, list] of choices) document.getElementById("phase-" + name).classList.toggle("on", list.join() === shown.join());
 }
 
 function controls() {
   const phases = document.getElementById("phases");
-  const choices = D.phases.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", ["forward", "backward"]]] : [];
   for (const [name, list] of choices) {
     const b = document.createElement("button");
     b.textContent = name;
@@ -249,7 +271,6 @@ function controls() {
     b.addEventListener("click", () => { shown = list; render(); mark(); });
     phases.appendChild(b);
   }
-  const mark = () => { for (const [name, list] of choices) document.getElementById("phase-" + name).classList.toggle("on", list.join() === shown.join()); };
   mark();
   document.getElementById("expand-all").addEventListener("click", () => { Object.keys(modules).forEach(p => open.add(p)); render(); });
   document.getElementById("collapse-all").addEventListener("click", () => { open.clear(); root.forEach(p => open.add(p)); render(); });
@@ -258,7 +279,7 @@ function controls() {
   search.addEventListener("keydown", e => {
     if (e.key !== "Enter" || !query) return;
     const n = D.nodes.find(x => shown.includes(x.phase) && (x.label + " " + x.path + " " + x.step).toLowerCase().includes(query));
-    if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); }
+    if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); into(drawnAs(n)); }
   });
   document.getElementById("colour").addEventListener("change", e => { colour = e.target.value; render(); });
   if (steps.length) {
@@ -266,7 +287,7 @@ function controls() {
     document.getElementById("step-next").addEventListener("click", () => go(step + 1));
     document.getElementById("step-back").addEventListener("click", () => go(step - 1));
     document.addEventListener("keydown", e => {
-      if (e.target === search) return;
+      if (["INPUT", "SELECT", "TEXTAREA"].includes(e.target.tagName)) return;
       if (e.key === "ArrowRight") go(step + 1);
       if (e.key === "ArrowLeft") go(step - 1);
     });
