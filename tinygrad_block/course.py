@@ -112,7 +112,7 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
     else:
         path = Path(picture)
     shown = path.relative_to(LESSONS.parent) if path.is_relative_to(LESSONS.parent) else path
-    print(f"picture: {shown}")
+    print(f"{'explorer' if path.suffix == '.html' else 'picture'}: {shown}")
     if "ipykernel" in sys.modules:                                   # running as a notebook
         from IPython.display import HTML, SVG, Image, display
         if path.suffix == ".html":                                    # an explorer page, in a frame of its own
