@@ -39,7 +39,7 @@ def backward(root, grad, retain_graph: bool = False) -> None:
     if root._ctx is None:  # a leaf: its gradient is `grad` itself
         _deliver(root, grad, (), {}, None)
         return
-    grads, meets = {root._ctx: grad}, ({} if trace.TRACE.observers else None)
+    grads, meets = {root._ctx: grad}, ({} if trace.STATE.get().observers else None)
     with trace.no_grad():
         for fn in toposort(root._ctx):               # each Function after every op that used its output
             g = grads.pop(fn)                        # d(root)/d(its output), all paths summed

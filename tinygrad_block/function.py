@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .trace import TRACE, emit
+from .trace import STATE, emit
 
 
 def is_tensor(value) -> bool:
@@ -52,8 +52,8 @@ class Function:
         if cls.float_only and first.data.dtype.kind != "f":
             raise TypeError(f"{cls.name}: needs a floating-point tensor, got {first.dtype} {first.shape}; "
                             "cast it first, e.g. .to(tb.float32)")
-        fn = cls()
-        fn.be, grad = be, TRACE.grad_enabled
+        fn, state = cls(), STATE.get()             # this thread's (task's) switches
+        fn.be, grad = be, state.grad_enabled
         fn.needs_grad = needs = tuple([grad and t._requires_grad for t in inputs])
         if be.active is None:
             data = fn.forward(*inputs, **params)
@@ -63,12 +63,12 @@ class Function:
         out = first._make(data, fn.be)  # a plain Tensor; fn.be: Transfer's forward switches the device
         if True in needs and data.dtype.kind == "f":
             out._requires_grad, out._ctx = True, fn
-            fn.scope, fn.step = TRACE.scope, TRACE.step
+            fn.scope, fn.step = state.scope, state.step
             fn.edges = tuple([t._ctx or (t if t._requires_grad else None) for t in inputs])
             if fn.saves_output:
                 fn.out = out._make(data, fn.be)  # its own Tensor object: no cycle out -> fn -> out
-        if TRACE.observers:
-            emit(fn, inputs, out)
+        if state.observers:
+            emit(fn, inputs, out, state)
         return out
 
     def saved(self):

@@ -4,23 +4,38 @@ an op runs (phase, module scope, named step). Every observer receives one `Event
     with tb.observe(lambda e: print(e.phase, e.scope, e.step, e.op.name, e.output.shape)):
         block(x).backward(dout)
 
-Nothing here knows about Tensors or Functions: the choke point (`Function.apply`) and the backward sweep
-(`autograd.backward`) call `emit` and the switches below.
+The record belongs to the thread, and to the asyncio task, that sets it (a `contextvars` variable, as PyTorch keeps
+grad mode per thread): `no_grad()` in one thread leaves another recording, and a FLOP count or a graph sees only the
+ops of the code inside its own `with`. Nothing here knows about Tensors or Functions: the choke point
+(`Function.apply`) and the backward sweep (`autograd.backward`) call `emit` and the switches below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The switches' values in one thread or task. Never changed in place: a switch sets a changed copy."""
+    grad_enabled: bool = True
+    observers: tuple = ()
+    phase: str = "forward"
+    scope: tuple = ()       # the module path, e.g. ('model', 'layers.0', 'attn', 'q_proj')
+    step: str = ""          # the named step inside that module: 'rope', 'scores', 'softmax', 'residual', ...
+    origin: str = ""        # in backward: the forward op being differentiated ('accumulate' where gradients sum)
+    source: object = None   # in backward: that forward Function; for a sum, the Function or leaf whose gradient it is
+
+
+STATE: ContextVar[State] = ContextVar("tinygrad_block.trace", default=State())   # noqa: B039 (frozen)
 
 
 class Trace:
-    """The switches' current values. One instance, `TRACE`, changed only by the context managers below."""
-    grad_enabled = True
-    observers: tuple = ()
-    phase = "forward"
-    scope: tuple = ()   # the module path, e.g. ('model', 'layers.0', 'attn', 'q_proj')
-    step = ""           # the named step inside that module: 'rope', 'scores', 'softmax', 'residual', ...
-    origin = ""         # in backward: the forward op being differentiated ('accumulate' where gradients sum)
-    source = None       # in backward: that forward Function; for a sum, the Function or leaf whose gradient it is
+    """The current thread's (and task's) switches, read as attributes: TRACE.grad_enabled, TRACE.scope, ..."""
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        return getattr(STATE.get(), name)
 
 
 TRACE = Trace()
@@ -44,29 +59,27 @@ class Event:
         return self.op.flops(self.output.shape, *[t.shape for t in self.inputs])
 
 
-def emit(op, inputs: tuple, output) -> None:
+def emit(op, inputs: tuple, output, state: State | None = None) -> None:
     """Tell every observer that `op` ran (called by Function.apply when there are observers)."""
-    event = Event(op, inputs, output, TRACE.phase, TRACE.scope, TRACE.step, TRACE.origin, TRACE.source)
-    for observer in TRACE.observers:
+    s = state or STATE.get()
+    event = Event(op, inputs, output, s.phase, s.scope, s.step, s.origin, s.source)
+    for observer in s.observers:
         observer(event)
 
 
 class _Set:
-    """Set some fields of TRACE inside a `with` block, and restore them after it."""
-    __slots__ = ("values", "saved", "result")
+    """Set some fields of this thread's (task's) switches inside a `with` block, and restore them after it."""
+    __slots__ = ("values", "token", "result")
 
     def __init__(self, result=None, **values):
         self.values, self.result = values, result
 
     def __enter__(self):
-        self.saved = {key: getattr(TRACE, key) for key in self.values}
-        for key, value in self.values.items():
-            setattr(TRACE, key, value)
+        self.token = STATE.set(replace(STATE.get(), **self.values))
         return self.result
 
     def __exit__(self, *exc):
-        for key, value in self.saved.items():
-            setattr(TRACE, key, value)
+        STATE.reset(self.token)
 
 
 class _Nothing:
@@ -90,12 +103,12 @@ def enable_grad() -> _Set:
 
 def observe(callback) -> _Set:
     """Call `callback(event)` after every primitive runs, forward and backward; `with` gives back the callback."""
-    return _Set(callback, observers=TRACE.observers + (callback,))
+    return _Set(callback, observers=STATE.get().observers + (callback,))
 
 
 def scope(name: str) -> _Set:
     """Attribute the ops run inside to module `name`, nested in the current scope (Module.__call__ uses it)."""
-    return _Set(scope=TRACE.scope + (name,), step="")
+    return _Set(scope=STATE.get().scope + (name,), step="")
 
 
 def step(name: str) -> _Set:
@@ -107,7 +120,7 @@ def step(name: str) -> _Set:
 def differentiating(fn) -> _Set | _Nothing:
     """The ops of `fn`'s backward belong to the module, the step and the op whose forward they differentiate.
     Observers are the only readers, so with none this changes nothing."""
-    if not TRACE.observers:
+    if not STATE.get().observers:
         return NOTHING
     return _Set(phase="backward", scope=fn.scope, step=fn.step, origin=fn.name, source=fn)
 
@@ -115,6 +128,6 @@ def differentiating(fn) -> _Set | _Nothing:
 def accumulating(scope: tuple, target=None) -> _Set | _Nothing:
     """Gradients of a tensor used several times add up: that sum is counted and drawn in module `scope`;
     `target` is whose gradient it is (the Function that made the tensor, or the leaf tensor itself)."""
-    if not TRACE.observers:
+    if not STATE.get().observers:
         return NOTHING
     return _Set(phase="backward", scope=scope, step="", origin="accumulate", source=target)
