@@ -86,6 +86,20 @@ class Generator:
     def integers(self, low: int, high: int, shape):
         return self._rng.integers(low, high, shape, dtype=np.int64)
 
+    @property
+    def state(self) -> dict:
+        """Where the stream stands, as JSON-ready data: setting it back makes the same draws follow."""
+        return {"seed": self.seed, "bit_generator": self._rng.bit_generator.state}
+
+    @state.setter
+    def state(self, value: dict) -> None:
+        try:
+            self._rng.bit_generator.state = value["bit_generator"]
+        except (TypeError, KeyError, ValueError) as e:
+            raise ValueError(f"Generator.state: expected what Generator.state gave (a PCG64 state), got "
+                             f"{value!r:.80} ({e})") from None
+        self.seed = value["seed"]
+
     def __repr__(self):
         return f"Generator(seed={self.seed})"
 

@@ -780,6 +780,11 @@ def add_train_command(commands) -> None:
     p.add_argument("--text-file", default=None, metavar="FILE",
                    help="text: train on this UTF-8 text file instead of Python's help pages")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG pictures (they need matplotlib)")
+    p.add_argument("--save-every", type=_positive, default=None, metavar="N",
+                   help="save the run's state (DIR/checkpoints/) every N steps (default: every minute, and at "
+                        "the end); Ctrl-C saves and stops")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint, with the same demo, seed and steps")
     p.add_argument("--json", action="store_true", help="print the results as JSON (fields: docs/cli.md)")
 
 
@@ -834,9 +839,19 @@ def run_train(args: argparse.Namespace, out=print) -> int:
     if args.text_file is not None:
         kwargs |= {"text": read_text_file(args.text_file, args.demo), "source": args.text_file}
     try:
-        result = demo(folder, seed=args.seed, device=args.device, pictures=not args.no_plots, **kwargs)
-    except ValueError as e:                                          # a text too short to train on
+        result = demo(folder, seed=args.seed, device=args.device, pictures=not args.no_plots, resume=args.resume,
+                      save_every=args.save_every, **kwargs)
+    except (ValueError, FileNotFoundError) as e:                     # a text too short; nothing to resume
         raise CommandError(str(e)) from None
+    except train.TrainingDiverged as e:                               # one line, status 1: not a user's mistake
+        print(f"{PROG} train: {e}", file=sys.stderr)
+        return 1
+    except train.TrainingStopped as e:                                # Ctrl-C: saved, and how to go on
+        again = " ".join(["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
+                         + (["--steps", str(args.steps)] if args.steps else [])
+                         + (["--text-file", args.text_file] if args.text_file else []) + ["--resume"])
+        print(f"{PROG} train: {e}; continue with: {PROG} {again}", file=sys.stderr)
+        return 130
     data = {"command": "train", **{k: v for k, v in result.items() if k not in ("model", "history", "tokenizer")}}
     out(json.dumps(data, indent=2) if args.json else "\n".join(train_text(data)))
     return 0 if data.get("passed", True) else 1

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -19,7 +22,9 @@ from tqdm import tqdm
 from .backend import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
+from .hf_folder import write_text
 from .optim import AdamW, WarmupCosine, clip_grad_norm
+from .resume import latest, load_checkpoint, save_checkpoint
 from .tensor import Tensor, arange, concat
 from .trace import no_grad, observe
 
@@ -50,37 +55,121 @@ class History:
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def restore(self, saved: dict) -> None:
+        """Take up a saved history (resume.py), so a resumed run's history covers the whole run."""
+        self.losses, self.lrs = list(saved["losses"]), list(saved["lrs"])
+        self.evals = [(step, metrics) for step, metrics in saved["evals"]]
+        self.tokens, self.seconds = saved["tokens"], saved["seconds"]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient norm stopped being finite: the run stopped before the weights took the step."""
+
+
+class TrainingStopped(Exception):
+    """Ctrl-C (SIGINT): the run stopped after a whole step, saved where `path` says (None: no checkpoint folder)."""
+
+    def __init__(self, step: int, steps: int, path: Path | None):
+        self.step, self.steps, self.path = step, steps, path
+        where = f"saved to {path}" if path else "not saved (no checkpoint folder)"
+        super().__init__(f"stopped at step {step} of {steps}; {where}")
+
+
+@contextmanager
+def stop_requests():
+    """While training: the first Ctrl-C asks the loop to stop after the step it is in (a second one stops at once).
+    Only the main thread receives signals, so elsewhere nothing changes."""
+    asked = {"stop": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+
+    def ask(signum, frame):
+        if asked["stop"]:
+            raise KeyboardInterrupt
+        asked["stop"] = True
+    previous = signal.signal(signal.SIGINT, ask)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
 
 def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0, lr_min: float = 0.0,
           weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
-          eval_every: int = 100, progress: bool = True) -> History:
+          eval_every: int = 100, progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
+          save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None) -> History:
     """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
     learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
-    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad."""
+    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad.
+
+    With a `checkpoints` folder, the run's whole state (resume.py) is saved every `save_every` steps (None: every
+    `save_seconds` of training) and at the end; `resume` takes up the newest there and ends bit for bit where the
+    run would have ended uninterrupted (`generator` is the one `batches` draws from: its state is saved too).
+    A loss or gradient norm that is not finite raises TrainingDiverged before the weights move; Ctrl-C finishes the
+    step, saves, and raises TrainingStopped."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train: steps must be a positive int, got {steps!r}")
     opt = AdamW(model.parameters(), lr, weight_decay=weight_decay)
     schedule = WarmupCosine(opt, lr, min(warmup, steps), steps, lr_min)
     history = History()
-    bar = tqdm(range(steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True)
-    start = time.perf_counter()
-    for step in bar:
-        ids, targets = batches()                                   # (B, L), (B, T)
-        loss = lm_loss(model, ids, targets)
-        opt.zero_grad()
-        loss.backward()
-        clip_grad_norm(model.parameters(), max_grad_norm)
-        opt.step()
-        history.losses.append(loss.item())
-        history.lrs.append(opt.lr)
-        schedule.step()
-        history.tokens += ids.size
-        history.seconds = time.perf_counter() - start
-        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
-            with no_grad():
-                history.evals.append((step + 1, evaluate(model)))
-        bar.set_postfix(loss=f"{history.losses[-1]:.4f}", tok_s=f"{history.tokens_per_s:,.0f}", refresh=False)
+    run = (model, opt, schedule, generator, history, dict(steps=steps, lr=lr, warmup=warmup, lr_min=lr_min,
+                                                          weight_decay=weight_decay, max_grad_norm=max_grad_norm))
+    first = _resume(checkpoints, run) if resume else 0
+    bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True,
+               initial=first, total=steps)
+    start, before, saved = time.perf_counter(), history.seconds, (first, time.perf_counter())
+    with stop_requests() as asked:
+        for step in bar:
+            ids, targets = batches()                               # (B, L), (B, T)
+            loss = lm_loss(model, ids, targets)
+            _finite("the loss", loss.item(), step, opt, checkpoints)
+            opt.zero_grad()
+            loss.backward()
+            _finite("the gradient norm", clip_grad_norm(model.parameters(), max_grad_norm).item(), step, opt,
+                    checkpoints)
+            opt.step()
+            history.losses.append(loss.item())
+            history.lrs.append(opt.lr)
+            schedule.step()
+            history.tokens += ids.size
+            history.seconds = before + time.perf_counter() - start
+            if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
+                with no_grad():
+                    history.evals.append((step + 1, evaluate(model)))
+            bar.set_postfix(loss=f"{history.losses[-1]:.4f}", tok_s=f"{history.tokens_per_s:,.0f}", refresh=False)
+            due = (step + 1) % save_every == 0 if save_every else time.perf_counter() - saved[1] >= save_seconds
+            if checkpoints is not None and (due or asked["stop"] or step + 1 == steps):
+                path = save_checkpoint(checkpoints, step + 1, *run)
+                saved = (step + 1, time.perf_counter())
+            if asked["stop"] and step + 1 < steps:
+                bar.close()
+                raise TrainingStopped(step + 1, steps, path if checkpoints is not None else None)
     return history
+
+
+def _resume(checkpoints: Path | None, run: tuple) -> int:
+    """The step the newest checkpoint in `checkpoints` reached, its state put back into `run`."""
+    if checkpoints is None:
+        raise ValueError("train: resume=True needs the checkpoints folder to resume from")
+    here = latest(checkpoints)
+    if here is None:
+        raise FileNotFoundError(f"train: nothing to resume: {checkpoints} holds no checkpoint yet")
+    return load_checkpoint(here, *run)
+
+
+def _finite(what: str, value: float, step: int, opt, checkpoints: Path | None) -> None:
+    """Stop a diverging run before the weights take the step, saying where the last good checkpoint is."""
+    if math.isfinite(value):
+        return
+    here = latest(checkpoints) if checkpoints is not None else None
+    kept = f"the last good checkpoint, step {json.loads((here.parent / 'latest.json').read_text())['step']}, is " \
+        f"{here}" if here else "no checkpoint was saved before it"
+    raise TrainingDiverged(f"train: step {step + 1}: {what} is {value} at learning rate {opt.lr:.3g}; stopped "
+                           f"before the weights took the step; {kept}")
 
 
 # ---------------------------------------------------------------- evaluation
@@ -183,7 +272,7 @@ def save_run(model: LM, history: History, out: Path, results: dict) -> dict:
     loss.png in `out`; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out / "checkpoint")
-    (out / "history.json").write_text(json.dumps({**asdict(history), "results": results}, indent=1))
+    write_text(out / "history.json", json.dumps({**asdict(history), "results": results}, indent=1))
     return {"checkpoint": str(out / "checkpoint"), "history": str(out / "history.json")}
 
 
@@ -194,15 +283,18 @@ INDUCTION_THRESHOLD = 0.99     # accuracy on the predictable second half
 
 
 def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, batch: int = 32,
-                   device: str = "cpu", progress: bool = True, pictures: bool = True) -> dict:
+                   device: str = "cpu", progress: bool = True, pictures: bool = True, resume: bool = False,
+                   save_every: int | None = None) -> dict:
     """Train a 2-layer model on induction_batch (n random tokens, then the same again) and measure its accuracy
-    on the predictable second half of 512 sequences it never trained on; draw the attention of every head."""
+    on the predictable second half of 512 sequences it never trained on; draw the attention of every head.
+    The run's state goes to out/checkpoints/ (train's checkpoints, save_every); `resume` takes it up."""
     g = Generator(seed)
     model = LM(INDUCTION, generator=g, device=device)
     held_out = induction_batch(512, n, INDUCTION.vocab_size, g, device)
     history = train(model, lambda: induction_batch(batch, n, INDUCTION.vocab_size, g, device), steps=steps,
                     lr=3e-3, warmup=20, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out),
-                    eval_every=25, progress=progress)
+                    eval_every=25, progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
+                    resume=resume, generator=g)
     weights = attention_weights(model, held_out[0][:8])
     scores = induction_scores(weights, n)
     score, layer, head = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
@@ -226,7 +318,8 @@ TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vo
 
 def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
               device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
-              prompt: str | None = None, text: str | None = None, source: str = "Python's help pages") -> dict:
+              prompt: str | None = None, text: str | None = None, source: str = "Python's help pages",
+              resume: bool = False, save_every: int | None = None) -> dict:
     """Train a character-level model on `text` (by default Python's help pages, data.python_help_text; `source`
     names it), evaluate on the last 10% it never trained on, and write a sample: `prompt` continued at
     temperature 0.8 (by default "The ", or the text's first four characters when it lacks those)."""
@@ -244,7 +337,8 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
     held_out = text_batch(val_ids, 64, seq_len, g)
     history = train(model, lambda: text_batch(train_ids, batch, seq_len, g), steps=steps, lr=3e-3,
                     warmup=30, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=100,
-                    progress=progress)
+                    progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
+                    resume=resume, generator=g)
     ids = Tensor([tok.encode(prompt)], device=device)
     sample = tok.decode(generate_long(model, ids, sample_len, seq_len, temperature=0.8, generator=g)[0])
     results = {"demo": "text", "source": source, "prompt": prompt, "seed": seed, "steps": steps,
@@ -255,7 +349,7 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
     paths = save_run(model, history, out, results)
     tok.save(out / "checkpoint" / "vocab.json")
     paths["vocab"] = str(out / "checkpoint" / "vocab.json")
-    (out / "sample.txt").write_text(sample)
+    write_text(out / "sample.txt", sample)
     paths["sample"] = str(out / "sample.txt")
     if pictures:
         paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of {source}, seed {seed}"))

@@ -1,0 +1,154 @@
+"""Runs you can trust (train.py, resume.py): a run stopped by Ctrl-C (a real SIGINT, at a step that is no multiple of
+the save interval) and resumed ends bit for bit where the uninterrupted run ends, from Python and from the command
+line; a loss or gradient norm that stops being finite stops the run at that step, naming it, with the last good
+checkpoint untouched; a checkpoint is whole or not pointed at."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, msg
+
+import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block import train as train_mod
+from tinygrad_block.data import induction_batch
+from tinygrad_block.optim import AdamW, WarmupCosine
+from tinygrad_block.resume import latest
+
+CFG = nn.BlockConfig(d_model=32, n_heads=2, n_kv_heads=2, d_ff=64, n_layers=1, vocab_size=16, max_seq_len=32)
+STEPS, EVERY = 23, 5
+
+
+def run(folder: Path | None, *, resume: bool = False, interrupt_at: int | None = None, poison=None):
+    """The same small run each time (seed 0): model, batches and generator made afresh, as a new process would."""
+    g = tb.Generator(0)
+    model = nn.LM(CFG, generator=g)
+    calls = [0]
+
+    def batches():
+        calls[0] += 1
+        if interrupt_at is not None and calls[0] == interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)                  # Ctrl-C, delivered while this step runs
+        return induction_batch(8, 5, CFG.vocab_size, g)
+    history = train_mod.train(model, batches, steps=STEPS, lr=3e-3, warmup=3, lr_min=3e-4, progress=False,
+                              checkpoints=folder, save_every=EVERY, resume=resume, generator=g,
+                              evaluate=lambda m: {"loss": 1.0}, eval_every=10)
+    return model, history
+
+
+def weights(model) -> dict:
+    return {n: p.numpy() for n, p in model.named_parameters()}
+
+
+def test_a_run_stopped_by_ctrl_c_and_resumed_ends_bit_for_bit_as_the_uninterrupted_one(tmp_path):
+    whole, whole_history = run(tmp_path / "whole")
+    with pytest.raises(train_mod.TrainingStopped) as stopped:
+        run(tmp_path / "cut", interrupt_at=13)                   # 13: no multiple of 5
+    assert (stopped.value.step, stopped.value.steps) == (13, STEPS)
+    assert stopped.value.path == tmp_path / "cut" / "step-000013"
+    assert json.loads((tmp_path / "cut" / "latest.json").read_text()) == {"step": 13, "folder": "step-000013"}
+    assert sorted(p.name for p in (tmp_path / "cut").glob("step-*")) == ["step-000010", "step-000013"]
+    resumed, history = run(tmp_path / "cut", resume=True)
+    for name, w in weights(whole).items():
+        assert np.array_equal(weights(resumed)[name], w), name
+    assert history.losses == whole_history.losses and history.lrs == whole_history.lrs
+    assert history.evals == whole_history.evals and len(history.losses) == STEPS
+    assert history.tokens == whole_history.tokens
+
+
+def test_resuming_checks_what_it_resumes(tmp_path):
+    with pytest.raises(FileNotFoundError, match=msg("train", "nothing to resume", "holds no checkpoint")):
+        run(tmp_path / "empty", resume=True)
+    run(tmp_path / "done")
+    g = tb.Generator(1)                                          # another seed: another run
+    with pytest.raises(ValueError, match=msg("resume", "seed 0, not 1")):
+        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g), steps=STEPS, lr=3e-3,
+                        warmup=3, lr_min=3e-4, progress=False, checkpoints=tmp_path / "done", resume=True,
+                        generator=g)
+    g = tb.Generator(0)
+    with pytest.raises(ValueError, match=msg("resume", "steps: 23 then, 30 now")):
+        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g), steps=30, lr=3e-3,
+                        warmup=3, lr_min=3e-4, progress=False, checkpoints=tmp_path / "done", resume=True,
+                        generator=g)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize("what", ["the loss", "the gradient norm"])
+def test_a_diverging_run_stops_at_that_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, what):
+    real, calls = train_mod.lm_loss, [0]
+
+    def poisoned(model, ids, targets):                          # step 12 goes wrong
+        calls[0] += 1
+        loss = real(model, ids, targets)
+        if calls[0] != 12:
+            return loss
+        if what == "the loss":
+            return loss * float("inf")
+        w = model.embed.weight
+        return loss + (w - w.detach()).abs().sqrt().sum()       # adds 0, but d sqrt|x| at 0 is not finite
+    monkeypatch.setattr(train_mod, "lm_loss", poisoned)
+    folder = tmp_path / "run"
+    with pytest.raises(train_mod.TrainingDiverged) as diverged:
+        run(folder)
+    said = str(diverged.value)
+    assert f"step 12: {what} is " in said and "at learning rate 0.00" in said
+    assert f"the last good checkpoint, step 10, is {folder / 'step-000010'}" in said
+    assert latest(folder) == folder / "step-000010"             # nothing written over it
+    good = nn.LM.from_pretrained(folder / "step-000010")
+    assert all(np.isfinite(p.numpy()).all() for p in good.parameters())
+
+
+def test_a_checkpoint_is_pointed_at_only_once_it_is_whole(tmp_path, monkeypatch):
+    run(tmp_path / "run")                                        # ends with step 23 saved
+    from tinygrad_block import resume
+
+    def broken(path, tensors, metadata):
+        raise OSError("disk full")
+    monkeypatch.setattr(resume, "write_safetensors", broken)
+    g = tb.Generator(0)
+    model = nn.LM(CFG, generator=g)
+    opt = AdamW(model.parameters(), 1e-3)
+    with pytest.raises(OSError, match="disk full"):
+        resume.save_checkpoint(tmp_path / "run", 99, model, opt, WarmupCosine(opt, 1e-3, 0, 10), g,
+                               train_mod.History(), {})
+    assert latest(tmp_path / "run") == tmp_path / "run" / "step-000023"
+
+
+@pytest.mark.slow
+def test_ctrl_c_from_the_command_line_saves_says_one_line_and_resume_ends_identically(tmp_path):
+    """A real SIGINT to a `train` subprocess at whatever step it has reached; --resume finishes; the final
+    checkpoint is byte for byte the uninterrupted run's."""
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    base = [sys.executable, "-m", "tinygrad_block", "train", "induction", "--steps", "40", "--save-every", "7",
+            "--no-plots"]
+    whole_run = subprocess.run(base + ["--out", str(tmp_path / "whole")], env=env, capture_output=True, text=True)
+    assert whole_run.returncode in (0, 1), whole_run.stderr        # 1: 40 steps miss the 99 % threshold
+    child = subprocess.Popen(base + ["--out", str(tmp_path / "cut")], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "cut" / "checkpoints" / "latest.json").exists() and time.time() < deadline:
+        time.sleep(0.05)                                         # the first save (step 7): it is training
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    last = [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
+    assert "Traceback" not in err and last.startswith("python -m tinygrad_block train: stopped at step ")
+    assert "; saved to " in last and "--resume" in last
+    step = int(last.split("stopped at step ")[1].split()[0])
+    assert 7 <= step < 40
+    again = subprocess.run(base + ["--out", str(tmp_path / "cut"), "--resume"], env=env, capture_output=True,
+                           text=True)
+    assert again.returncode == whole_run.returncode, again.stderr
+    assert (tmp_path / "cut" / "checkpoint" / "model.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "checkpoint" / "model.safetensors").read_bytes()
+    whole = json.loads((tmp_path / "whole" / "history.json").read_text())
+    cut = json.loads((tmp_path / "cut" / "history.json").read_text())
+    assert cut["losses"] == whole["losses"] and len(cut["losses"]) == 40 and cut["evals"] == whole["evals"]
