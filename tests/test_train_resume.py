@@ -152,3 +152,22 @@ def test_ctrl_c_from_the_command_line_saves_says_one_line_and_resume_ends_identi
     whole = json.loads((tmp_path / "whole" / "history.json").read_text())
     cut = json.loads((tmp_path / "cut" / "history.json").read_text())
     assert cut["losses"] == whole["losses"] and len(cut["losses"]) == 40 and cut["evals"] == whole["evals"]
+
+
+def test_the_command_line_says_one_line_when_a_run_diverges(tmp_path, monkeypatch, capsys):
+    from tinygrad_block import cli
+    real, calls = train_mod.lm_loss, [0]
+
+    def poisoned(model, ids, targets):
+        calls[0] += 1
+        loss = real(model, ids, targets)
+        return loss * float("inf") if calls[0] == 9 else loss
+    monkeypatch.setattr(train_mod, "lm_loss", poisoned)
+    status = cli.main(["train", "induction", "--steps", "20", "--save-every", "4", "--no-plots", "--out",
+                       str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    last = [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
+    assert status == 1 and "Traceback" not in err
+    assert last.startswith("python -m tinygrad_block train: step 9: the loss is inf at learning rate ")
+    assert f"the last good checkpoint, step 8, is {tmp_path / 'run' / 'checkpoints' / 'step-000008'}" in last
+    assert not (tmp_path / "run" / "checkpoint").exists()          # no final model written from a diverged run

@@ -844,7 +844,7 @@ def run_train(args: argparse.Namespace, out=print) -> int:
     except (ValueError, FileNotFoundError) as e:                     # a text too short; nothing to resume
         raise CommandError(str(e)) from None
     except train.TrainingDiverged as e:                               # one line, status 1: not a user's mistake
-        print(f"{PROG} train: {e}", file=sys.stderr)
+        print(f"{PROG} train: {str(e).removeprefix('train: ')}", file=sys.stderr)
         return 1
     except train.TrainingStopped as e:                                # Ctrl-C: saved, and how to go on
         again = " ".join(["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
