@@ -15,8 +15,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from .hf_folder import inside, read_array, read_header, read_json_object, readable, write_safetensors, write_text
 from .tensor import Tensor
 
@@ -35,7 +33,7 @@ def save_checkpoint(folder: Path, step: int, model, optimizer, schedule, generat
     for name, state in zip(names, optimizer.state):
         for key, value in state.items():
             if isinstance(value, Tensor):
-                tensors[f"{key}.{name}"] = np.ascontiguousarray(value.numpy())
+                tensors[f"{key}.{name}"] = value.numpy()     # made contiguous as it is written
             else:
                 counts[f"{key}.{name}"] = value
     write_safetensors(here / "optimizer.safetensors", tensors, {"format": "tinygrad_block"})
@@ -96,5 +94,5 @@ def _load_optimizer(here: Path, model, optimizer, saved: dict) -> None:
         for key, entry in ((k.split(".", 1)[0], e) for k, e in entries.items() if k.split(".", 1)[1] == name):
             if entry.shape != p.shape:
                 raise ValueError(f"resume: {here}: {key} of {name} is {entry.shape}, the parameter {p.shape}")
-            state[key] = Tensor(read_array(entry, np.dtype(p.dtype), "resume"), dtype=p.dtype, device=p.device)
+            state[key] = Tensor(read_array(entry, p.dtype, "resume"), dtype=p.dtype, device=p.device)
         state.update({k.split(".", 1)[0]: v for k, v in saved["counts"].items() if k.split(".", 1)[1] == name})
