@@ -10,6 +10,7 @@ pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, share
 repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer."""
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,15 @@ if str(ROOT) not in sys.path:
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips summed by reason, one line each (a machine without a GPU skips the same way hundreds of times)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons = Counter(str(r.longrepr[2]).removeprefix("Skipped: ") if isinstance(r.longrepr, tuple) else str(r.longrepr)
+                      for r in skipped)
+    for reason, n in reasons.most_common():
+        terminalreporter.write_line(f"skipped {n}: {reason}")
 
 
 def cuda_missing() -> str | None:

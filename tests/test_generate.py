@@ -267,3 +267,16 @@ def test_a_cache_needs_causal_attention():
 def test_decode_flops_refuses_an_empty_context():
     with pytest.raises(ValueError, match=msg("decode_flops", "context_len", ">= 1", "0")):
         accounting.decode_flops(TINY, 0)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_on_token_sees_each_new_token_as_it_is_chosen(use_cache):
+    model = nn.LM(TINY, generator=tb.Generator(0))
+    ids = tb.tensor([[1, 2, 3], [4, 5, 6]])
+    seen = []
+    out = model.generate(ids, 6, temperature=0.9, generator=tb.Generator(3), use_cache=use_cache,
+                         on_token=lambda i, new: seen.append((i, new.numpy().tolist())))
+    again = model.generate(ids, 6, temperature=0.9, generator=tb.Generator(3), use_cache=use_cache).numpy()
+    assert [i for i, _ in seen] == list(range(6))
+    assert np.array_equal(np.array([new for _, new in seen]).T, out.numpy()[:, 3:]) and np.array_equal(out.numpy(),
+                                                                                                           again)

@@ -930,14 +930,13 @@ def shown_text(tokenizer, ids: list[int]) -> str:
 
 
 def generate_data(args: argparse.Namespace) -> dict:
-    """Check the config, tokenizer and prompt; load the weights; run the prompt once (prefill), then one token at a
-    time (decode), each timed."""
+    """Check the config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill, then one token at
+    a time), timing each as it arrives."""
     import tinygrad_block as tb
     from tqdm import tqdm
 
-    from .nn import LM, KVCache
+    from .nn import LM
     from .nn.hf_config import config_from_hf
-    from .nn.model import next_token
     from .nn.pretrained import checkpoint_files
     from .tokenizer import load_tokenizer
     folder, hf_config, _, _ = checkpoint_files(args.path, "generate")
@@ -946,26 +945,25 @@ def generate_data(args: argparse.Namespace) -> dict:
     ids = prompt_ids(args, tokenizer, cfg, folder)
     model = LM.from_pretrained(folder, device=args.device)
     prompt = tb.tensor([ids], dtype=tb.int64, device=args.device)
-    generator, tokens = tb.Generator(args.seed), list(ids)
-    model._check_generate(prompt, args.max_new_tokens, args.temperature, args.top_k, generator)
-    with tb.no_grad():
-        cache = None if args.no_cache else KVCache(model, 1)
-        start = time.perf_counter()
-        logits = model(prompt, cache=cache)[:, -1]                                   # prefill
-        prefill_s, start = time.perf_counter() - start, time.perf_counter()
-        for _ in tqdm(range(args.max_new_tokens), desc="decode", unit="token", leave=False, disable=None):
-            new = next_token(logits, args.temperature, args.top_k, generator)         # (1,)
-            tokens.append(int(new.numpy()[0]))
-            if len(tokens) < len(ids) + args.max_new_tokens:
-                step = new.reshape(1, 1) if cache else tb.tensor([tokens], dtype=tb.int64, device=args.device)
-                logits = model(step, cache=cache)[:, -1]                             # decode
-        decode_s = time.perf_counter() - start
+    bar = tqdm(total=args.max_new_tokens, desc="decode", unit="token", leave=False, disable=None)
+    times = []                                                       # when each new token was chosen
+
+    def arrived(i, new):
+        new.numpy()                                                  # the token is on the host: its time is real
+        times.append(time.perf_counter())
+        bar.update(i > 0)                                            # token 0 comes with the prefill
+    start = time.perf_counter()
+    tokens = model.generate(prompt, args.max_new_tokens, args.temperature, args.top_k, tb.Generator(args.seed),
+                            use_cache=not args.no_cache, on_token=arrived).numpy()[0].tolist()
+    bar.close()
+    prefill_s, decode_s = times[0] - start, times[-1] - times[0] if len(times) > 1 else 0.0
     return {"command": "generate", "checkpoint": str(folder), "prompt_tokens": len(ids),
             "new_tokens": args.max_new_tokens, "cache": not args.no_cache, "temperature": args.temperature,
             "top_k": args.top_k, "seed": args.seed, "ids": tokens,
             "tokenizer": tokenizer.name if tokenizer else None,
             "text": shown_text(tokenizer, tokens) if tokenizer else None,
-            "prefill_s": prefill_s, "decode_s": decode_s, "decode_tokens_per_s": args.max_new_tokens / decode_s}
+            "prefill_s": prefill_s, "decode_s": decode_s,
+            "decode_tokens_per_s": (len(times) - 1) / decode_s if decode_s else 0.0}
 
 
 def generate_text(data: dict) -> list[str]:

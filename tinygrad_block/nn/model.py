@@ -69,12 +69,13 @@ class LM(Module):
         return cache.length
 
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: Generator | None = None, use_cache: bool = True) -> Tensor:
+                 generator: Generator | None = None, use_cache: bool = True, on_token=None) -> Tensor:
         """ids (B, L) -> (B, L + max_new_tokens): the prompt followed by tokens chosen one at a time from the
         last position's logits: argmax at temperature 0, else drawn from softmax(logits / temperature) over the
         top_k largest (all when None), from `generator`. With use_cache (the default) the prompt runs once and
         fills a KVCache (prefill), then each step runs only the newest token (decode); without, each step
-        recomputes the whole sequence. Runs under no_grad."""
+        recomputes the whole sequence. Runs under no_grad. `on_token(i, new)`, when given, is called as each new
+        token is chosen (i = 0, 1, ...; new: (B,) ids), so a caller can show or time the tokens as they come."""
         self._check_generate(ids, max_new_tokens, temperature, top_k, generator)
         B = ids.shape[0]
         with no_grad():
@@ -84,6 +85,8 @@ class LM(Module):
                 logits = self(new if use_cache else tokens, cache=cache)[:, -1]    # (B, vocab_size)
                 new = next_token(logits, temperature, top_k, generator).reshape(B, 1)
                 tokens = concat([tokens, new], axis=1)                            # (B, L + steps so far)
+                if on_token is not None:
+                    on_token(tokens.shape[1] - ids.shape[1] - 1, new.reshape(B))
         return tokens
 
     def _check_generate(self, ids, max_new_tokens, temperature, top_k, generator) -> None:

@@ -34,6 +34,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 SHARD = re.compile(r"^model-\d+-of-\d+\.safetensors$")
 MAX_PARAMETERS = 10**13           # 10 T: far beyond any published model; a config past it is a mistake
+MAX_LAYERS = 10_000
 
 
 # ---------------------------------------------------------------- the folder
@@ -123,10 +124,19 @@ def available_bytes(device) -> int | None:
         return None
 
 
-def check_size(cfg: BlockConfig, dtype, device, op: str) -> int:
-    """The bytes the model's weights take in `dtype` (accounting's closed form: no array made), refused before any
-    allocation when they exceed what the device has free. Returns them."""
-    n, itemsize = total_params(cfg), as_dtype(dtype, op).itemsize
+def shape_model(model_class, cfg: BlockConfig, dtype, op: str):
+    """The model on the shape-only device: every parameter's shape and dtype, no memory. A config of more layers
+    than any model has (MAX_LAYERS) is refused first: building that many modules would take long by itself."""
+    if cfg.n_layers > MAX_LAYERS:
+        raise ValueError(f"{op}: config.json describes {cfg.n_layers:,} layers; no published model has more than a few "
+                         f"hundred (at most {MAX_LAYERS:,} are read)")
+    return model_class(cfg, generator=Generator(0), dtype=dtype, device="meta")
+
+
+def check_size(model, dtype, device, op: str) -> int:
+    """The bytes the model's weights (counted on the shape-only model: no array made) and its RoPE tables take in
+    `dtype`, refused before any allocation when they exceed what the device has free. Returns them."""
+    cfg, n, itemsize = model.cfg, model.num_parameters(), as_dtype(dtype, op).itemsize
     tables = 2 * cfg.max_seq_len * cfg.d_head if cfg.rope else 0     # RoPE's cos and sin, shared by the layers
     nbytes, free = (n + tables) * itemsize, available_bytes(device)
     if n + tables > MAX_PARAMETERS or (free is not None and nbytes > free):
@@ -226,10 +236,10 @@ def load_pretrained(model_class, path, dtype=float32, device="cpu"):
     op = "from_pretrained"
     folder, hf_config, files, weight_map = checkpoint_files(path, op)
     arch, cfg = config_from_hf(hf_config, op)
-    check_size(cfg, dtype, device, op)
+    model = shape_model(model_class, cfg, dtype, op)                 # shapes only: no memory
+    check_size(model, dtype, device, op)
     headers = read_headers(files, op, weight_map)
     tokenizer = load_tokenizer(folder)
-    model = model_class(cfg, generator=Generator(0), dtype=dtype, device="meta")      # shapes only: no memory
     layout, shapes = hf_layout(model, arch), {n: p.shape for n, p in model.named_parameters()}
     found = {_canonical(n, arch): e for n, e in headers.items()}
     tied_copy = found.pop("lm_head.weight", None) if cfg.tie_embeddings else None
