@@ -312,6 +312,49 @@ def test_elementwise_counts_by_hand_on_a_gpt2_shaped_block():
     assert count_block(cfg, B, L)[1] == by_hand
 
 
+# ---------------------------------------------------------------- FLOPs: the composites' table
+ROWS = [(3, 8), (2, 6)]     # two shapes of (rows, elements per row): together they pin both the per-element and
+                            # the per-row rate; even widths, as RoPE's halves need
+
+
+def run_composite(name: str, R: int, D: int, *, wants: str = "x", shift: bool = False) -> tuple[int, int]:
+    """(forward, backward) FLOPs of composite `name` on x (R, D) under count_flops; `wants` names the one thing
+    that asks for a gradient: 'x', or a norm's 'gain' or 'shift' (a LayerNorm has a shift with `shift`)."""
+    g = tb.Generator(0)
+    x = tb.randn(R, D, generator=g, requires_grad=wants == "x")
+    cos, sin = tb.randn(R, D, generator=g), tb.randn(R, D, generator=g)     # RoPE's tables: constants
+    norm = nn.RMSNorm(D) if name == "rmsnorm" else nn.LayerNorm(D, bias=shift)
+    for key, p in norm.named_parameters():
+        p.requires_grad = key == {"gain": "weight", "shift": "bias"}.get(wants)
+    run = {"sigmoid": x.sigmoid, "silu": x.silu, "relu": x.relu, "gelu": x.gelu, "gelu_tanh": lambda: x.gelu("tanh"),
+           "softmax": x.softmax, "rope": lambda: nn.attention.apply_rope(x, cos, sin), "rmsnorm": lambda: norm(x),
+           "layernorm": lambda: norm(x)}[name]
+    with count_flops() as fc:
+        run().backward(tb.ones(R, D))
+    return fc.total("forward"), fc.total("backward")
+
+
+@pytest.mark.parametrize("name,part", [(n, p) for n, parts in acc.COMPOSITE_FLOPS.items() for p in parts])
+def test_composite_flops_table_is_what_the_counter_counts(name, part):
+    """Each entry of accounting.COMPOSITE_FLOPS, counted on two shapes: per element * R D + per row * R, and a
+    parameter's gradient, summed over the R rows, D adds fewer."""
+    per_element, per_row = acc.COMPOSITE_FLOPS[name][part]
+    for R, D in ROWS:
+        want = per_element * R * D + per_row * R
+        if part == "forward":
+            got = run_composite(name, R, D)[0]
+        elif part == "backward":
+            got = run_composite(name, R, D)[1]
+        elif part == "shift forward":
+            got = run_composite(name, R, D, shift=True)[0] - run_composite(name, R, D)[0]
+        elif part in ("gain backward", "shift backward"):
+            got, want = run_composite(name, R, D, wants=part.split()[0], shift=True)[1], want - D
+        else:
+            pytest.fail(f"{name}: no test runs the table's part {part!r}")
+        assert got == want, f"{name} {part} on ({R}, {D}): counted {got}, the table gives {want}"
+        assert acc.composite_flops(name, part, R * D, R) == per_element * R * D + per_row * R
+
+
 # ---------------------------------------------------------------- FLOPs: whole models
 @pytest.mark.parametrize("name", P)
 def test_model_counts_equal_the_closed_forms_for_every_preset(name):

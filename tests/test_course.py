@@ -1,5 +1,6 @@
-"""The course commands (course.py, exercises/): lessons found and run, notebooks written, starters handed out,
+"""The course commands (course.py, lessons/exercises/): lessons found and run, notebooks written, starters handed out,
 and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
+import ast
 import json
 import subprocess
 import sys
@@ -25,8 +26,26 @@ def test_every_checker_accepts_its_reference_solution(path):
 
 
 def test_every_lesson_with_exercises_has_a_reference_solution():
-    numbers = sorted(int(p.stem[2:]) for p in (ROOT / "tinygrad_block" / "exercises").glob("ex[0-9][0-9].py"))
+    numbers = sorted(int(p.stem) for p in (ROOT / "lessons" / "exercises").glob("[0-9][0-9].py"))
     assert numbers and all((SOLUTIONS / f"{n:02d}.py").is_file() for n in numbers)
+
+
+def test_the_checkers_live_beside_the_lessons_and_never_import_the_course_back():
+    """lessons/exercises/ is loaded by path: the package holds no exercises, and no grader imports course.py."""
+    assert not (ROOT / "tinygrad_block" / "exercises").exists()
+    for path in sorted((ROOT / "lessons" / "exercises").glob("*.py")):
+        imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        assert not {m for m in imported if m and "course" in m}, f"{path.name} imports the course back"
+
+
+@pytest.mark.parametrize("command", [["exercise", "05"], ["check", "05"], ["lesson", "05"]])
+def test_without_the_repository_the_course_says_where_it_lives(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.setattr(course, "LESSONS", tmp_path / "lessons")           # the package installed on its own
+    with pytest.raises(SystemExit) as stop:
+        main(command)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(lines) == 1
+    assert "lives in the repository's lessons/ folder" in lines[0] and "Clone the repository" in lines[0]
 
 
 def test_the_starter_fails_every_check_as_not_written_yet(tmp_path):

@@ -1,4 +1,4 @@
-"""Lesson 01's checkers (tinygrad_block/exercises/ex01.py) reject typical wrong answers, each with the reason."""
+"""Lesson 01's checkers (lessons/exercises/01.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Lesson 02's checkers (tinygrad_block/exercises/ex02.py) reject typical wrong answers, each with the reason."""
+"""Lesson 02's checkers (lessons/exercises/02.py) reject typical wrong answers, each with the reason."""
 from collections import deque
 
 import tinygrad_block as tb

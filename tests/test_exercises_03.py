@@ -1,4 +1,4 @@
-"""Lesson 03's checkers (tinygrad_block/exercises/ex03.py) reject typical wrong answers, each with the reason."""
+"""Lesson 03's checkers (lessons/exercises/03.py) reject typical wrong answers, each with the reason."""
 import math
 
 from conftest import failures, solution

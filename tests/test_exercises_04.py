@@ -1,4 +1,4 @@
-"""Lesson 04's checkers (tinygrad_block/exercises/ex04.py) reject typical wrong answers, each with the reason."""
+"""Lesson 04's checkers (lessons/exercises/04.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 
 import tinygrad_block as tb

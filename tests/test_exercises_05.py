@@ -1,4 +1,4 @@
-"""Lesson 05's checkers (tinygrad_block/exercises/ex05.py) reject typical wrong answers, each with the reason."""
+"""Lesson 05's checkers (lessons/exercises/05.py) reject typical wrong answers, each with the reason."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Lesson 06's checkers (tinygrad_block/exercises/ex06.py) reject typical wrong answers, each with the reason."""
+"""Lesson 06's checkers (lessons/exercises/06.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 
 import tinygrad_block as tb

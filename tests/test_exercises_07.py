@@ -1,7 +1,7 @@
-"""Lesson 07's checkers (tinygrad_block/exercises/ex07.py) reject typical wrong answers, each with the reason."""
+"""Lesson 07's checkers (lessons/exercises/07.py) reject typical wrong answers, each with the reason."""
 import math
 
-from tinygrad_block import nn
+from tinygrad_block import course, nn
 from conftest import failures, solution
 
 
@@ -82,7 +82,7 @@ def test_ffn_share_without_the_biases_is_rejected():
 def test_ffn_share_without_the_attention_biases_names_the_missing_count():
     """A slip with no name of its own: the FFN's biases counted, attention's not. The message gives the size of
     the gap, per block."""
-    from tinygrad_block.exercises.ex07 import _counted
+    _counted = course.exercises_module(7)._counted         # the checker's own count, loaded by path
 
     def no_attention_bias(cfg):
         n = _counted(cfg)                                     # the right FFN count and total, from the model

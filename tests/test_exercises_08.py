@@ -1,4 +1,4 @@
-"""Lesson 08's checkers (tinygrad_block/exercises/ex08.py) reject typical wrong answers, each with the reason."""
+"""Lesson 08's checkers (lessons/exercises/08.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 
 import tinygrad_block as tb

@@ -1,4 +1,4 @@
-"""Lesson 09's checkers (tinygrad_block/exercises/ex09.py) reject typical wrong answers, each with the reason."""
+"""Lesson 09's checkers (lessons/exercises/09.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 
 from conftest import failures, solution

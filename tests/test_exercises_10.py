@@ -1,4 +1,4 @@
-"""Lesson 10's checkers (tinygrad_block/exercises/ex10.py) reject typical wrong answers, each with the reason."""
+"""Lesson 10's checkers (lessons/exercises/10.py) reject typical wrong answers, each with the reason."""
 from collections import Counter
 
 from conftest import failures, solution

@@ -1,4 +1,4 @@
-"""Lesson 11's checkers (tinygrad_block/exercises/ex11.py) reject typical wrong answers, each with the reason."""
+"""Lesson 11's checkers (lessons/exercises/11.py) reject typical wrong answers, each with the reason."""
 from conftest import failures, solution
 
 

@@ -1,4 +1,4 @@
-"""Lesson 12's checkers (tinygrad_block/exercises/ex12.py) reject typical wrong answers, each with the reason."""
+"""Lesson 12's checkers (lessons/exercises/12.py) reject typical wrong answers, each with the reason."""
 from conftest import failures, solution
 
 

@@ -1,4 +1,4 @@
-"""Lesson 13's checkers (tinygrad_block/exercises/ex13.py) reject typical wrong answers, each with the reason."""
+"""Lesson 13's checkers (lessons/exercises/13.py) reject typical wrong answers, each with the reason."""
 import numpy as np
 
 import tinygrad_block as tb

@@ -1,4 +1,4 @@
-"""Lesson 14's checkers (tinygrad_block/exercises/ex14.py) reject typical wrong answers, each with the reason."""
+"""Lesson 14's checkers (lessons/exercises/14.py) reject typical wrong answers, each with the reason."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Lesson 15's checkers (tinygrad_block/exercises/ex15.py) reject typical wrong answers, each with the reason."""
+"""Lesson 15's checkers (lessons/exercises/15.py) reject typical wrong answers, each with the reason."""
 import tinygrad_block as tb
 from conftest import failures, solution
 

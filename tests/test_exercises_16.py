@@ -1,4 +1,4 @@
-"""Lesson 16's checkers (tinygrad_block/exercises/ex16.py) reject typical wrong answers, each with the reason."""
+"""Lesson 16's checkers (lessons/exercises/16.py) reject typical wrong answers, each with the reason."""
 from conftest import failures, solution
 
 from tinygrad_block import accounting

@@ -190,3 +190,41 @@ def test_the_causal_mask_is_built_once_per_length_and_equals_numpys():
     assert attn.mask(5, x5) is first and first.dtype == tb.float64
     seven = attn.mask(7, x7)
     assert seven is not first and seven.shape == (7, 7) and attn.mask(7, x7) is seven
+
+
+@pytest.mark.parametrize("L, past, keys", [(4, 0, None), (3, 5, None), (3, 5, range(4, 10)), (2, 0, range(0, 5))])
+def test_the_causal_mask_of_any_queries_and_keys_equals_the_position_rule(L, past, keys):
+    """Oracle: mask[i, j] = -inf where key position keys[j] > query position past + i, else 0 (numpy, by
+    positions). The default keys are 0 .. past + L - 1; a tile of tiled attention passes its own range."""
+    positions = np.arange(past + L) if keys is None else np.arange(keys.start, keys.stop)
+    want = np.where(positions[None, :] > past + np.arange(L)[:, None], -np.inf, 0.0)
+    got = nn.causal_mask(L, F64, "cpu", past, keys=keys)
+    assert got.dtype == F64 and not got.requires_grad
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_the_causal_mask_is_a_constant_no_observer_sees():
+    """Built under trace.constant(): no event reaches an observer (nothing counted or drawn) and no graph is
+    recorded, on every array device, the strict one included (nothing read back to the host)."""
+    events = []
+    with tb.observe(events.append):
+        masks = [nn.causal_mask(5, F64, device, 2) for device in ("cpu", "strict", "meta")]
+    assert events == [] and all(m.is_leaf and not m.requires_grad and m.shape == (5, 7) for m in masks)
+    np.testing.assert_array_equal(masks[1].numpy(), masks[0].numpy())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_equals_the_formula_and_runs_in_its_four_named_steps(causal):
+    """Oracle: softmax(q k^T / sqrt(d) + mask) v in numpy. The steps 'scores', 'mask' (causal only), 'softmax',
+    'weighted sum' are what the graphs and the FLOP tables group by."""
+    r = rng(21)
+    q, k, v = r.standard_normal((2, 3, 4, 8)), r.standard_normal((2, 3, 6, 8)), r.standard_normal((2, 3, 6, 8))
+    mask = nn.causal_mask(4, F64, "cpu", past=2) if causal else None
+    steps = []
+    with tb.observe(lambda e: steps.append(e.step)):
+        out = nn.sdpa(t64(q), t64(k), t64(v), mask)
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(8) + (mask.numpy() if causal else 0)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), p / p.sum(-1, keepdims=True) @ v, rtol=1e-13, atol=1e-14)
+    named = ["scores", "mask", "softmax", "weighted sum"] if causal else ["scores", "softmax", "weighted sum"]
+    assert list(dict.fromkeys(steps)) == named

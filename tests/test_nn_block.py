@@ -129,3 +129,16 @@ def test_named_parameters_of_a_lora_block():
 def test_block_rejects_wrong_rank_or_width(shape):
     with pytest.raises(ValueError, match=msg(None, "TransformerBlock", f"d_model={D}", str(shape))):
         block(LLAMA)(tb.zeros(*shape, dtype=F64))
+
+
+@pytest.mark.parametrize("changes, layout", [({}, nn.PreNormBlock), ({"norm_position": "post"}, nn.PostNormBlock),
+                                             ({"norm_position": "deep"}, nn.DeepNormBlock),
+                                             ({"parallel": True}, nn.ParallelBlock)],
+                         ids=["pre", "post", "deep", "parallel"])
+def test_make_block_builds_the_layout_the_config_names(changes, layout):
+    """make_block reads cfg.parallel, then cfg.norm_position; nn.TransformerBlock(cfg) is the same function, and a
+    layout's class builds that layout whatever the config says."""
+    cfg = LLAMA.with_(**changes)
+    made = nn.make_block(cfg, generator=tb.Generator(0), dtype=F64)
+    assert type(made) is layout and type(block(cfg)) is layout and isinstance(made, nn.Block)
+    assert nn.TransformerBlock is nn.make_block and type(layout(LLAMA, generator=tb.Generator(0))) is layout

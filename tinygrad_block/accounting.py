@@ -10,12 +10,38 @@ one, like a + b), n - 1 per reduction of n; a constant such as the causal mask o
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
+from fractions import Fraction
 from typing import NamedTuple
 
 from .nn.config import BlockConfig
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 FFN = ("gate_proj", "up_proj", "down_proj")
+
+# FLOPs of the composites (Tensor methods and nn pieces written in primitives) as count_flops counts them, each
+# part as (per element, per row): softmax and the norms reduce each row (their last axis) once. 'backward' is
+# the gradient to the input; a norm's gain and shift gradients are summed over the rows as well, one add fewer
+# per parameter (n - 1 of n). Derived by hand in _activation, _rope, _softmax and _norm below; each entry is
+# tested against the counter (tests/test_accounting.py::test_composite_flops_table_is_what_the_counter_counts).
+COMPOSITE_FLOPS = {
+    "sigmoid": {"forward": (7, 0), "backward": (12, 0)},
+    "silu": {"forward": (8, 0), "backward": (15, 0)},
+    "relu": {"forward": (2, 0), "backward": (1, 0)},
+    "gelu": {"forward": (5, 0), "backward": (10, 0)},                   # the erf form
+    "gelu_tanh": {"forward": (18, 0), "backward": (27, 0)},
+    "rope": {"forward": (3, 0), "backward": (4.5, 0)},
+    "softmax": {"forward": (5, -2), "backward": (8, -1)},
+    "rmsnorm": {"forward": (4, 3), "backward": (8, 5), "gain backward": (2, 0)},
+    "layernorm": {"forward": (6, 3), "backward": (11, 5), "gain backward": (2, 0), "shift forward": (1, 0),
+                  "shift backward": (1, 0)},
+}
+
+
+def composite_flops(name: str, part: str, elements: int, rows: int = 0) -> int:
+    """COMPOSITE_FLOPS[name][part] on `elements` elements in `rows` rows: per element * elements + per row * rows
+    (exact: RoPE's 4.5 per element is 9/2)."""
+    per_element, per_row = COMPOSITE_FLOPS[name][part]
+    return int(Fraction(per_element) * elements) + per_row * rows
 
 
 # ---------------------------------------------------------------- parameters
@@ -193,12 +219,12 @@ def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool, d: int = 0) -> tup
     4 d + 3 on c (+ b d): 6 N d + 3 N (+ N d).  Backward to x 11 N d + 5 N: RMSNorm's 8 d + 5 on c, and 3 d for
     the mean: -g d (the subtrahend's gradient), summed d - 1, /d 1, x read twice d.  To g 2 N d - d, b N d - d."""
     d = d or cfg.d_model
-    if cfg.norm == "rms":
-        fwd, to_x, to_params = 4 * N * d + 3 * N, 8 * N * d + 5 * N, 2 * N * d - d
-    else:
-        fwd, to_x, to_params = 6 * N * d + 3 * N, 11 * N * d + 5 * N, 2 * N * d - d
-        if cfg.bias:
-            fwd, to_params = fwd + N * d, to_params + N * d - d
+    name = "rmsnorm" if cfg.norm == "rms" else "layernorm"
+    fwd, to_x = composite_flops(name, "forward", N * d, N), composite_flops(name, "backward", N * d, N)
+    to_params = composite_flops(name, "gain backward", N * d) - d                 # summed over the N rows
+    if cfg.norm == "layer" and cfg.bias:
+        fwd += composite_flops(name, "shift forward", N * d)
+        to_params += composite_flops(name, "shift backward", N * d) - d
     return Cost(fwd_other=fwd, bwd_other=to_x * dx + to_params * train), dx or train
 
 
@@ -207,14 +233,16 @@ def _rope(size: int, wanted: bool) -> Cost:
     difference and a sum on half the elements each, 3 per element forward. Backward 4.5 per element: the four
     products' gradients (g1 c, -g1 s, g2 c, g2 s: 2), the negation -g1 (0.5), the sums where x1 and x2 each
     meet their two uses (1), and x's two halves, each padded back to full width, added (1)."""
-    return Cost(fwd_other=3 * size, bwd_other=9 * size // 2 if wanted else 0)
+    return Cost(fwd_other=composite_flops("rope", "forward", size),
+                bwd_other=composite_flops("rope", "backward", size) if wanted else 0)
 
 
 def _softmax(T: int, R: int, wanted: bool) -> Cost:
     """e = exp(s - m), m = max s per row (a constant: the result does not depend on it); e / sum e. Forward:
     max T - R, s - m T, exp T, sum T - R, division T: 5 T - 2 R. Backward 8 T - R: the division 5 T (g / b,
     and -(g a) / (b b)), its b-gradient summed over the row T - R, e read twice T, exp T (g e); s - m passes g."""
-    return Cost(fwd_other=5 * T - 2 * R, bwd_other=8 * T - R if wanted else 0)
+    return Cost(fwd_other=composite_flops("softmax", "forward", T, R),
+                bwd_other=composite_flops("softmax", "backward", T, R) if wanted else 0)
 
 
 def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
@@ -259,9 +287,9 @@ def _activation(kind: str, n: int, wanted: bool) -> Cost:
     *0.044715, x +, *sqrt(2/pi)), tanh 10 (2z, sigmoid 7, *2, -1), x/2, +1, product 3: 18.  Backward 27: the
     product 2, x/2 1, *2 1, sigmoid 12, 2z 1, z 6 (*sqrt(2/pi) 1, *0.044715 1, x*x*x's two products 4), x read
     five times 4; the sums (x +, -1, +1) pass g on."""
-    fwd, bwd = {"swiglu": (8 * n, 15 * n), "relu": (2 * n, n), "gelu": (5 * n, 10 * n),
-                "gelu_tanh": (18 * n, 27 * n)}[kind]
-    return Cost(fwd_other=fwd, bwd_other=bwd if wanted else 0)
+    name = "silu" if kind == "swiglu" else kind
+    return Cost(fwd_other=composite_flops(name, "forward", n),
+                bwd_other=composite_flops(name, "backward", n) if wanted else 0)
 
 
 def _ffn(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
@@ -295,9 +323,12 @@ def _moe(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
     k; the softmax 8 E - 1; x read by router and experts d. Under LoRA the experts and router are frozen."""
     d, d_ff, E, k, train = cfg.d_model, cfg.d_ff, cfg.n_experts, cfg.experts_top_k, not cfg.lora_rank
     wanted = dx or train                                    # the router's logits and the hidden units want one
-    route = 5 * E - 2 + 3 * E * E + E * (E - 1) + 2 * E * k + k * (E - 1) + k + (k - 1) + k
-    experts = 9 * k * d_ff + k * d + d * (k - 1)
-    bwd = (3 * k * d * d_ff) * train + (17 * k * d_ff + 3 * k * d - k + 5 * k + (k - 1) + 2 * k + 8 * E - 1) * wanted
+    softmax_fwd, softmax_bwd = (composite_flops("softmax", part, E, 1) for part in ("forward", "backward"))
+    silu_fwd, silu_bwd = (composite_flops("silu", part, k * d_ff) for part in ("forward", "backward"))
+    route = softmax_fwd + 3 * E * E + E * (E - 1) + 2 * E * k + k * (E - 1) + k + (k - 1) + k
+    experts = silu_fwd + k * d_ff + k * d + d * (k - 1)
+    bwd = (3 * k * d * d_ff) * train + (silu_bwd + 2 * k * d_ff + 3 * k * d - k + 5 * k + (k - 1) + 2 * k
+                                        + softmax_bwd) * wanted
     bwd += (2 * k * d - d + d) * dx
     cost = Cost(fwd_other=N * (route + experts), bwd_other=N * bwd)
     cost += _matmul(N, d, E, da=dx, db=train) + _matmul(N * k, d, 2 * d_ff, da=dx, db=train)
@@ -403,7 +434,7 @@ def decode_flops(cfg: BlockConfig, context_len: int, batch: int = 1, *, matmul_o
         raise ValueError(f"decode_flops: context_len counts the keys the new token sees, an int >= 1, got "
                          f"{context_len!r}")
     extra_keys = cfg.n_layers * batch * cfg.n_heads * (context_len - 1)
-    per_key = 4 * cfg.d_head + (0 if matmul_only else 1 + 5)
+    per_key = 4 * cfg.d_head + (0 if matmul_only else 1 + COMPOSITE_FLOPS["softmax"]["forward"][0])
     return model_forward_flops(cfg, 1, batch, matmul_only=matmul_only) + extra_keys * per_key
 
 

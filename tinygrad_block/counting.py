@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from contextlib import contextmanager
 
+from .function import Movement
 from .trace import observe
 
 
@@ -75,14 +76,11 @@ def count_flops():
         yield counter
 
 
-VIEWS = {"reshape", "permute", "expand", "slice"}  # movement ops that alias their input's buffer
-
-
 class SavedBytes:
-    """Bytes of activations kept for backward, per module scope. Saved tensors are traced back through
-    views (reshape, permute, expand, slice) to the buffer they alias; each buffer counts once, at its own
-    size, for the first scope that saves it. Buffers of leaves (parameters, inputs) and of constants are
-    not activations and do not count (see Function.saved_activations)."""
+    """Bytes of activations kept for backward, per module scope. Saved tensors are traced back through the
+    ops that may return a view (Movement.may_alias: reshape, permute, expand, slice) to the buffer they alias;
+    each buffer counts once, at its own size, for the first scope that saves it. Buffers of leaves (parameters,
+    inputs) and of constants are not activations and do not count (see Function.saved_activations)."""
 
     def __init__(self):
         self.bytes: Counter = Counter()
@@ -97,7 +95,7 @@ class SavedBytes:
         fn, inputs, out = event.op, event.inputs, event.output
         if event.phase != "forward":
             return
-        if fn.name in VIEWS:
+        if isinstance(fn, Movement) and fn.may_alias:
             self._root[id(out.data)] = self._buffer(inputs[0])
             self._alive += [out.data, inputs[0].data]
         if out._ctx is not fn:

@@ -2,9 +2,10 @@
 exercises as a starter file, and check a learner's solutions against the lesson's checker.
 
 A lesson is `lessons/NN_slug.py` in the repository (jupytext percent format: a script and a notebook at once).
-Its exercises live in `tinygrad_block/exercises/exNN.py`: the starter text a learner fills in, and a list of
-checks, each a function that takes the learner's module and raises `CheckFailed` saying precisely what is
-wrong. Reference solutions are kept apart, in `lessons/solutions/NN.py`.
+Its exercises live beside it, in `lessons/exercises/NN.py`: the starter text a learner fills in, and a list of
+checks, each a function that takes the learner's module and raises `CheckFailed` (lessons/exercises/common.py)
+saying precisely what is wrong. Reference solutions are kept apart, in `lessons/solutions/NN.py`. All of these
+are the repository's, loaded here by path: the installed package holds none of them, and says so.
 
 Lessons draw their pictures through `out_dir`, `figure` and `show`: each picture is saved under
 lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, shown inline.
@@ -12,32 +13,37 @@ lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, show
 from __future__ import annotations
 
 import html
-
-import importlib
 import importlib.util
 import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+PACKAGE = "lesson_exercises"           # the name lessons/exercises/ is loaded under, its files as PACKAGE.NN
 
 
 class CourseError(Exception):
     """A learner's mistake in using the course commands (a missing lesson or file): one line, status 2."""
 
 
-class CheckFailed(Exception):
-    """A solution that does not do what the exercise asks; the message says what, with the numbers."""
+def _in_repository(*parts: str) -> Path:
+    """The folder LESSONS/parts, or a CourseError saying that the course is the repository's, not the package's."""
+    folder = LESSONS.joinpath(*parts)
+    if not folder.is_dir():
+        missing = folder if LESSONS.is_dir() else LESSONS
+        raise CourseError(f"the course (lessons, exercises, solutions) lives in the repository's lessons/ folder, "
+                          f"and {missing} is not there: the installed package does not hold it. Clone the "
+                          "repository, install it from there (pip install -e '.[viz,notebook]') and run the "
+                          "course from its root")
+    return folder
 
 
 def lesson_path(number: int) -> Path:
     """lessons/NN_*.py for lesson `number`, or a CourseError naming the lessons there are."""
-    if not LESSONS.is_dir():
-        raise CourseError(f"the lessons are the repository's lessons/ folder, not found at {LESSONS}; "
-                          "run the course from a clone of the repository")
-    found = sorted(LESSONS.glob(f"{number:02d}_*.py"))
+    found = sorted(_in_repository().glob(f"{number:02d}_*.py"))
     if not found:
         have = ", ".join(p.stem for p in sorted(LESSONS.glob("[0-9][0-9]_*.py")))
         raise CourseError(f"there is no lesson {number:02d}; the lessons are: {have}")
@@ -122,14 +128,42 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
             display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
 
 
-def tensor_result(got, name: str, shape: tuple):
-    """A learner's result as a numpy array, or CheckFailed if it is not a Tensor of the expected shape."""
-    from .tensor import Tensor
-    if not isinstance(got, Tensor):
-        raise CheckFailed(f"{name} must return a Tensor of shape {shape}; got {type(got).__name__}")
-    if got.shape != shape:
-        raise CheckFailed(f"{name} must return shape {shape}; got {got.shape}")
-    return got.numpy()
+# ---------------------------------------------------------------- exercises, loaded by path from lessons/exercises/
+def _load_file(name: str, path: Path, package_folder: Path | None = None) -> ModuleType:
+    """The Python file at `path` as module `name` in sys.modules (a package over `package_folder` when given), run
+    once: a second call for the same name and file returns the module already there."""
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == str(path):
+        return module
+    search = {"submodule_search_locations": [str(package_folder)]} if package_folder else {}
+    spec = importlib.util.spec_from_file_location(name, path, **search)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _checkers_common() -> ModuleType:
+    """lessons/exercises/common.py (CheckFailed and the checkers' shared helpers), with lessons/exercises/ loaded
+    as the package PACKAGE first, so that each lesson's `from .common import ...` finds this same module."""
+    folder = _in_repository("exercises")
+    _load_file(PACKAGE, folder / "__init__.py", package_folder=folder)
+    return _load_file(f"{PACKAGE}.common", folder / "common.py")
+
+
+def exercises_module(number: int) -> ModuleType:
+    """lessons/exercises/NN.py (STARTER, CHECKS and the checkers' helpers), loaded by path, or a CourseError
+    naming the lessons that have exercises."""
+    folder = Path(_checkers_common().__file__).parent
+    path = folder / f"{number:02d}.py"
+    if not path.is_file():
+        have = ", ".join(p.stem for p in sorted(folder.glob("[0-9][0-9].py")))
+        raise CourseError(f"lesson {number:02d} has no exercises yet; lessons with exercises: {have}")
+    return _load_file(f"{PACKAGE}.{number:02d}", path)
 
 
 @dataclass
@@ -142,11 +176,7 @@ class Exercises:
 
 def exercises(number: int) -> Exercises:
     """The exercises of lesson `number`, or a CourseError naming the lessons that have some."""
-    try:
-        module = importlib.import_module(f".exercises.ex{number:02d}", __package__)
-    except ModuleNotFoundError:
-        have = ", ".join(p.stem[2:] for p in sorted((Path(__file__).parent / "exercises").glob("ex[0-9][0-9].py")))
-        raise CourseError(f"lesson {number:02d} has no exercises yet; lessons with exercises: {have}") from None
+    module = exercises_module(number)
     return Exercises(number, module.STARTER, module.CHECKS)
 
 
@@ -185,14 +215,15 @@ def load_solution(path: Path, number: int):
 def check(number: int, module) -> list[tuple[str, str | None]]:
     """Run every check of lesson `number` on the learner's module: (name, None if it passed, else why not).
     numpy's overflow and invalid-value warnings are silenced: a check that cares names the value itself."""
-    results = []
-    for name, run in exercises(number).checks:
+    results, checks = [], exercises(number).checks
+    check_failed = _checkers_common().CheckFailed
+    for name, run in checks:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 run(module)
             results.append((name, None))
-        except CheckFailed as e:
+        except check_failed as e:
             results.append((name, str(e)))
         except NotImplementedError:
             results.append((name, "not written yet (it still raises NotImplementedError)"))

@@ -15,12 +15,12 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from .function import Movement, primitive
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView
 
 ASSETS = Path(__file__).parent / "explorer"
-VIEWS = {"permute", "expand", "slice"}      # outputs that alias their input (measure.ALIASES): no bytes moved
 BINS = 24                                   # histogram bars of a tensor's values
 SAMPLE = 200_000                            # values a histogram or statistic looks at, at most (evenly spaced)
 KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module"}   # data-kind; the rest are tensors
@@ -123,8 +123,10 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
            "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
            "matmul_flops": n.flops if n.label == "matmul" else 0}
     if n.kind in KINDS:
-        written = 0 if n.label in VIEWS else _nbytes(n.shape, n.dtype)
-        out |= {"bytes_read": 0 if n.label in VIEWS else sum(_nbytes(i.shape, i.dtype) for i in ins),
+        op = primitive(n.label)
+        view = op is not None and issubclass(op, Movement) and op.aliases   # a view of its input: no bytes moved
+        written = 0 if view else _nbytes(n.shape, n.dtype)
+        out |= {"bytes_read": 0 if view else sum(_nbytes(i.shape, i.dtype) for i in ins),
                 "bytes_written": written}
     if phase == "backward" and n.kind != "grad" and g is not None and g.source is not None:
         out["source"] = ids["forward"].get(g.source)      # the forward op differentiated (a sum: whose gradient)

@@ -7,7 +7,8 @@ the autograd graph and tells the active observers (FLOP counter, graph recorder)
 FLOP rules, in one place: a matmul (M, K) @ (K, N) costs 2*M*N*K (PyTorch's FlopCounterMode convention).
 Every elementwise op costs 1 per output element, whatever it computes (add, exp, sqrt, division, pow,
 erf, comparison, select). A sum or max reducing n elements to one costs n - 1. A scatter-add costs one add
-per source element. Movement ops (reshape, permute, expand, slice, pad, concat, gather, cast) cost 0.
+per source element. Movement ops (reshape, permute, expand, slice, pad, concat, gather, cast, transfer: the
+subclasses of Movement) cost 0.
 """
 from __future__ import annotations
 
@@ -95,6 +96,17 @@ class Elementwise(Function):
 
     def flops(self, out_shape, *in_shapes):
         return _size(out_shape)
+
+
+class Movement(Function):
+    """Shared by the ops that move, re-view or convert values and compute nothing: 0 FLOPs.
+    `aliases`: the output is a view of the input's memory on every device, so no bytes move (permute, expand,
+    slice). `may_alias`: it can be one, so the saved-bytes count follows it back to the buffer it came from
+    (those three, and reshape: a view of a contiguous input, a copy of a transposed one)."""
+    aliases = may_alias = False
+
+    def flops(self, out_shape, *in_shapes):
+        return 0
 
 
 # ---------------------------------------------------------------- unary
@@ -200,7 +212,7 @@ class Pow(Elementwise):
         return (g * Pow.apply(self.a, exponent=self.exponent - 1.0) * self.exponent,)
 
 
-class Cast(Function):
+class Cast(Movement):
     """out = a converted to `dtype`;  da = g converted back"""
     def forward(self, a, dtype):
         self.in_dtype = a.dtype
@@ -210,7 +222,7 @@ class Cast(Function):
         return (Cast.apply(g, dtype=self.in_dtype),)
 
 
-class Transfer(Function):
+class Transfer(Movement):
     """out = a copied to another device (backend);  da = g copied back"""
     def forward(self, a, backend):
         self.source, self.be = a.backend, backend
@@ -338,8 +350,10 @@ def _unreduce(g, in_shape, axes, keepdims):
 
 
 # ---------------------------------------------------------------- movement (0 FLOPs)
-class Reshape(Function):
+class Reshape(Movement):
     """out = a with a new shape (same elements, row-major order)"""
+    may_alias = True  # a view of a contiguous input; a copy of a transposed one
+
     def forward(self, a, shape: tuple):
         self.in_shape = a.shape
         return self.be.reshape(a.data, shape)
@@ -348,8 +362,10 @@ class Reshape(Function):
         return (Reshape.apply(g, shape=self.in_shape),)
 
 
-class Permute(Function):
+class Permute(Movement):
     """out = a with its axes reordered: out.shape[i] = a.shape[order[i]]"""
+    aliases = may_alias = True
+
     def forward(self, a, order: tuple):
         self.order = order
         return self.be.permute(a.data, order)
@@ -359,8 +375,10 @@ class Permute(Function):
         return (Permute.apply(g, order=inverse),)
 
 
-class Expand(Function):
+class Expand(Movement):
     """out = a broadcast to `shape` (new leading axes, size-1 axes stretched);  da = g summed back"""
+    aliases = may_alias = True
+
     def forward(self, a, shape: tuple):
         self.in_shape = a.shape
         return self.be.expand(a.data, shape)
@@ -373,8 +391,10 @@ class Expand(Function):
         return (Reshape.apply(out, shape=self.in_shape) if lead else out,)
 
 
-class Slice(Function):
+class Slice(Movement):
     """out = a[lo0:hi0, lo1:hi1, ...] with `bounds` = ((lo0, hi0), ...);  da = g padded with zeros"""
+    aliases = may_alias = True
+
     def forward(self, a, bounds: tuple):
         self.widths = tuple((lo, s - hi) for (lo, hi), s in zip(bounds, a.shape))
         return self.be.slice(a.data, bounds)
@@ -383,7 +403,7 @@ class Slice(Function):
         return (Pad.apply(g, widths=self.widths),)
 
 
-class Pad(Function):
+class Pad(Movement):
     """out = a with zeros added: `widths` = ((before0, after0), ...);  da = g sliced back"""
     def forward(self, a, widths: tuple):
         self.bounds = tuple((lo, lo + s) for (lo, _), s in zip(widths, a.shape))
@@ -393,7 +413,7 @@ class Pad(Function):
         return (Slice.apply(g, bounds=self.bounds),)
 
 
-class Concat(Function):
+class Concat(Movement):
     """out = the inputs joined along `axis`;  each input's gradient is its slice of g"""
     def forward(self, *inputs, axis: int):
         self.axis, self.sizes = axis, [t.shape[axis] for t in inputs]
@@ -408,7 +428,7 @@ class Concat(Function):
         return tuple(grads)
 
 
-class Gather(Function):
+class Gather(Movement):
     """out = a.take(idx, axis): out.shape = a.shape[:axis] + idx.shape + a.shape[axis+1:];
     da = g scatter-added back (repeated indices accumulate)"""
     def forward(self, a, idx, axis: int):
@@ -447,3 +467,13 @@ class Matmul(Function):
     def flops(self, out_shape, a_shape, b_shape):
         return 2 * _size(out_shape) * a_shape[-1]
 
+
+# ---------------------------------------------------------------- looking a primitive up by its name
+PRIMITIVES = {c.name: c for c in globals().values()
+              if isinstance(c, type) and issubclass(c, Function) and "forward" in vars(c)}
+
+
+def primitive(name: str) -> type[Function] | None:
+    """The primitive called `name` ('reshape' -> Reshape), as a graph node's label or an event's op.name gives
+    it; None for any other name (a module, a tensor, an op defined outside this file)."""
+    return PRIMITIVES.get(name)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .backend import Generator, float16, float32, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
+from .function import Movement, primitive
 from .graph import Graph, record_graph
 from .nn import LM, BlockConfig, TransformerBlock
 from .tensor import Tensor, ones_like, randn, zeros
@@ -106,15 +107,20 @@ def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: boo
     return graph
 
 
-ALIASES = {"permute", "expand", "slice"}  # ops whose output is a view of their input's memory on every device
+def is_movement(name: str, *, aliasing: bool = False) -> bool:
+    """Whether the op called `name` (a node's label, an event's op.name) is a movement primitive (Movement); with
+    `aliasing`, one whose output is a view of its input's memory on every device (Movement.aliases)."""
+    op = primitive(name)
+    return op is not None and issubclass(op, Movement) and (op.aliases or not aliasing)
 
 
 def record_bytes(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool) -> int:
     """Memory that `record(..., values=True)` holds at its end, measured by recording on meta: the graph keeps
     every tensor it saw (parameters, inputs, each op's output and, after backward, each gradient) alive; views
-    share their input's memory (a reshape is counted, as it copies a transposed input)."""
+    share their input's memory (Movement.aliases: permute, expand, slice; a reshape is counted, as it copies a
+    transposed input)."""
     graph = record(cfg, whole_model=whole_model, B=B, L=L, backward=backward, values=False)
-    return sum(n.tensor.nbytes for n in graph.nodes if n.label not in ALIASES or n.kind != "op")
+    return sum(n.tensor.nbytes for n in graph.nodes if n.kind != "op" or not is_movement(n.label, aliasing=True))
 
 
 # ---------------------------------------------------------------- the walk
@@ -127,7 +133,6 @@ STEPS = {("", "residual"): "residual add", ("attn", "rope"): "RoPE on q, k",
          ("attn", "repeat kv"): "repeat K, V heads (GQA)", ("attn", "scores"): "scores q k^T / sqrt(d_head)",
          ("attn", "mask"): "causal mask", ("attn", "softmax"): "softmax", ("attn", "weighted sum"): "weights @ V",
          ("ffn", "gate"): "SiLU(gate) * up"}
-MOVEMENT = {"reshape", "permute", "expand"}
 
 
 @dataclass
@@ -156,7 +161,7 @@ def step_label(cfg: BlockConfig, scope: tuple, step: str, op: str) -> str | None
         return ACTIVATIONS[cfg.ffn]
     if (module, step) in STEPS:
         return STEPS[module, step]
-    return None if op in MOVEMENT else f"{'.'.join(scope)} {step or op}"
+    return None if is_movement(op) else f"{'.'.join(scope)} {step or op}"
 
 
 def walk(cfg: BlockConfig, B: int = 1, L: int = 1) -> list[Step]:

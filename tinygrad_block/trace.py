@@ -96,6 +96,12 @@ def no_grad() -> _Set:
     return _Set(grad_enabled=False)
 
 
+def constant() -> _Set:
+    """Ops that build a constant (a causal mask, an index table): no graph is recorded and no observer sees them,
+    so they are neither counted nor drawn."""
+    return _Set(grad_enabled=False, observers=())
+
+
 def enable_grad() -> _Set:
     """Re-enable graph recording inside a `no_grad` block."""
     return _Set(grad_enabled=True)

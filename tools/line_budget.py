@@ -1,7 +1,8 @@
 """Count the engine core's lines of code: not blank, not comments, not docstrings (docs are free).
 
-The core is what a learner reads in an evening: tensor, functions, backend, autograd, the trace, indexing. CI
-fails when it grows past BUDGET (tests/test_engine.py runs this).
+The core is what a learner reads in an evening: tensor, functions, the backends (numpy, the device table, the
+GPU's, the strict one), autograd, the trace, indexing. CI fails when it grows past BUDGET (tests/test_engine.py
+runs this).
 
     python tools/line_budget.py
 """
@@ -11,8 +12,9 @@ import io
 import tokenize
 from pathlib import Path
 
-CORE = ("tensor.py", "function.py", "backend.py", "autograd.py", "trace.py", "index.py", "device.py")
-BUDGET = 1500
+CORE = ("tensor.py", "function.py", "backend.py", "autograd.py", "trace.py", "index.py", "device.py", "cuda.py",
+        "strict.py")
+BUDGET = 1600  # 1500 until cuda.py and strict.py (172 lines) joined the core
 PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 import tinygrad_block as tb
 
-from ..course import CheckFailed
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 02 exercises. Fill in each function, then run:  python -m tinygrad_block check 02"""
 import tinygrad_block as tb

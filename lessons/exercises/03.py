@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 import tinygrad_block as tb
+from tinygrad_block.counting import count_flops
 
-from ..counting import count_flops
-from ..course import CheckFailed
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 03 exercises. Fill in each function, then run:  python -m tinygrad_block check 03"""
 import tinygrad_block as tb

@@ -10,7 +10,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.gradcheck import central_difference, rel_err
 
-from ..course import CheckFailed
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 04 exercises. Fill in each function, then run:  python -m tinygrad_block check 04"""
 import numpy as np

@@ -8,7 +8,7 @@ import numpy as np
 
 import tinygrad_block as tb
 
-from ..course import CheckFailed, tensor_result
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 05 exercises. Fill in each function, then run:  python -m tinygrad_block check 05"""
 import math

@@ -9,10 +9,10 @@ import numbers
 import numpy as np
 
 import tinygrad_block as tb
+from tinygrad_block import accounting, nn
+from tinygrad_block.measure import meta_ids, meta_lm
 
-from .. import accounting, nn
-from ..course import CheckFailed, tensor_result
-from ..measure import meta_ids, meta_lm
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 06 exercises. Fill in each function, then run:  python -m tinygrad_block check 06"""
 import math

@@ -12,7 +12,7 @@ import tinygrad_block as tb
 from tinygrad_block import manual, nn
 from tinygrad_block.measure import meta_lm
 
-from ..course import CheckFailed, tensor_result
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 07 exercises. Fill in each function, then run:  python -m tinygrad_block check 07"""
 import math

@@ -9,7 +9,7 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
 
-from ..course import CheckFailed, tensor_result
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 08 exercises. Fill in each function, then run:  python -m tinygrad_block check 08"""
 import numpy as np

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block.gradcheck import central_difference, rel_err
 
-from .. import nn
-from ..course import CheckFailed
-from ..gradcheck import central_difference, rel_err
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 09 exercises. Fill in each function, then run:  python -m tinygrad_block check 09"""
 import numpy as np

@@ -12,7 +12,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.graph import record_graph
 
-from ..course import CheckFailed
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 10 exercises. Fill in each function, then run:  python -m tinygrad_block check 10"""
 import tinygrad_block as tb

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 import numbers
 
-from .. import nn
-from ..course import CheckFailed
-from ..measure import meta_lm
+from tinygrad_block import nn
+from tinygrad_block.measure import meta_lm
+
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 11 exercises. Fill in each function, then run:  python -m tinygrad_block check 11"""
 from tinygrad_block import nn

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 import numbers
 
-from .. import accounting, nn
-from ..counting import count_flops
-from ..course import CheckFailed
-from ..measure import meta_ids, meta_lm
+from tinygrad_block import accounting, nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.measure import meta_ids, meta_lm
+
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 12 exercises. Fill in each function, then run:  python -m tinygrad_block check 12"""
 from tinygrad_block import nn

@@ -8,12 +8,13 @@ import numbers
 
 import numpy as np
 
-from .. import manual, nn
-from ..backend import Generator, float64
-from ..course import CheckFailed, tensor_result
-from ..manual.norms import rmsnorm_forward
-from ..optim import AdamW, warmup_cosine
-from ..tensor import Tensor, randint, tensor
+from tinygrad_block import manual, nn
+from tinygrad_block.backend import Generator, float64
+from tinygrad_block.manual.norms import rmsnorm_forward
+from tinygrad_block.optim import AdamW, warmup_cosine
+from tinygrad_block.tensor import Tensor, randint, tensor
+
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 14 exercises. Fill in each function, then run:  python -m tinygrad_block check 14"""
 import math

@@ -12,10 +12,10 @@ import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.measure import meta_ids, meta_lm
 
-from ..counting import count_flops
-from ..course import CheckFailed, tensor_result
-from ..measure import meta_ids, meta_lm
+from .common import CheckFailed, tensor_result
 
 STARTER = '''"""Lesson 15 exercises. Fill in each function, then run:  python -m tinygrad_block check 15"""
 import tinygrad_block as tb

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 import numbers
 
-from .. import accounting, nn
-from ..course import CheckFailed
-from ..measure import count_model, meta_lm
+from tinygrad_block import accounting, nn
+from tinygrad_block.measure import count_model, meta_lm
+
+from .common import CheckFailed
 
 STARTER = '''"""Lesson 16 exercises. Fill in each function, then run:  python -m tinygrad_block check 16"""
 from tinygrad_block import nn

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..backend import float32, float64, int64
-from ..tensor import Tensor, arange, concat, tensor
-from ..trace import no_grad, step
+from ..backend import float32, float64
+from ..tensor import Tensor, arange, concat, tensor, where, zeros
+from ..trace import constant, no_grad, step
 from .config import BlockConfig
 from .layers import RMSNorm, projection
 from .module import Module
@@ -62,17 +62,34 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)      # (B, H, L, d_head)
 
 
-def causal_mask(L: int, dtype, backend, past: int = 0) -> Tensor:
-    """(L, past + L) additive mask for L queries at positions past .. past + L - 1 and keys 0 .. past + L - 1:
-    0 where key j <= query position past + i, -inf where j > past + i (the future). past = 0: the (L, L)
-    lower triangle; past > 0 (a KV cache): every cached key is visible. Added to the scores, it zeroes those
-    softmax weights, and its backward passes the gradient through unchanged. A constant, made directly on the
-    backend like a RoPE table: no op is recorded or counted (Attention builds it once per shape)."""
-    be, n = backend, past + L
-    keys = be.expand(be.reshape(be.arange(0, n, 1, int64), (1, n)), (L, n))          # j, along each row
-    queries = be.expand(be.reshape(be.arange(past, n, 1, int64), (L, 1)), (L, n))    # past + i, down each column
-    future = be.compare(keys, queries, "greater")                                     # (L, n): j > past + i
-    return Tensor._make(be.where(future, be.constant(float("-inf"), dtype), be.full((L, n), 0, dtype)), be)
+def causal_mask(L: int, dtype, device, past: int = 0, keys: range | None = None) -> Tensor:
+    """(L, n) additive mask for L queries at positions past .. past + L - 1 and the n keys at positions `keys`
+    (by default range(past + L), n = past + L: every key up to the last query): 0 where key j <= query position
+    past + i, -inf where j > past + i (the future). past = 0: the (L, L) lower triangle; past > 0 (a KV cache):
+    every cached key is visible; a tile of tiled attention passes its own key range. Added to the scores, it
+    zeroes those softmax weights, and its backward passes the gradient through unchanged. A constant, like a
+    RoPE table: built under `constant()`, so no op is recorded, counted or drawn (Attention builds it once per
+    shape)."""
+    keys = range(past + L) if keys is None else keys
+    with constant():
+        key_at = arange(keys.start, keys.stop, device=device).reshape(1, len(keys))   # (1, n): j along each row
+        query_at = arange(past, past + L, device=device).reshape(L, 1)                # (L, 1): past + i down a column
+        return where(key_at > query_at, float("-inf"), zeros(L, len(keys), dtype=dtype, device=device))   # (L, n)
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Scaled dot-product attention, softmax(q k^T / sqrt(d_head) + mask) v, in its four named steps ('scores',
+    'mask', 'softmax', 'weighted sum': the graphs and FLOP tables group by them). q: (B, H, L, d_head);
+    k, v: (B, H, n, d_head), one KV head per query head (repeat_kv first); mask: (L, n) additive, or None."""
+    with step("scores"):
+        scores = (q / math.sqrt(q.shape[-1])) @ k.mT                  # (B, H, L, n): q k^T / sqrt(d_head)
+    if mask is not None:
+        with step("mask"):
+            scores = scores + mask                                      # -inf where a key is in the future
+    with step("softmax"):
+        weights = scores.softmax(axis=-1)                               # (B, H, L, n)
+    with step("weighted sum"):
+        return weights @ v                                              # (B, H, L, d_head)
 
 
 def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
@@ -101,7 +118,7 @@ class Attention(Module):
             self.q_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
             self.k_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
         self.make_rope_tables(dtype, device)
-        self.last_mask = (None, None)  # ((L, past, dtype, backend), the mask): rebuilt only when its shape changes
+        self.last_mask = (None, None)  # ((L, past, dtype, device), the mask): rebuilt only when its shape changes
 
     def make_rope_tables(self, dtype, device) -> None:
         """Build rope_cos and rope_sin, (max_seq_len, d_head) constants in `dtype` on `device`, as the config
@@ -132,15 +149,8 @@ class Attention(Module):
             k, v = cache.append(k, v)                                     # (B, H_kv, offset + L, d_head)
         with step("repeat kv"):
             k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)       # (B, H, n, d_head), n keys
-        with step("scores"):
-            scores = (q / math.sqrt(d_head)) @ k.mT                       # (B, H, L, n): q k^T / sqrt(d_head)
-        if cfg.causal:
-            with step("mask"):
-                scores = scores + self.mask(L, scores, k.shape[2] - L)    # -inf where a key is in the future
-        with step("softmax"):
-            weights = scores.softmax(axis=-1)                             # (B, H, L, n)
-        with step("weighted sum"):
-            out = weights @ v                                             # (B, H, L, d_head)
+        mask = self.mask(L, q, k.shape[2] - L) if cfg.causal else None   # (L, n): -inf where a key is in the future
+        out = sdpa(q, k, v, mask)                                         # (B, H, L, d_head)
         out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
         return self.o_proj(out)
 
@@ -158,9 +168,9 @@ class Attention(Module):
         """The causal mask for L queries after `past` cached positions, in `like`'s dtype and device: built on
         first use, then reused while the shape stays the same (one mask is kept: a model run at many lengths
         does not hoard L x L tables)."""
-        key = (L, past, like.dtype, like.backend)
+        key = (L, past, like.dtype, like.device)
         if self.last_mask[0] != key:
-            self.last_mask = (key, causal_mask(L, like.dtype, like.backend, past))
+            self.last_mask = (key, causal_mask(L, like.dtype, like.device, past))
         return self.last_mask[1]
 
     def _check_positions(self, offset, L: int) -> None:

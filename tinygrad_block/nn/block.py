@@ -1,5 +1,6 @@
 """The feed-forward networks and the transformer block:  h = x + attn(norm1(x));  out = h + ffn(norm2(h)).
-Beside the pre-norm block, the two other layouts a config can ask for: post-norm and parallel."""
+Beside that pre-norm layout, the others a config can ask for (post-norm, parallel, DeepNorm); `make_block(cfg)`
+builds the one the config names."""
 from __future__ import annotations
 
 from ..backend import float32
@@ -47,23 +48,12 @@ class MLP(Module):
         return self.down_proj(h)
 
 
-class TransformerBlock(Module):
-    """One block, pre-norm (Llama, GPT-2):  h = x + attn(norm1(x));  out = h + ffn(norm2(h)).
-
-    `TransformerBlock(cfg)` builds the layout the config names: this one, `PostNormBlock` or `ParallelBlock`
-    (they differ only in `forward`). With LoRA (cfg.lora_rank > 0) every base parameter is frozen: only the
-    adapters' A and B train."""
+class Block(Module):
+    """What every layout shares: norm1, attn, norm2 and ffn (SwiGLU, an MLP or a mixture of experts, as the config
+    says); each layout below is one `forward`. With LoRA (cfg.lora_rank > 0) every base parameter is frozen: only
+    the adapters' A and B train. Build one with `make_block(cfg, ...)` (or `TransformerBlock(cfg, ...)`)."""
 
     scope_name = "block"
-
-    def __new__(cls, cfg: BlockConfig, **kwargs):
-        if cls is TransformerBlock and cfg.parallel:
-            cls = ParallelBlock
-        elif cls is TransformerBlock and cfg.norm_position == "post":
-            cls = PostNormBlock
-        elif cls is TransformerBlock and cfg.norm_position == "deep":
-            cls = DeepNormBlock
-        return super().__new__(cls)
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
@@ -81,13 +71,17 @@ class TransformerBlock(Module):
             raise ValueError(f"TransformerBlock: expected input (B, L, d_model={self.cfg.d_model}), got {x.shape}")
         return super().__call__(x, offset, cache)
 
+
+class PreNormBlock(Block):
+    """Pre-norm (Llama, GPT-2):  h = x + attn(norm1(x));  out = h + ffn(norm2(h))."""
+
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:   # x: (B, L, d_model); offset: first position
         with step("residual"):                                       # the block's own ops: the residual adds
             h = x + self.attn(self.norm1(x), offset, cache)          # cache: this layer's K, V (nn.cache.LayerCache)
             return h + self.ffn(self.norm2(h))
 
 
-class PostNormBlock(TransformerBlock):
+class PostNormBlock(Block):
     """Post-norm (BERT, the 2017 original):  h = norm1(x + attn(x));  out = norm2(h + ffn(h))."""
 
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
@@ -96,7 +90,7 @@ class PostNormBlock(TransformerBlock):
             return self.norm2(h + self.ffn(h))
 
 
-class ParallelBlock(TransformerBlock):
+class ParallelBlock(Block):
     """Parallel (GPT-J, GPT-NeoX):  out = x + attn(norm1(x)) + ffn(norm2(x))."""
 
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
@@ -104,7 +98,7 @@ class ParallelBlock(TransformerBlock):
             return x + self.attn(self.norm1(x), offset, cache) + self.ffn(self.norm2(x))
 
 
-class DeepNormBlock(TransformerBlock):
+class DeepNormBlock(Block):
     """DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), post-norm with the residual
     up-weighted:  h = norm1(alpha x + attn(x));  out = norm2(alpha h + ffn(h)),  and the FFN's weights, v_proj
     and o_proj initialised beta times smaller. For a decoder-only (or encoder-only) model of N = n_layers blocks
@@ -121,6 +115,22 @@ class DeepNormBlock(TransformerBlock):
         with step("residual"):
             h = self.norm1(x * self.alpha + self.attn(x, offset, cache))
             return self.norm2(h * self.alpha + self.ffn(h))
+
+
+def make_block(cfg: BlockConfig, *, generator, dtype=float32, device="cpu") -> Block:
+    """The block in the layout the config names: parallel (cfg.parallel), else pre-norm, post-norm or DeepNorm
+    (cfg.norm_position 'pre', 'post' or 'deep')."""
+    make = dict(generator=generator, dtype=dtype, device=device)
+    if cfg.parallel:
+        return ParallelBlock(cfg, **make)
+    if cfg.norm_position == "post":
+        return PostNormBlock(cfg, **make)
+    if cfg.norm_position == "deep":
+        return DeepNormBlock(cfg, **make)
+    return PreNormBlock(cfg, **make)
+
+
+TransformerBlock = make_block   # the name the lessons build blocks by: nn.TransformerBlock(cfg, generator=g)
 
 
 def deepnorm_alpha_beta(n_layers: int) -> tuple[float, float]:

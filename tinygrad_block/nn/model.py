@@ -8,7 +8,7 @@ import numbers
 from ..backend import Generator, float32, float64
 from ..trace import no_grad, scope
 from ..tensor import Tensor, arange, concat, rand, where
-from .block import TransformerBlock
+from .block import make_block
 from .cache import KVCache
 from .config import BlockConfig
 from .layers import Embedding, Linear, norm
@@ -28,7 +28,7 @@ class LM(Module):
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, **make)
         if not cfg.rope:
             self.pos_embed = Embedding(cfg.max_seq_len, cfg.d_model, **make)
-        self.layers = [TransformerBlock(cfg, **make) for _ in range(cfg.n_layers)]
+        self.layers = [make_block(cfg, **make) for _ in range(cfg.n_layers)]
         self.norm = norm(cfg, dtype=dtype, device=device)
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, generator=generator, dtype=dtype, device=device)

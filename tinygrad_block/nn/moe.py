@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..backend import float32, int64
 from ..function import Gather
 from ..tensor import Tensor, arange, where
-from ..trace import step
+from ..trace import constant, step
 from .config import BlockConfig
 from .layers import Linear
 from .module import Module, init_weight
@@ -22,26 +22,26 @@ def top_k_indices(logits: Tensor, k: int) -> Tensor:
     rank[n, e] = #{j : l_j > l_e, or l_j = l_e and j < e};  idx[n, r] = the e whose rank is r."""
     N, E = logits.shape
     l_e, l_j = logits.unsqueeze(2), logits.unsqueeze(1)                  # (N, E, 1), (N, 1, E)
-    beats = where(_lower_index(E, logits.backend), l_j >= l_e, l_j > l_e)   # (N, E, E): expert j ranks above e
+    beats = where(_lower_index(E, logits.device), l_j >= l_e, l_j > l_e)    # (N, E, E): expert j ranks above e
     rank = beats.to(int64).sum(axis=-1)                                  # (N, E): 0 for the largest
-    is_rank_r = rank.unsqueeze(2) == arange(k, device=logits.backend)    # (N, E, k): rank[n, e] == r
-    experts = arange(E, device=logits.backend).unsqueeze(1)              # (E, 1)
+    is_rank_r = rank.unsqueeze(2) == arange(k, device=logits.device)     # (N, E, k): rank[n, e] == r
+    experts = arange(E, device=logits.device).unsqueeze(1)               # (E, 1)
     return (is_rank_r.to(int64) * experts).sum(axis=1)                   # (N, k)
 
 
-def _lower_index(E: int, be) -> Tensor:
-    """(E, E) booleans [e, j] = j < e: the tie-break table. A constant made directly on the backend, like the
-    causal mask: no op is recorded or counted."""
-    e = be.expand(be.reshape(be.arange(0, E, 1, int64), (E, 1)), (E, E))     # e, down each column
-    j = be.expand(be.reshape(be.arange(0, E, 1, int64), (1, E)), (E, E))     # j, along each row
-    return Tensor._make(be.compare(j, e, "less"), be)
+def _lower_index(E: int, device) -> Tensor:
+    """(E, E) booleans [e, j] = j < e: the tie-break table. A constant, like the causal mask: built under
+    `constant()`, so no op is recorded, counted or drawn."""
+    with constant():
+        experts = arange(E, device=device)
+        return experts.reshape(1, E) < experts.reshape(E, 1)               # (E, E): [e, j] = j < e
 
 
 def take_along_rows(a: Tensor, idx: Tensor) -> Tensor:
     """out[n, r] = a[n, idx[n, r]] for a (N, E) and idx (N, k): a gather on the flattened rows. The indices come
     from top_k_indices, in range by construction: no bounds check, so nothing is read back from a GPU."""
     N, E = a.shape
-    flat = arange(0, N * E, E, device=a.backend).unsqueeze(1) + idx      # (N, k): n * E + idx[n, r]
+    flat = arange(0, N * E, E, device=a.device).unsqueeze(1) + idx       # (N, k): n * E + idx[n, r]
     return Gather.apply(a.reshape(N * E), idx=flat.data, axis=0)         # (N, k)
 
 

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import math
 
-from ..backend import int64
 from ..function import Function
 from ..tensor import Tensor, concat, maximum
 from ..trace import no_grad
-from .attention import causal_mask, repeat_kv
+from .attention import causal_mask, repeat_kv, sdpa
 
 
 def plain_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True) -> Tensor:
-    """softmax(q k^T / sqrt(d_head) + mask) v, nn.Attention's math, step by step. q: (B, H, L, d_head);
-    k, v: (B, H_kv, n, d_head), n >= L keys, the queries being the last L positions (a KV cache's layout)."""
+    """softmax(q k^T / sqrt(d_head) + mask) v, nn.Attention's math (its `sdpa` and `causal_mask`). q: (B, H, L,
+    d_head); k, v: (B, H_kv, n, d_head), n >= L keys, the queries being the last L positions (a KV cache's layout)."""
     H, n_keys = _check(q, k, v, causal, 1, 1, "plain_attention")
     k, v = repeat_kv(k, H // k.shape[1]), repeat_kv(v, H // v.shape[1])            # (B, H, n, d_head)
-    scores = (q / math.sqrt(q.shape[-1])) @ k.mT                                    # (B, H, L, n)
-    if causal:
-        scores = scores + causal_mask(q.shape[2], q.dtype, q.backend, n_keys - q.shape[2])
-    return scores.softmax(axis=-1) @ v                                              # (B, H, L, d_head)
+    L = q.shape[2]
+    return sdpa(q, k, v, causal_mask(L, q.dtype, q.device, n_keys - L) if causal else None)   # (B, H, L, d_head)
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, block_q: int = 64,
@@ -73,18 +70,8 @@ def _tiles(qi: Tensor, k: Tensor, i0: int, past: int, causal: bool, block_k: int
         kj = k[:, :, j0:j0 + block_k]                                                 # (B, H, bk, d_head)
         s = qi @ kj.mT                                                                # (B, H, bq, bk)
         if causal and j0 + kj.shape[2] - 1 > past + i0:                               # some key after the first query
-            s = s + _tile_mask(past + i0, qi.shape[2], j0, kj.shape[2], s)
+            s = s + causal_mask(qi.shape[2], s.dtype, s.device, past + i0, keys=range(j0, j0 + kj.shape[2]))
         yield j0, s
-
-
-def _tile_mask(q0: int, bq: int, k0: int, bk: int, like: Tensor) -> Tensor:
-    """(bq, bk) additive causal mask for queries at positions q0 .. q0 + bq - 1 and keys k0 .. k0 + bk - 1:
-    -inf where the key comes after the query. A constant made on the backend, as causal_mask."""
-    be, dtype = like.backend, like.dtype
-    keys = be.expand(be.reshape(be.arange(k0, k0 + bk, 1, int64), (1, bk)), (bq, bk))
-    queries = be.expand(be.reshape(be.arange(q0, q0 + bq, 1, int64), (bq, 1)), (bq, bk))
-    future = be.compare(keys, queries, "greater")                                    # (bq, bk)
-    return Tensor._make(be.where(future, be.constant(float("-inf"), dtype), be.full((bq, bk), 0, dtype)), be)
 
 
 class TiledAttention(Function):
