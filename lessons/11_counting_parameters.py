@@ -38,7 +38,7 @@ from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_lm
-from tinygrad_block.nn.pretrained import inspect_checkpoint, inspect_text
+from tinygrad_block.measure import inspect_checkpoint, inspect_text
 
 OUT = out_dir(11)         # lessons/out/11/: this lesson's pictures
 

@@ -23,7 +23,7 @@ from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, measure, nn
+from tinygrad_block import accounting, hf_folder, measure, nn
 from tinygrad_block.nn import pretrained
 
 TOL = 1e-10
@@ -233,7 +233,8 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
         raise AssertionError(f"inspect read the values of {entry.name}")
 
     monkeypatch.setattr(pretrained, "read_array", no_read)
-    info = pretrained.inspect_checkpoint(folder)
+    monkeypatch.setattr(hf_folder, "read_array", no_read)
+    info = measure.inspect_checkpoint(folder)
     model = hf_model(arch)
     n = sum(p.numel() for p in model.parameters())       # tied weights counted once
     assert info["parameters"] == info["closed_form"] == n and info["matches"]
@@ -243,21 +244,21 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
     assert info["components"].get("lm_head", 0) == (0 if gpt2 or arch == "qwen2" else V * d)
     ffn = sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n)
     assert info["components"]["ffn"] == ffn
-    text = "\n".join(pretrained.inspect_text(info))
+    text = "\n".join(measure.inspect_text(info))
     assert f"{n:,} parameters" in text and "matches accounting.total_params" in text
 
 
 def test_inspect_names_a_matching_preset_and_explains_a_missing_closed_form(tmp_path):
     cfg = nn.preset("tiny")
     nn.LM(cfg, generator=tb.Generator(0)).save_pretrained(tmp_path / "tiny")
-    info = pretrained.inspect_checkpoint(tmp_path / "tiny")
+    info = measure.inspect_checkpoint(tmp_path / "tiny")
     assert info["preset"] == "tiny" and info["parameters"] == accounting.total_params(cfg)
     hf = json.loads((tmp_path / "tiny" / "config.json").read_text())
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(hf | {"rope_scaling": {"rope_type": "yarn"}}))
-    info = pretrained.inspect_checkpoint(tmp_path / "tiny")
+    info = measure.inspect_checkpoint(tmp_path / "tiny")
     assert info["closed_form"] is None and "yarn" in info["why_no_closed_form"]
     assert info["parameters"] == accounting.total_params(cfg)
-    assert any("no closed form" in line for line in pretrained.inspect_text(info))
+    assert any("no closed form" in line for line in measure.inspect_text(info))
 
 
 def test_qwen2_biases_in_the_closed_forms():
@@ -306,7 +307,7 @@ def test_missing_folder_file_config_and_shard(saved, tmp_path):
         nn.LM.from_pretrained(folder)
     (folder / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match=msg("inspect", "has no config.json")):
-        pretrained.inspect_checkpoint(folder)
+        measure.inspect_checkpoint(folder)
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text("{}")

@@ -976,7 +976,7 @@ def generate_text(data: dict) -> list[str]:
 
 def run_models(args: argparse.Namespace, out=print) -> int:
     """generate or inspect; a checkpoint's problem (a missing file, a tensor that does not fit) is one line."""
-    from .nn.pretrained import inspect_checkpoint, inspect_text
+    from .measure import inspect_checkpoint, inspect_text
     try:
         if args.command == "inspect":
             data = {"command": "inspect", **inspect_checkpoint(args.path)}

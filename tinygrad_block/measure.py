@@ -4,9 +4,12 @@ point, the recorded graph, the walk of one token through a block, step by step, 
 generation's two phases (prefill, decode) with what each computes and reads."""
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .accounting import total_params
 from .backend import Generator, float16, float32, int64
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .function import Movement, primitive
@@ -14,6 +17,9 @@ from .graph import Graph, record_graph
 from .nn import LM, BlockConfig, TransformerBlock
 from .tensor import Tensor, ones_like, randn, zeros
 from .nn.cache import KVCache
+from .nn.config import PRESETS
+from .nn.hf_config import config_from_hf
+from .nn.pretrained import BUFFERS, checkpoint_files, read_headers
 from .trace import no_grad, observe
 
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
@@ -230,3 +236,61 @@ def _phase(name: str, model: LM, ids: Tensor, cache: KVCache) -> Phase:
     weight_bytes = sum(params[i].nbytes for i in whole) + sum(n for i, n in gathered.items() if i not in whole)
     return Phase(name, ids.shape[1], cache.length, fc.total(), fc.total(matmul_only=True), weight_bytes,
                  cache.nbytes)
+
+
+# ---------------------------------------------------------------- a checkpoint, counted from its headers
+COMPONENTS = [("norms", r"norm|\.ln_|^ln_f\."), ("embedding", r"embed_tokens|wte|wpe"), ("lm_head", r"^lm_head\."),
+              ("attention", r"self_attn|\.attn\."), ("ffn", r"\.mlp\.")]
+
+
+def component(name: str) -> str:
+    """Which part of the model an HF tensor belongs to: embedding, attention, ffn, norms, lm_head (or other)."""
+    return next((part for part, pattern in COMPONENTS if re.search(pattern, name)), "other")
+
+
+def inspect_checkpoint(path) -> dict:
+    """Parameters of a checkpoint folder per component, from the safetensors headers alone (no tensor data is
+    read), beside accounting's closed form for the BlockConfig its config.json maps to (and a preset it equals)."""
+    op = "inspect"
+    folder, hf_config, files, weight_map = checkpoint_files(path, op)
+    headers = read_headers(files, op, weight_map)
+    names = hf_config.get("architectures") or [hf_config.get("model_type")]
+    names = names if isinstance(names, list) else [names]
+    info = {"path": str(folder), "files": [f.name for f in files], "architecture": ", ".join(map(str, names)),
+            "buffers_skipped": sorted(n for n in headers if BUFFERS.search(n)), "dtypes": {}, "components": {}}
+    try:
+        arch, cfg = config_from_hf(hf_config, op)
+        info |= {"config": cfg, "closed_form": total_params(cfg), "why_no_closed_form": None,
+                 "preset": next((name for name, p in PRESETS.items() if p == cfg), None)}
+    except ValueError as e:
+        cfg, info = None, info | {"config": None, "closed_form": None, "why_no_closed_form": str(e), "preset": None}
+    counted = {n: entry for n, entry in headers.items() if not BUFFERS.search(n)}
+    if cfg is not None and cfg.tie_embeddings and "lm_head.weight" in counted:
+        counted.pop("lm_head.weight")                                   # a stored copy of the tied embedding
+        info["buffers_skipped"].append("lm_head.weight (a copy of the tied embedding)")
+    for name, entry in counted.items():
+        n = math.prod(entry.shape)
+        info["components"][component(name)] = info["components"].get(component(name), 0) + n
+        info["dtypes"][entry.dtype] = info["dtypes"].get(entry.dtype, 0) + n
+    order = ("embedding", "attention", "ffn", "norms", "lm_head", "other")
+    info["components"] = {part: info["components"][part] for part in order if part in info["components"]}
+    info["parameters"] = sum(info["components"].values())
+    info["shares"] = {k: v / max(info["parameters"], 1) for k, v in info["components"].items()}
+    info["matches"] = None if cfg is None else info["parameters"] == info["closed_form"]
+    return info
+
+
+def inspect_text(info: dict) -> list[str]:
+    """inspect_checkpoint's dict as lines to print."""
+    lines = [f"{info['path']}: {info['architecture']}, {len(info['files'])} file(s), "
+             f"{info['parameters']:,} parameters ({', '.join(f'{k} {v:,}' for k, v in info['dtypes'].items())})"]
+    lines += [f"  {part:<10} {n:>15,}  {info['shares'][part]:6.1%}" for part, n in info["components"].items()]
+    if info["buffers_skipped"]:
+        lines.append(f"  skipped (not parameters): {', '.join(info['buffers_skipped'])}")
+    if info["config"] is None:
+        lines.append(f"  no closed form: {info['why_no_closed_form']}")
+    else:
+        verdict = "matches" if info["matches"] else "DIFFERS from"
+        preset = f" (preset {info['preset']})" if info["preset"] else ""
+        lines.append(f"  the headers' count {verdict} accounting.total_params{preset}: {info['closed_form']:,}")
+    return lines
