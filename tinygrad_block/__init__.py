@@ -1,5 +1,6 @@
 """tinygrad_block: learn how a transformer block computes by running it, one primitive op at a time."""
-from .backend import Generator, bool_, float16, float32, float64, int32, int64
+from .dtypes import bool_, float16, float32, float64, int32, int64
+from .generator import Generator
 from .device import BACKENDS, get_backend
 from .function import Function
 from .trace import Event, enable_grad, no_grad, observe, step

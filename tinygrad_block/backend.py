@@ -16,92 +16,10 @@ import numbers
 
 import numpy as np
 
-# ---- dtypes: numpy's dtype objects, which cupy shares; `tb.float32 == "float32"` holds ----
-float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
-int32, int64, bool_ = np.dtype("int32"), np.dtype("int64"), np.dtype("bool")
-DTYPES = {str(d): d for d in (float16, float32, float64, int32, int64, bool_)}
-
-
-def as_dtype(dtype, op: str = "dtype") -> np.dtype:
-    """Resolve 'float32', tb.float32 or np.float32 to one of the supported dtypes, or raise TypeError."""
-    try:
-        d = np.dtype(dtype)
-    except TypeError:
-        d = None
-    if d is None or str(d) not in DTYPES:
-        raise TypeError(f"{op}: unsupported dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
-    return d
-
-
-def names_a_dtype(name: str) -> bool:
-    """Whether numpy reads `name` as a dtype at all (supported or not): 'complex64' does, 'cuda' does not."""
-    try:
-        np.dtype(name)
-    except TypeError:
-        return False
-    return True
-
-
-def is_float(dtype) -> bool:
-    return dtype.kind == "f"
-
+from .dtypes import as_dtype, bool_, float16, float32, int64, scalar_fits
+from .generator import Generator
 
 _UINT = {1: np.dtype("uint8"), 2: np.dtype("uint16"), 4: np.dtype("uint32"), 8: np.dtype("uint64")}  # where's bits
-_LIMITS = {d: (np.finfo(d).max if d.kind == "f" else np.iinfo(d).max)
-           for d in (float16, float32, float64, int32, int64)}
-
-
-def scalar_fits(value, dtype) -> bool:
-    """Whether a Python number joins a tensor of `dtype` without coercion: bools anywhere; ints in an
-    integer dtype's range or a float dtype's; other reals only in float dtypes (inf and nan allowed)."""
-    if type(value) is float:  # the common case first: it is on the path of every `x * 2.0`
-        return dtype.kind == "f" and (abs(value) <= _LIMITS[dtype] or not math.isfinite(value))
-    if isinstance(value, bool):
-        return True
-    if dtype.kind == "b" or not isinstance(value, numbers.Real):
-        return False
-    if isinstance(value, numbers.Integral):
-        return -_LIMITS[dtype] - (dtype.kind == "i") <= value <= _LIMITS[dtype]
-    return dtype.kind == "f" and (not math.isfinite(value) or abs(value) <= _LIMITS[dtype])
-
-
-class Generator:
-    """An explicit, seeded random source (numpy's PCG64). Samples are drawn on the host in float64 and
-    then cast and moved, so the same seed gives the same numbers on every device and in every dtype."""
-
-    def __init__(self, seed: int):
-        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-            raise TypeError(f"Generator: seed must be an int, got {type(seed).__name__} {seed!r}")
-        if seed < 0:
-            raise ValueError(f"Generator: seed must be >= 0, got {seed}")
-        self.seed = int(seed)
-        self._rng = np.random.default_rng(seed)
-
-    def normal(self, shape):
-        return self._rng.standard_normal(shape)
-
-    def uniform(self, shape):
-        return self._rng.random(shape)
-
-    def integers(self, low: int, high: int, shape):
-        return self._rng.integers(low, high, shape, dtype=np.int64)
-
-    @property
-    def state(self) -> dict:
-        """Where the stream stands, as JSON-ready data: setting it back makes the same draws follow."""
-        return {"seed": self.seed, "bit_generator": self._rng.bit_generator.state}
-
-    @state.setter
-    def state(self, value: dict) -> None:
-        try:
-            self._rng.bit_generator.state = value["bit_generator"]
-        except (TypeError, KeyError, ValueError) as e:
-            raise ValueError(f"Generator.state: expected what Generator.state gave (a PCG64 state), got "
-                             f"{value!r:.80} ({e})") from None
-        self.seed = value["seed"]
-
-    def __repr__(self):
-        return f"Generator(seed={self.seed})"
 
 
 def check_nested(value, op: str) -> None:

@@ -9,7 +9,9 @@ import math
 
 import numpy as np
 
-from .backend import ArrayBackend, float16, float32, float64
+from .backend import ArrayBackend
+
+from .dtypes import float16, float32, float64
 
 INSTALL = ("install the 'gpu' extra: pip install 'tinygrad_block[gpu]' (cupy-cuda13x, for a CUDA 13 driver; "
            "pip install cupy-cuda12x for a CUDA 12 driver)")

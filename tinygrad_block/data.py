@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numbers
 
-from .backend import Generator, int64
+from .dtypes import int64
+
+from .generator import Generator
 from .tensor import Tensor, arange, concat, randint, tensor
 from .tokenizer import CharTokenizer   # it lives with the other tokenizers; train and the lessons import it from here
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import float64
+from .dtypes import float64
 from .trace import no_grad
 from .tensor import Tensor
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .backend import int64
+from .dtypes import int64
 from .function import Gather, Slice, is_tensor
 
 

@@ -10,7 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .accounting import total_params
-from .backend import Generator, float16, float32, int64
+from .dtypes import float16, float32, int64
+from .generator import Generator
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .function import Movement, primitive
 from .graph import Graph, record_graph

@@ -15,7 +15,8 @@ import numbers
 import weakref
 
 from . import autograd
-from .backend import Generator, as_dtype, float16, float32, float64, int64, is_float, names_a_dtype, scalar_fits
+from .dtypes import as_dtype, float16, float32, float64, int64, is_float, names_a_dtype, scalar_fits
+from .generator import Generator
 from .device import get_backend
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Log, Matmul, Max, Maximum, Mul, Neg,
                        Pad, Permute, Pow, Reciprocal, Reshape, Sin, Sqrt, Sub, Sum, Transfer, Where)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from . import accounting, manual
-from .backend import Generator, float64
+from .dtypes import float64
+from .generator import Generator
 from .counting import count_flops
 from .trace import observe
 from .gradcheck import numerical_grad, rel_err

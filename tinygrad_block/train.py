@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
-from .backend import Generator
+from .generator import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
 from .hf_folder import write_text

@@ -9,7 +9,8 @@ import numbers
 import numpy as np
 
 from tinygrad_block import manual, nn
-from tinygrad_block.backend import Generator, float64
+from tinygrad_block.dtypes import float64
+from tinygrad_block.generator import Generator
 from tinygrad_block.manual.norms import rmsnorm_forward
 from tinygrad_block.optim import AdamW, warmup_cosine
 from tinygrad_block.tensor import Tensor, randint, tensor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..backend import float32, float64
+from ..dtypes import float32, float64
 from ..tensor import Tensor, arange, concat, tensor, where, zeros
 from ..trace import constant, no_grad, step
 from .config import BlockConfig

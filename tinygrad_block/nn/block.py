@@ -3,7 +3,7 @@ Beside that pre-norm layout, the others a config can ask for (post-norm, paralle
 builds the one the config names."""
 from __future__ import annotations
 
-from ..backend import float32
+from ..dtypes import float32
 from ..tensor import Tensor
 from ..trace import step
 from .attention import Attention

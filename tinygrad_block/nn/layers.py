@@ -1,7 +1,7 @@
 """The small layers: Linear (with optional bias and LoRA), Embedding, RMSNorm, LayerNorm."""
 from __future__ import annotations
 
-from ..backend import float32
+from ..dtypes import float32
 from ..tensor import Tensor, ones, zeros
 from .module import Module, Parameter, init_weight
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..backend import Generator, float32, float64
+from ..dtypes import float32, float64
+
+from ..generator import Generator
 from ..trace import no_grad, scope
 from ..tensor import Tensor, arange, concat, rand, where
 from .block import make_block

@@ -1,7 +1,9 @@
 """Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
 from __future__ import annotations
 
-from ..backend import Generator, as_dtype, names_a_dtype
+from ..dtypes import as_dtype, names_a_dtype
+
+from ..generator import Generator
 from ..device import get_backend
 from ..trace import scope
 from ..tensor import Tensor, randn

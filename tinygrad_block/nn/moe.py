@@ -7,7 +7,7 @@ with no read back to the host. (A fast kernel would sort the tokens by expert in
 """
 from __future__ import annotations
 
-from ..backend import float32, int64
+from ..dtypes import float32, int64
 from ..function import Gather
 from ..tensor import Tensor, arange, where
 from ..trace import constant, step

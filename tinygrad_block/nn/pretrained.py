@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backend import Generator, as_dtype, float32
+from ..dtypes import as_dtype, float32
+
+from ..generator import Generator
 from ..device import get_backend
 from ..tensor import Tensor
 from .attention import Attention
