@@ -390,7 +390,7 @@ class Square(tb.Function):
     """out = a * a;  da = g * a   (wrong: the derivative of a^2 is 2a)"""
     def forward(self, a):
         self.a = a
-        return self.be.mul(a.data, a.data)
+        return self.backend.mul(a.data, a.data)
 
     def backward(self, g):
         return (g * self.a,)

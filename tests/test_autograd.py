@@ -214,7 +214,7 @@ def test_gradcheck_reports_the_worst_element(device):
         """x^2 with a deliberately wrong backward: 3x instead of 2x"""
         def forward(self, a):
             self.a = a
-            return self.be.mul(a.data, a.data)
+            return self.backend.mul(a.data, a.data)
 
         def backward(self, g):
             return (g * self.a * 3.0,)

@@ -44,9 +44,9 @@ class Function:
     def apply(cls, *inputs, **params):
         """Run the primitive on Tensors: the choke point for autograd, FLOP counting and graph recording."""
         first = inputs[0]
-        be = first.backend
+        backend = first.backend
         for t in inputs[1:]:
-            if t.backend is not be:
+            if t.backend is not backend:
                 devices = ", ".join(f"{t.device} {t.shape}" for t in inputs)
                 raise RuntimeError(f"{cls.name}: tensors are on different devices ({devices}); "
                                    "move them to one device with .to(device) first")
@@ -54,20 +54,20 @@ class Function:
             raise TypeError(f"{cls.name}: needs a floating-point tensor, got {first.dtype} {first.shape}; "
                             "cast it first, e.g. .to(tb.float32)")
         fn, state = cls(), STATE.get()             # this thread's (task's) switches
-        fn.be, grad = be, state.grad_enabled
+        fn.backend, grad = backend, state.grad_enabled
         fn.needs_grad = needs = tuple([grad and t._requires_grad for t in inputs])
-        if be.active is None:
+        if backend.active is None:
             data = fn.forward(*inputs, **params)
         else:
-            with be.active:  # the backend's GPU is current while it runs
+            with backend.active:  # the backend's GPU is current while it runs
                 data = fn.forward(*inputs, **params)
-        out = first._make(data, fn.be)  # a plain Tensor; fn.be: Transfer's forward switches the device
+        out = first._make(data, fn.backend)  # a plain Tensor; fn.backend: Transfer's forward switches the device
         if True in needs and data.dtype.kind == "f":
             out._requires_grad, out._ctx = True, fn
             fn.scope, fn.step = state.scope, state.step
             fn.edges = tuple([t._ctx or (t if t._requires_grad else None) for t in inputs])
             if fn.saves_output:
-                fn.out = out._make(data, fn.be)  # its own Tensor object: no cycle out -> fn -> out
+                fn.out = out._make(data, fn.backend)  # its own Tensor object: no cycle out -> fn -> out
         if state.observers:
             emit(fn, inputs, out, state)
         return out
@@ -113,7 +113,7 @@ class Movement(Function):
 class Neg(Elementwise):
     """out = -a;  da = -g"""
     def forward(self, a):
-        return self.be.neg(a.data)
+        return self.backend.neg(a.data)
 
     def backward(self, g):
         return (-g,)
@@ -124,7 +124,7 @@ class Exp(Elementwise):
     float_only, saves_output = True, True
 
     def forward(self, a):
-        return self.be.exp(a.data)
+        return self.backend.exp(a.data)
 
     def backward(self, g):
         return (g * self.out,)
@@ -136,7 +136,7 @@ class Log(Elementwise):
 
     def forward(self, a):
         self.a = a
-        return self.be.log(a.data)
+        return self.backend.log(a.data)
 
     def backward(self, g):
         return (g / self.a,)
@@ -147,7 +147,7 @@ class Sqrt(Elementwise):
     float_only, saves_output = True, True
 
     def forward(self, a):
-        return self.be.sqrt(a.data)
+        return self.backend.sqrt(a.data)
 
     def backward(self, g):
         return (g / (self.out * 2.0),)
@@ -158,7 +158,7 @@ class Reciprocal(Elementwise):
     float_only, saves_output = True, True
 
     def forward(self, a):
-        return self.be.reciprocal(a.data)
+        return self.backend.reciprocal(a.data)
 
     def backward(self, g):
         return (-(g * self.out * self.out),)
@@ -170,7 +170,7 @@ class Sin(Elementwise):
 
     def forward(self, a):
         self.a = a
-        return self.be.sin(a.data)
+        return self.backend.sin(a.data)
 
     def backward(self, g):
         return (g * self.a.cos(),)
@@ -182,7 +182,7 @@ class Cos(Elementwise):
 
     def forward(self, a):
         self.a = a
-        return self.be.cos(a.data)
+        return self.backend.cos(a.data)
 
     def backward(self, g):
         return (-(g * self.a.sin()),)
@@ -194,7 +194,7 @@ class Erf(Elementwise):
 
     def forward(self, a):
         self.a = a
-        return self.be.erf(a.data)
+        return self.backend.erf(a.data)
 
     def backward(self, g):
         return (g * (-(self.a * self.a)).exp() * (2.0 / math.sqrt(math.pi)),)
@@ -206,7 +206,7 @@ class Pow(Elementwise):
 
     def forward(self, a, exponent: float):
         self.a, self.exponent = a, exponent
-        return self.be.pow(a.data, exponent)
+        return self.backend.pow(a.data, exponent)
 
     def backward(self, g):
         return (g * Pow.apply(self.a, exponent=self.exponent - 1.0) * self.exponent,)
@@ -216,7 +216,7 @@ class Cast(Movement):
     """out = a converted to `dtype`;  da = g converted back"""
     def forward(self, a, dtype):
         self.in_dtype = a.dtype
-        return self.be.cast(a.data, dtype)
+        return self.backend.cast(a.data, dtype)
 
     def backward(self, g):
         return (Cast.apply(g, dtype=self.in_dtype),)
@@ -225,7 +225,7 @@ class Cast(Movement):
 class Transfer(Movement):
     """out = a copied to another device (backend);  da = g copied back"""
     def forward(self, a, backend):
-        self.source, self.be = a.backend, backend
+        self.source, self.backend = a.backend, backend
         return backend.from_host(a.backend.to_numpy(a.data), a.dtype)
 
     def backward(self, g):
@@ -236,7 +236,7 @@ class Transfer(Movement):
 class Add(Elementwise):
     """out = a + b"""
     def forward(self, a, b):
-        return self.be.add(a.data, b.data)
+        return self.backend.add(a.data, b.data)
 
     def backward(self, g):
         return g, g
@@ -245,7 +245,7 @@ class Add(Elementwise):
 class Sub(Elementwise):
     """out = a - b;  da = g, db = -g"""
     def forward(self, a, b):
-        return self.be.sub(a.data, b.data)
+        return self.backend.sub(a.data, b.data)
 
     def backward(self, g):
         return g, (-g if self.needs_grad[1] else None)
@@ -256,7 +256,7 @@ class Mul(Elementwise):
     def forward(self, a, b):
         da, db = self.needs_grad
         self.a, self.b = (a if db else None), (b if da else None)  # da needs b, db needs a
-        return self.be.mul(a.data, b.data)
+        return self.backend.mul(a.data, b.data)
 
     def backward(self, g):
         da, db = self.needs_grad
@@ -270,7 +270,7 @@ class Div(Elementwise):
     def forward(self, a, b):
         da, db = self.needs_grad
         self.a, self.b = (a if db else None), b
-        return self.be.div(a.data, b.data)
+        return self.backend.div(a.data, b.data)
 
     def backward(self, g):
         da, db = self.needs_grad
@@ -281,7 +281,7 @@ class Maximum(Elementwise):
     """out = max(a, b);  the gradient goes to the larger input, split in half on ties (as PyTorch)"""
     def forward(self, a, b):
         self.a, self.b = a, b
-        return self.be.maximum(a.data, b.data)
+        return self.backend.maximum(a.data, b.data)
 
     def backward(self, g):
         da, db = self.needs_grad
@@ -293,18 +293,18 @@ class Compare(Elementwise):
     """out = a <op> b as booleans; not differentiable (op: less, less_equal, equal, ...)"""
     def forward(self, a, b, op: str):
         self.op = op
-        return self.be.compare(a.data, b.data, op)
+        return self.backend.compare(a.data, b.data, op)
 
 
 class Where(Elementwise):
     """out = cond ? a : b;  da = cond ? g : 0, db = cond ? 0 : g"""
     def forward(self, cond, a, b):
         self.cond = cond
-        return self.be.where(cond.data, a.data, b.data)
+        return self.backend.where(cond.data, a.data, b.data)
 
     def backward(self, g):
         _, da, db = self.needs_grad
-        zero = g._make(self.be.constant(0, g.dtype), self.be)  # 0-d: the backend broadcasts it for free
+        zero = g._make(self.backend.constant(0, g.dtype), self.backend)  # 0-d: the backend broadcasts it for free
         return None, (Where.apply(self.cond, g, zero) if da else None), \
             (Where.apply(self.cond, zero, g) if db else None)
 
@@ -321,7 +321,7 @@ class Sum(Reduce):
     """out = sum of a over `axes`;  da = g broadcast back over them"""
     def forward(self, a, axes: tuple, keepdims: bool):
         self.in_shape, self.axes, self.keepdims = a.shape, axes, keepdims
-        return self.be.sum(a.data, axes, keepdims)
+        return self.backend.sum(a.data, axes, keepdims)
 
     def backward(self, g):
         return (_unreduce(g, self.in_shape, self.axes, self.keepdims),)
@@ -333,7 +333,7 @@ class Max(Reduce):
 
     def forward(self, a, axes: tuple, keepdims: bool):
         self.a, self.axes, self.keepdims = a, axes, keepdims
-        return self.be.max(a.data, axes, keepdims)
+        return self.backend.max(a.data, axes, keepdims)
 
     def backward(self, g):
         shape = self.a.shape
@@ -356,7 +356,7 @@ class Reshape(Movement):
 
     def forward(self, a, shape: tuple):
         self.in_shape = a.shape
-        return self.be.reshape(a.data, shape)
+        return self.backend.reshape(a.data, shape)
 
     def backward(self, g):
         return (Reshape.apply(g, shape=self.in_shape),)
@@ -368,7 +368,7 @@ class Permute(Movement):
 
     def forward(self, a, order: tuple):
         self.order = order
-        return self.be.permute(a.data, order)
+        return self.backend.permute(a.data, order)
 
     def backward(self, g):
         inverse = tuple(sorted(range(len(self.order)), key=self.order.__getitem__))
@@ -381,7 +381,7 @@ class Expand(Movement):
 
     def forward(self, a, shape: tuple):
         self.in_shape = a.shape
-        return self.be.expand(a.data, shape)
+        return self.backend.expand(a.data, shape)
 
     def backward(self, g):
         lead = g.ndim - len(self.in_shape)
@@ -397,7 +397,7 @@ class Slice(Movement):
 
     def forward(self, a, bounds: tuple):
         self.widths = tuple((lo, s - hi) for (lo, hi), s in zip(bounds, a.shape))
-        return self.be.slice(a.data, bounds)
+        return self.backend.slice(a.data, bounds)
 
     def backward(self, g):
         return (Pad.apply(g, widths=self.widths),)
@@ -407,7 +407,7 @@ class Pad(Movement):
     """out = a with zeros added: `widths` = ((before0, after0), ...);  da = g sliced back"""
     def forward(self, a, widths: tuple):
         self.bounds = tuple((lo, lo + s) for (lo, _), s in zip(widths, a.shape))
-        return self.be.pad(a.data, widths)
+        return self.backend.pad(a.data, widths)
 
     def backward(self, g):
         return (Slice.apply(g, bounds=self.bounds),)
@@ -417,7 +417,7 @@ class Concat(Movement):
     """out = the inputs joined along `axis`;  each input's gradient is its slice of g"""
     def forward(self, *inputs, axis: int):
         self.axis, self.sizes = axis, [t.shape[axis] for t in inputs]
-        return self.be.concat([t.data for t in inputs], axis)
+        return self.backend.concat([t.data for t in inputs], axis)
 
     def backward(self, g):
         grads, start = [], 0
@@ -433,7 +433,7 @@ class Gather(Movement):
     da = g scatter-added back (repeated indices accumulate)"""
     def forward(self, a, idx, axis: int):
         self.idx, self.axis, self.size = idx, axis, a.shape[axis]
-        return self.be.gather(a.data, idx, axis)
+        return self.backend.gather(a.data, idx, axis)
 
     def backward(self, g):
         return (ScatterAdd.apply(g, idx=self.idx, axis=self.axis, size=self.size),)
@@ -443,7 +443,7 @@ class ScatterAdd(Function):
     """out = zeros with out[..., idx[j], ...] += g[..., j, ...] along `axis` (the transpose of Gather)"""
     def forward(self, g, idx, axis: int, size: int):
         self.idx, self.axis = idx, axis
-        return self.be.scatter_add(g.data, idx, axis, size)
+        return self.backend.scatter_add(g.data, idx, axis, size)
 
     def backward(self, g):
         return (Gather.apply(g, idx=self.idx, axis=self.axis),)
@@ -458,7 +458,7 @@ class Matmul(Function):
     def forward(self, a, b):
         da, db = self.needs_grad
         self.a, self.b = (a if db else None), (b if da else None)  # da needs b, db needs a
-        return self.be.matmul(a.data, b.data)
+        return self.backend.matmul(a.data, b.data)
 
     def backward(self, g):
         da, db = self.needs_grad

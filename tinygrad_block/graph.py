@@ -75,7 +75,7 @@ class Graph:
         if given is not None:
             return [self._node_of(given, "forward", ())]
         from .tensor import Tensor
-        return [self._node_of(Tensor._make(idx, op.be), "forward", scope, step, "index")]
+        return [self._node_of(Tensor._make(idx, op.backend), "forward", scope, step, "index")]
 
     def __call__(self, event):
         out, phase = event.output, event.phase

@@ -16,21 +16,21 @@ from .function import Gather, Slice, is_tensor
 
 def _index_array(t, k, axis: int):
     """An integer index (Tensor, list or array) as a backend int64 array, bounds-checked, negatives wrapped."""
-    be, size = t.backend, t.shape[axis]
+    backend, size = t.backend, t.shape[axis]
     if is_tensor(k):
-        if k.backend is not be:
+        if k.backend is not backend:
             raise RuntimeError(f"getitem: index on {k.device} for a tensor on {t.device}")
         arr = k.data
     else:
-        arr = be.asarray(k, be.infer_dtype(k, "getitem"))
+        arr = backend.asarray(k, backend.infer_dtype(k, "getitem"))
     if arr.dtype.kind not in "iu":
         raise TypeError(f"getitem: index arrays must hold integers, got {arr.dtype} for axis {axis}; "
                         "boolean masks are not supported (use tb.where)")
-    bounds = be.index_range(arr)
+    bounds = backend.index_range(arr)
     if bounds is not None and (bounds[0] < -size or bounds[1] >= size):
         bad = bounds[0] if bounds[0] < -size else bounds[1]
         raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {size} (shape {t.shape})")
-    return be.index_wrap(be.cast(arr, int64), size)
+    return backend.index_wrap(backend.cast(arr, int64), size)
 
 
 def getitem(t, key):

@@ -90,11 +90,11 @@ class Tensor:
     __hash__ = object.__hash__  # == builds a comparison tensor, so hash by identity
 
     def __init__(self, data, *, dtype=None, device="cpu", requires_grad: bool = False):
-        be = get_backend(device)
+        backend = get_backend(device)
         if isinstance(data, Tensor):
-            data = data.data if data.backend is be else data.numpy()
-        dtype = as_dtype(dtype, "tensor") if dtype is not None else be.infer_dtype(data)
-        self.data, self.backend, self.grad, self._ctx = be.asarray(data, dtype), be, None, None
+            data = data.data if data.backend is backend else data.numpy()
+        dtype = as_dtype(dtype, "tensor") if dtype is not None else backend.infer_dtype(data)
+        self.data, self.backend, self.grad, self._ctx = backend.asarray(data, dtype), backend, None, None
         self._requires_grad = False
         self.requires_grad = requires_grad
 
@@ -181,8 +181,8 @@ class Tensor:
         """`to(tb.float64)` casts (differentiable); `to('meta')` moves to another device (differentiable
         between devices that hold values; a gradient cannot flow back from the shape-only 'meta' device)."""
         if isinstance(target, str) and not names_a_dtype(target):
-            be = get_backend(target)  # ValueError naming the known devices
-            return self if be is self.backend else Transfer.apply(self, backend=be)
+            backend = get_backend(target)  # ValueError naming the known devices
+            return self if backend is self.backend else Transfer.apply(self, backend=backend)
         dtype = as_dtype(target, "to")
         return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
 
@@ -636,9 +636,9 @@ def _sizes(args, op: str) -> tuple:
 
 
 def _filled(op, shape, value, dtype, device, requires_grad) -> Tensor:
-    be = get_backend(device)
-    dtype = as_dtype(dtype, op) if dtype is not None else be.infer_dtype(value)
-    t = Tensor._make(be.full(shape, value, dtype), be)
+    backend = get_backend(device)
+    dtype = as_dtype(dtype, op) if dtype is not None else backend.infer_dtype(value)
+    t = Tensor._make(backend.full(shape, value, dtype), backend)
     return t.requires_grad_(requires_grad)
 
 
@@ -667,7 +667,7 @@ def arange(start, stop=None, step=1, *, dtype=None, device="cpu") -> Tensor:
     """start, start + step, ... < stop; int64 for int arguments, float32 otherwise (as PyTorch)."""
     if stop is None:
         start, stop = 0, start
-    be = get_backend(device)
+    backend = get_backend(device)
     given = f"start={start!r}, stop={stop!r}, step={step!r}"
     if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (start, stop, step)):
         raise TypeError(f"arange: start, stop and step must be numbers, got {given}")
@@ -676,7 +676,7 @@ def arange(start, stop=None, step=1, *, dtype=None, device="cpu") -> Tensor:
     if step == 0:
         raise ValueError(f"arange: step must not be zero, got {given}")
     default = int64 if all(isinstance(v, numbers.Integral) for v in (start, stop, step)) else float32
-    return Tensor._make(be.arange(start, stop, step, as_dtype(dtype or default, "arange")), be)
+    return Tensor._make(backend.arange(start, stop, step, as_dtype(dtype or default, "arange")), backend)
 
 
 def eye(n: int, m: int | None = None, *, dtype=float32, device="cpu") -> Tensor:
@@ -687,18 +687,18 @@ def eye(n: int, m: int | None = None, *, dtype=float32, device="cpu") -> Tensor:
             raise TypeError(f"eye: {name}, the number of {what}, must be an int, got {v!r}")
         if v < 0:
             raise ValueError(f"eye: {name}, the number of {what}, must be >= 0, got {name}={v}")
-    be = get_backend(device)
-    return Tensor._make(be.eye(n, m, as_dtype(dtype, "eye")), be)
+    backend = get_backend(device)
+    return Tensor._make(backend.eye(n, m, as_dtype(dtype, "eye")), backend)
 
 
 def _random(kind, shape, generator, dtype, device, requires_grad, *args) -> Tensor:
     if not isinstance(generator, Generator):
         raise TypeError(f"{kind}: pass an explicit generator, e.g. tb.{kind}(2, 3, generator=tb.Generator(0)); "
                         f"got {generator!r}")
-    be = get_backend(device)
+    backend = get_backend(device)
     sample = {"randn": "normal", "rand": "uniform", "randint": "integers"}[kind]
-    data = be.random(generator, sample, shape, as_dtype(dtype, kind), *args)
-    return Tensor._make(data, be).requires_grad_(requires_grad)
+    data = backend.random(generator, sample, shape, as_dtype(dtype, kind), *args)
+    return Tensor._make(data, backend).requires_grad_(requires_grad)
 
 
 def randn(*shape, generator: Generator | None = None, dtype=float32, device="cpu",
