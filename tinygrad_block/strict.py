@@ -108,15 +108,22 @@ class StrictArray:
     def __setitem__(self, key, value):
         self.a[_unwrap(key)] = _unwrap(value)
 
+    # operators and the array methods the manual pairs use: numpy's own, on the wrapped array
+    __getitem__, __neg__, __pos__, __abs__ = (_method(n) for n in ("__getitem__", "__neg__", "__pos__", "__abs__"))
+    __add__, __radd__, __sub__, __rsub__ = (_method(n) for n in ("__add__", "__radd__", "__sub__", "__rsub__"))
+    __mul__, __rmul__, __matmul__, __rmatmul__ = (_method(n) for n in ("__mul__", "__rmul__", "__matmul__",
+                                                                      "__rmatmul__"))
+    __truediv__, __rtruediv__, __pow__, __rpow__ = (_method(n) for n in ("__truediv__", "__rtruediv__", "__pow__",
+                                                                         "__rpow__"))
+    __lt__, __le__, __gt__, __ge__, __eq__, __ne__ = (_method(n) for n in ("__lt__", "__le__", "__gt__", "__ge__",
+                                                                           "__eq__", "__ne__"))
+    __and__, __or__, __invert__ = (_method(n) for n in ("__and__", "__or__", "__invert__"))
+    reshape, transpose, swapaxes, sum, mean = (_method(n) for n in ("reshape", "transpose", "swapaxes", "sum", "mean"))
+    max, min, astype, copy, repeat, view = (_method(n) for n in ("max", "min", "astype", "copy", "repeat", "view"))
+
     __hash__ = None
 
 
-_METHODS = ("__getitem__", "__neg__", "__pos__", "__abs__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
-            "__rmul__", "__matmul__", "__rmatmul__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__lt__",
-            "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__invert__", "reshape",
-            "transpose", "swapaxes", "sum", "mean", "max", "min", "astype", "copy", "repeat", "view")
-for _name in _METHODS:  # operators and the array methods the manual pairs use, each numpy's on the wrapped array
-    setattr(StrictArray, _name, _method(_name))
 
 class _Ufunc:
     """A lifted ufunc that keeps its `at` method (scatter-add uses add.at)."""
