@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
+from .dtypes import as_dtype
 from .function import Movement, primitive
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
@@ -157,10 +159,7 @@ def _merge_partial_sums(graph: Graph, nodes: list, ids: dict) -> None:
 
 
 def _nbytes(shape, dtype: str) -> int:
-    size = 1
-    for d in shape:
-        size *= d
-    return size * {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bool": 1}.get(dtype, 4)
+    return math.prod(shape) * as_dtype(dtype).itemsize
 
 
 def _stats(t, what: str) -> dict:
@@ -210,7 +209,7 @@ def _modules(views: dict, nodes: list) -> dict:
             own = tree[".".join(scope)]["own"]
             own["flops"][n["phase"]] += n["flops"]
             own["matmul_flops"][n["phase"]] += n["matmul_flops"]
-            own["parameters"] += _size(n["shape"]) if n["kind"] == "param" else 0
+            own["parameters"] += math.prod(n["shape"]) if n["kind"] == "param" else 0
             own["activation_bytes"] += n.get("bytes_written", 0) if n["phase"] == "forward" else 0
             own["bytes"][n["phase"]] += n.get("bytes_read", 0) + n.get("bytes_written", 0)
             for k in range(1, len(scope) + 1):                  # a module's output: the last op inside it
@@ -241,9 +240,3 @@ def _add(into: dict, what: dict, times: int = 1) -> dict:
             into[key] += value * times
     return into
 
-
-def _size(shape) -> int:
-    size = 1
-    for d in shape:
-        size *= d
-    return size

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import numbers
+from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
 
@@ -18,18 +19,18 @@ BPE_HELP = ("transformers writes one where you trust the folder: "
             "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
 
 
-class Tokenizer:
+class Tokenizer(ABC):
     """Text <-> token ids. `name` says what it is (for messages); the ids are 0 .. vocab_size - 1."""
     name: str
     vocab_size: int
 
+    @abstractmethod
     def encode(self, text: str) -> list[int]:
         """text -> ids, with the special tokens the tokenizer's files say to add (Llama's BOS, say)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def decode(self, ids) -> str:
         """ids (a list, numpy array or Tensor) -> text, special tokens left out."""
-        raise NotImplementedError
 
     def _check_text(self, text) -> str:
         op = f"{type(self).__name__}.encode"

@@ -165,9 +165,9 @@ def _finite(what: str, value: float, step: int, opt, checkpoints: Path | None) -
     """Stop a diverging run before the weights take the step, saying where the last good checkpoint is."""
     if math.isfinite(value):
         return
-    here = latest(checkpoints) if checkpoints is not None else None
-    kept = f"the last good checkpoint, step {json.loads((here.parent / 'latest.json').read_text())['step']}, is " \
-        f"{here}" if here else "no checkpoint was saved before it"
+    here = latest(checkpoints) if checkpoints is not None else None          # checkpoints/step-000120
+    kept = f"the last good checkpoint, step {int(here.name.removeprefix('step-'))}, is {here}" if here else \
+        "no checkpoint was saved before it"
     raise TrainingDiverged(f"train: step {step + 1}: {what} is {value} at learning rate {opt.lr:.3g}; stopped "
                            f"before the weights took the step; {kept}")
 

@@ -56,19 +56,19 @@ class Fields:
                              f"a finite number{' > 0' if positive else ''}")
         return float(value)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def _of(self, key: str, default, kind: type, expected: str):
+        """A value of `kind` (`default` when absent or null)."""
         if self.hf.get(key) is None:
             return default
-        if not isinstance(self.hf[key], bool):
-            self._fail(key, "true or false")
+        if not isinstance(self.hf[key], kind):
+            self._fail(key, expected)
         return self.hf[key]
 
+    def bool(self, key: str, default: bool) -> bool:
+        return self._of(key, default, bool, "true or false")
+
     def str(self, key: str, default: str) -> str:
-        if self.hf.get(key) is None:
-            return default
-        if not isinstance(self.hf[key], str):
-            self._fail(key, "a string")
-        return self.hf[key]
+        return self._of(key, default, str, "a string")
 
 
 def _refuse(op: str, what: str, why: str):
