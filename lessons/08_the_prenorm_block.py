@@ -155,7 +155,7 @@ assert np.array_equal(y.numpy(), x.numpy()) and np.array_equal(x.grad.numpy(), d
 assert grad_norms["attn.o_proj.weight"] > 0.1 and grad_norms["ffn.down_proj.weight"] > 0.1
 assert all(v == 0.0 for k, v in grad_norms.items() if k not in ("attn.o_proj.weight", "ffn.down_proj.weight"))
 
-post = nn.TransformerBlock(CFG.with_(norm_position="post"), generator=tb.Generator(0), dtype=tb.float64)
+post = nn.TransformerBlock(CFG.with_(layout="post"), generator=tb.Generator(0), dtype=tb.float64)
 post.load_state_dict({name: p.detach() for name, p in zeroed.named_parameters()})
 x3 = x.detach() * 3.0                                              # a stream of RMS about 3
 y_post, y_pre = post(x3).numpy(), zeroed(x3).numpy()
@@ -371,7 +371,7 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 def stack_gradients(layout: str, depth: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A stack of `depth` tiny blocks of `layout`, a random gradient at the top: per layer (input first), the
     gradient's norm over the top's, its cosine with the top's, and the stream's RMS."""
-    cfg = CFG.with_(norm_position=layout)
+    cfg = CFG.with_(layout=layout)
     g = tb.Generator(seed)
     stack = [nn.TransformerBlock(cfg, generator=g, dtype=tb.float64) for _ in range(depth)]
     x = tb.randn(B, L, cfg.d_model, generator=g, dtype=tb.float64, requires_grad=True)

@@ -393,7 +393,7 @@ assert (cfg7.n_heads, cfg70.n_heads, cfg7.d_head, cfg70.d_head) == (32, 64, 128,
 assert (cfg7.n_kv_heads, cfg70.n_kv_heads) == (32, 8)
 assert cfg7.d_ff / cfg7.d_model == 2.6875 and cfg70.d_ff / cfg70.d_model == 3.5
 assert all(getattr(cfg7, f) == getattr(cfg70, f) for f in ("vocab_size", "max_seq_len", "rope_theta", "norm",
-                                                              "ffn", "bias", "norm_position"))
+                                                              "ffn", "bias", "layout"))
 assert (cfg7.vocab_size, cfg7.max_seq_len) == (32_000, 4_096)
 assert round(per_d2["7b"], 2) == 12.06 and per_d2["70b"] == 12.75 + 2 / cfg70.d_model
 assert per_d2["7b"] == 4 + 3 * 2.6875 + 2 / cfg7.d_model

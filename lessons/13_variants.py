@@ -123,7 +123,7 @@ assert round(space_share, 2) == 0.24
 runs = {}
 for layout in ("pre", "post"):
     for n in (2, 8):
-        runs[f"{layout}-norm, {n} blocks"] = run(DEEP.with_(norm_position=layout, n_layers=n))
+        runs[f"{layout}-norm, {n} blocks"] = run(DEEP.with_(layout=layout, n_layers=n))
 for name, (_, losses, held) in runs.items():
     print(f"{name:20} last 10 training batches {np.mean(losses[-10:]):.3f}   held out: loss {held['loss']:.3f}, "
           f"accuracy {held['accuracy']:.1%}")
@@ -170,7 +170,7 @@ plot_runs(list(runs), OUT / "pre_vs_post_norm_training.png", "Post-norm gets stu
 # %% [markdown]
 # ## 2. DeepNorm
 #
-# DeepNorm (`norm_position="deep"`, `nn.DeepNormBlock`) keeps the norm after the add, as post-norm does, but
+# DeepNorm (`layout="deep"`, `nn.DeepNormBlock`) keeps the norm after the add, as post-norm does, but
 # weights the residual up and starts some weights smaller:
 #
 # $$h = \mathrm{norm}_1(\alpha\,x + \mathrm{attn}(x)), \qquad \mathrm{out} = \mathrm{norm}_2(\alpha\,h +
@@ -198,8 +198,8 @@ assert alpha == 2.0 and abs(beta - 1 / (2 * 2 ** 0.5)) < 1e-15
 a1000, b1000 = nn.deepnorm_alpha_beta(1000)
 assert round(a1000, 2) == 6.69 and round(b1000, 3) == 0.106
 
-deep = nn.TransformerBlock(DEEP.with_(norm_position="deep"), generator=tb.Generator(3), dtype=tb.float64)
-post = nn.TransformerBlock(DEEP.with_(norm_position="post"), generator=tb.Generator(3), dtype=tb.float64)
+deep = nn.TransformerBlock(DEEP.with_(layout="deep"), generator=tb.Generator(3), dtype=tb.float64)
+post = nn.TransformerBlock(DEEP.with_(layout="post"), generator=tb.Generator(3), dtype=tb.float64)
 post_w = dict(post.named_parameters())
 ratios = {name: float(np.median(p.numpy() / post_w[name].numpy())) for name, p in deep.named_parameters()
           if name.endswith("weight") and "norm" not in name}
@@ -210,7 +210,7 @@ assert shrunk == {"attn.v_proj.weight", "attn.o_proj.weight", "ffn.gate_proj.wei
                   "ffn.down_proj.weight"}
 assert all(r == 1.0 for name, r in ratios.items() if name not in shrunk)
 
-runs["DeepNorm, 8 blocks"] = run(DEEP.with_(norm_position="deep"))
+runs["DeepNorm, 8 blocks"] = run(DEEP.with_(layout="deep"))
 held_deep = runs["DeepNorm, 8 blocks"][2]["loss"]
 print(f"DeepNorm, 8 blocks: held-out loss {held_deep:.3f}, against post-norm's {post8[2]['loss']:.3f} and "
       f"pre-norm's {runs['pre-norm, 8 blocks'][2]['loss']:.3f}")
@@ -314,7 +314,7 @@ assert np.abs(as_value - as_output).max() < 1e-14
 # %% [markdown]
 # ## 5. The parallel block
 #
-# GPT-J, GPT-NeoX and PaLM run the two sublayers side by side (`parallel=True`, `nn.ParallelBlock`):
+# GPT-J, GPT-NeoX and PaLM run the two sublayers side by side (`layout="parallel"`, `nn.ParallelBlock`):
 #
 # $$\mathrm{out} = x + \mathrm{attn}(\mathrm{norm}_1(x)) + \mathrm{ffn}(\mathrm{norm}_2(x)).$$
 #
@@ -333,7 +333,7 @@ assert np.abs(as_value - as_output).max() < 1e-14
 # %%
 seq_cfg = nn.preset("tiny")
 counted = {}
-for label, cfg in (("sequential", seq_cfg), ("parallel", seq_cfg.with_(parallel=True))):
+for label, cfg in (("sequential", seq_cfg), ("parallel", seq_cfg.with_(layout="parallel"))):
     blk = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     with count_flops() as fc:
         blk(tb.zeros(1, 16, cfg.d_model, device="meta"))
@@ -344,14 +344,14 @@ assert counted["sequential"][:3] == counted["parallel"][:3] and counted["paralle
 
 g = tb.Generator(7)
 seq_block = nn.TransformerBlock(seq_cfg, generator=g, dtype=tb.float64)
-par_block = nn.TransformerBlock(seq_cfg.with_(parallel=True), generator=tb.Generator(0), dtype=tb.float64)
+par_block = nn.TransformerBlock(seq_cfg.with_(layout="parallel"), generator=tb.Generator(0), dtype=tb.float64)
 par_block.load_state_dict(seq_block.state_dict())
 x = tb.randn(1, 8, seq_cfg.d_model, generator=g, dtype=tb.float64)
 gap = np.abs(seq_block(x).numpy() - par_block(x).numpy()).max()
 print(f"the same weights, sequential against parallel: outputs differ by up to {gap:.3f}")
 assert gap > 0.1
 
-runs["parallel, 8 blocks"] = run(DEEP.with_(parallel=True))
+runs["parallel, 8 blocks"] = run(DEEP.with_(layout="parallel"))
 held_par, held_pre = runs["parallel, 8 blocks"][2]["loss"], runs["pre-norm, 8 blocks"][2]["loss"]
 print(f"8 parallel blocks: held-out loss {held_par:.3f}, sequential pre-norm {held_pre:.3f}")
 assert abs(held_par - 2.4) < 0.1 and abs(held_pre - 2.7) < 0.1 and held_par < unigram - 0.6

@@ -78,8 +78,8 @@ F64 = tb.float64
 D, H, H_KV, D_FF = 16, 4, 2, 24          # d_head = 4: the default tiny block (GQA, 2 query heads per KV head)
 LLAMA = nn.BlockConfig(D, H, H_KV, D_FF, max_seq_len=64)
 GPT2 = nn.BlockConfig(D, H, H, D_FF, norm="layer", ffn="gelu_tanh", bias=True, rope=False, max_seq_len=64)
-BERT = GPT2.with_(norm_position="post", ffn="gelu", causal=False, norm_eps=1e-12)
-PARALLEL = LLAMA.with_(parallel=True, ffn="relu")
+BERT = GPT2.with_(layout="post", ffn="gelu", causal=False, norm_eps=1e-12)
+PARALLEL = LLAMA.with_(layout="parallel", ffn="relu")
 
 
 def msg(op: str | None, *fragments: str) -> str:

@@ -68,9 +68,9 @@ def configs(draw, max_layers: int = 1):
     norm = draw(st.sampled_from(["rms", "layer"]))
     return nn.BlockConfig(
         d_model=n_kv * group * d_head, n_heads=n_kv * group, n_kv_heads=n_kv, d_ff=draw(st.integers(1, 20)),
-        norm=norm, norm_position=draw(st.sampled_from(["pre", "post"])),
+        norm=norm, layout=draw(st.sampled_from(["pre", "post", "parallel"])),
         ffn=draw(st.sampled_from(["swiglu", "gelu", "gelu_tanh", "relu"])), bias=draw(st.booleans()),
-        parallel=draw(st.booleans()), rope=rope, causal=draw(st.booleans()), max_seq_len=8,
+        rope=rope, causal=draw(st.booleans()), max_seq_len=8,
         vocab_size=draw(st.integers(1, 11)), n_layers=draw(st.integers(1, max_layers)),
         tie_embeddings=draw(st.booleans()), lora_rank=draw(st.integers(0, 3)) * bool(targets),
         lora_targets=tuple(targets) or ("q_proj", "v_proj"), qk_norm=norm == "rms" and draw(st.booleans()),
@@ -227,7 +227,7 @@ def test_matmul_closed_form_by_hand():
     fwd = 2 * N * weights + 4 * B * 32 * L * L * 128
     assert acc.block_forward_flops(cfg, L, B) == fwd
     assert acc.block_backward_flops(cfg, L, B, input_requires_grad=False) == 2 * fwd   # norm1's gain trains
-    post = cfg.with_(norm_position="post")              # q, k, v read x directly: their dX is skipped
+    post = cfg.with_(layout="post")              # q, k, v read x directly: their dX is skipped
     assert acc.block_backward_flops(post, L, B, input_requires_grad=False) == 2 * fwd - 2 * N * d * (d + 2 * kv)
     lora = cfg.with_(lora_rank=8)                        # frozen W: no dW; adapters A (8, d) and B (d or kv, 8)
     adapters = 8 * (d + d) + 8 * (d + kv)
@@ -276,10 +276,10 @@ def test_qk_norm_counts_by_hand_on_the_tiny_block():
         assert count_block(cfg, B, L, device="cpu") == qk
 
 
-@pytest.mark.parametrize("cfg", [QWEN3ISH, P["tiny"].with_(qk_norm=True, n_kv_heads=1, norm_position="post"),
-                                 P["tiny"].with_(qk_norm=True, parallel=True, n_experts=4, experts_top_k=2),
-                                 P["tiny"].with_(qk_norm=True, norm_position="deep", n_layers=3)],
-                         ids=lambda c: f"{c.name}-{c.norm_position}-{c.parallel}-{c.n_experts}")
+@pytest.mark.parametrize("cfg", [QWEN3ISH, P["tiny"].with_(qk_norm=True, n_kv_heads=1, layout="post"),
+                                 P["tiny"].with_(qk_norm=True, layout="parallel", n_experts=4, experts_top_k=2),
+                                 P["tiny"].with_(qk_norm=True, layout="deep", n_layers=3)],
+                         ids=lambda c: f"{c.name}-{c.layout}-{c.n_experts}")
 def test_qk_norm_counts_equal_the_closed_forms(cfg):
     """Blocks, LoRA-frozen blocks and whole models with QK-norm, and a decode step with a KV cache."""
     for grad in (True, False):

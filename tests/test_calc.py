@@ -127,7 +127,7 @@ def test_json_fields_and_the_table(capsys):
     assert set(data) == {"command", "preset", "from_preset", "config", "seq_len", "batch", "dtype",
                          "bytes_per_element", "parameters", "flops", "per_token", "training", "memory"}
     assert set(data["config"]) == {"d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size",
-                                   "tied", "context", "norm", "norm_position", "ffn", "rope"}
+                                   "tied", "context", "norm", "layout", "ffn", "rope"}
     assert set(data["per_token"]) == {"forward_matmul", "forward_all", "training_matmul", "training_all", "two_n",
                                       "six_n"}
     assert set(data["training"]) == {"tokens", "chinchilla", "gpus", "mfu", "peak_tflops", "flops", "days"}

@@ -302,7 +302,7 @@ def test_bad_arguments_exit_2_with_a_helpful_message(capsys, argv, message):
 
 
 @pytest.mark.parametrize("cfg, expected", [
-    (nn.preset("tiny").with_(parallel=True), "SiLU(gate) * up"),
+    (nn.preset("tiny").with_(layout="parallel"), "SiLU(gate) * up"),
     (nn.preset("tiny").with_(lora_rank=4), "Q projection"),
     (nn.preset("gpt2-small").with_(ffn="relu", n_kv_heads=4), "ReLU"),
 ])

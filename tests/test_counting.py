@@ -116,7 +116,7 @@ def test_module_scopes_are_nested_names_and_backward_follows_the_forward_scope()
 
 def test_backward_matmuls_skip_the_input_gradient_when_the_input_needs_none():
     # post-norm: x feeds the q, k, v projections directly (pre-norm would need their dX for norm1's gain)
-    cfg, block = tiny_block(norm_position="post")
+    cfg, block = tiny_block(layout="post")
     with_grad, _ = run_block(block, cfg, x_grad=True)
     without, _ = run_block(block, cfg, x_grad=False)
     B, L, d = 2, 8, cfg.d_model
@@ -134,8 +134,8 @@ def test_by_scope_depth_sums_subtrees_and_totals_agree():
     assert fc.total() == fc.total("forward") + fc.total("backward")
 
 
-@pytest.mark.parametrize("changes", [{}, {"norm": "layer", "bias": True, "ffn": "gelu"}, {"parallel": True},
-                                     {"lora_rank": 2}, {"norm_position": "post", "causal": False, "rope": False}])
+@pytest.mark.parametrize("changes", [{}, {"norm": "layer", "bias": True, "ffn": "gelu"}, {"layout": "parallel"},
+                                     {"lora_rank": 2}, {"layout": "post", "causal": False, "rope": False}])
 def test_counts_are_the_same_on_every_device_and_on_meta(changes, device):
     cfg, block = tiny_block(device, **changes)
     _, meta = tiny_block("meta", **changes)

@@ -1,4 +1,4 @@
-"""nn.DeepNormBlock (norm_position='deep'): x_{l+1} = norm(alpha x + F(x)) around both sublayers, with DeepNet's
+"""nn.DeepNormBlock (layout='deep'): x_{l+1} = norm(alpha x + F(x)) around both sublayers, with DeepNet's
 alpha = (2N)^(1/4) and beta = (8N)^(-1/4) for N layers (Wang et al. 2022, Figure 2).
 
 Oracles: the hand-derived numpy sublayers (tinygrad_block.manual) put together by the formula; the post-norm
@@ -18,7 +18,7 @@ from tinygrad_block.counting import count_flops
 from tinygrad_block.gradcheck import central_difference
 from tinygrad_block.manual.block import attn_forward, ffn_sublayer_forward, norm_forward
 
-DEEP = LLAMA.with_(norm_position="deep", n_layers=6)               # alpha = 12^(1/4), beta = 48^(-1/4)
+DEEP = LLAMA.with_(layout="deep", n_layers=6)               # alpha = 12^(1/4), beta = 48^(-1/4)
 
 
 def deepnorm_numpy(x: np.ndarray, params: dict, cfg, alpha: float) -> np.ndarray:
@@ -50,7 +50,7 @@ def test_forward_equals_the_formula_on_hand_derived_sublayers(norm):
 def test_init_scales_ffn_v_and_o_weights_by_beta_and_nothing_else():
     cfg = DEEP.with_(lora_rank=2, lora_targets=("q_proj", "v_proj", "up_proj"))
     deep = dict(nn.TransformerBlock(cfg, generator=tb.Generator(7), dtype=tb.float64).named_parameters())
-    post = dict(nn.TransformerBlock(cfg.with_(norm_position="post"), generator=tb.Generator(7),
+    post = dict(nn.TransformerBlock(cfg.with_(layout="post"), generator=tb.Generator(7),
                                     dtype=tb.float64).named_parameters())
     beta = 48 ** -0.25
     scaled = {"ffn.gate_proj.weight", "ffn.up_proj.weight", "ffn.down_proj.weight", "attn.v_proj.weight",
@@ -65,7 +65,7 @@ def test_init_scales_ffn_v_and_o_weights_by_beta_and_nothing_else():
 
 def test_gradient_matches_finite_differences():
     """To the input (tb.gradcheck) and to a beta-scaled weight (v_proj), both against central differences."""
-    cfg = nn.BlockConfig(8, 2, 1, 12, norm_position="deep", n_layers=4, max_seq_len=8)
+    cfg = nn.BlockConfig(8, 2, 1, 12, layout="deep", n_layers=4, max_seq_len=8)
     blk = nn.TransformerBlock(cfg, generator=tb.Generator(1), dtype=tb.float64)
     randomize(blk, seed=1)
     x = t64(rng(2).standard_normal((1, 3, 8)), requires_grad=True)
@@ -95,8 +95,3 @@ def test_flops_on_meta_equal_the_closed_form():
                                                                                             matmul_only=matmul_only)
             assert fc.total("backward", matmul_only=matmul_only) == acc.block_backward_flops(
                 cfg, 5, 2, matmul_only=matmul_only)
-
-
-def test_deep_and_parallel_together_is_refused():
-    with pytest.raises(ValueError, match=msg(None, "BlockConfig", "DeepNorm", "parallel")):
-        LLAMA.with_(norm_position="deep", parallel=True)

@@ -83,7 +83,7 @@ def test_module_to_moves_every_parameter_and_buffer_and_keeps_the_parameters(dev
 
 
 @pytest.mark.parametrize("changes", [{}, {"norm": "layer", "bias": True, "ffn": "gelu_tanh", "rope": False},
-                                     {"parallel": True, "lora_rank": 2},
+                                     {"layout": "parallel", "lora_rank": 2},
                                      {"qk_norm": True, "rope_scaling": ("llama3", 8.0, 1.0, 4.0, 16)}])
 def test_block_values_and_gradients_equal_the_numpy_run(changes, device):
     cfg, cpu = tiny_block("cpu", tb.float64, **changes)

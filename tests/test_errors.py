@@ -810,7 +810,7 @@ def test_attention_offset_out_of_the_table(offset, positions):
         attn(x, offset)
 
 
-@pytest.mark.parametrize("layout", [{}, {"norm_position": "post"}, {"parallel": True}], ids=["pre", "post", "par"])
+@pytest.mark.parametrize("layout", [{}, {"layout": "post"}, {"layout": "parallel"}], ids=["pre", "post", "par"])
 @pytest.mark.parametrize("offset", [-5, 14])
 def test_block_offset_out_of_the_table(layout, offset):
     cfg = TINY.with_(**layout)

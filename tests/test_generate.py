@@ -20,8 +20,8 @@ from tinygrad_block.nn.model import keep_top_k, next_token
 TINY = nn.preset("tiny")                                               # Llama layout, GQA: 4 query heads, 2 KV heads
 GPT2 = nn.BlockConfig(16, 4, 4, 24, norm="layer", ffn="gelu_tanh", bias=True, rope=False, max_seq_len=24,
                       vocab_size=50, n_layers=2, tie_embeddings=True)     # learned positions, tied head
-MQA_PARALLEL = nn.BlockConfig(16, 4, 1, 24, parallel=True, ffn="relu", max_seq_len=24, vocab_size=40, n_layers=3)
-POST_NORM = GPT2.with_(norm_position="post", rope=True, tie_embeddings=False)
+MQA_PARALLEL = nn.BlockConfig(16, 4, 1, 24, layout="parallel", ffn="relu", max_seq_len=24, vocab_size=40, n_layers=3)
+POST_NORM = GPT2.with_(layout="post", rope=True, tie_embeddings=False)
 CONFIGS = {"tiny": TINY, "gpt2": GPT2, "mqa-parallel": MQA_PARALLEL, "post-norm": POST_NORM}
 
 

@@ -341,10 +341,9 @@ class BlockCfg:
     n_kv_heads: int = 2
     d_ff: int = 12
     norm: str = "rms"
-    norm_position: str = "pre"
+    layout: str = "pre"
     ffn: str = "swiglu"
     bias: bool = False
-    parallel: bool = False
     norm_eps: float = 1e-5
     rope: bool = True
     rope_theta: float = 10000.0
@@ -370,7 +369,7 @@ def block_params(cfg: BlockCfg, rng) -> dict:
 
 LLAMA = BlockCfg()
 GPT2 = BlockCfg(norm="layer", ffn="gelu_tanh", bias=True, rope=False)
-BERT = BlockCfg(norm="layer", norm_position="post", ffn="gelu", bias=True, rope=False, causal=False)
+BERT = BlockCfg(norm="layer", layout="post", ffn="gelu", bias=True, rope=False, causal=False)
 BLOCK_CASES = {   # name: (cfg, offset)
     "llama_mha": (LLAMA, 0),
     "llama_gqa2_offset": (replace(LLAMA, n_heads=4, n_kv_heads=2), 3),
@@ -379,11 +378,11 @@ BLOCK_CASES = {   # name: (cfg, offset)
     "llama_bias_non_causal": (replace(LLAMA, bias=True, causal=False), 0),
     "gpt2": (GPT2, 0),
     "bert": (BERT, 0),
-    "post_rms_swiglu_gqa": (replace(LLAMA, norm_position="post", n_heads=4, n_kv_heads=2), 2),
+    "post_rms_swiglu_gqa": (replace(LLAMA, layout="post", n_heads=4, n_kv_heads=2), 2),
     "pre_layer_nobias_relu": (replace(LLAMA, norm="layer", ffn="relu"), 0),
     "post_layer_relu_bias_mqa": (replace(BERT, ffn="relu", n_heads=4, n_kv_heads=1, causal=True), 0),
-    "parallel_neox": (replace(GPT2, parallel=True, ffn="gelu", rope=True, n_heads=4, n_kv_heads=2), 5),
-    "parallel_rms_swiglu": (replace(LLAMA, parallel=True), 0),
+    "parallel_neox": (replace(GPT2, layout="parallel", ffn="gelu", rope=True, n_heads=4, n_kv_heads=2), 5),
+    "parallel_rms_swiglu": (replace(LLAMA, layout="parallel"), 0),
     "lora_llama_gqa": (replace(LLAMA, n_heads=4, n_kv_heads=2, lora_rank=2), 0),
     "lora_all_projections_gpt2": (replace(GPT2, lora_rank=3, lora_alpha=6.0, lora_targets=(
         "q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj")), 0),
@@ -452,8 +451,8 @@ def test_block_against_torch(case):
 
 @pytest.mark.parametrize("change, message", [
     ({"norm": "batch"}, "norm='batch'"),
-    ({"norm_position": "sandwich"}, "norm_position='sandwich'"),
-    ({"parallel": True, "norm_position": "post"}, "parallel=True is a pre-norm layout"),
+    ({"layout": "sandwich"}, "layout='sandwich'"),
+    ({"layout": "deep"}, "layout='deep'"),
 ])
 def test_block_names_a_bad_config(rng, change, message):
     with pytest.raises(ValueError, match=message):

@@ -128,7 +128,7 @@ def test_mixtral_8x7b_totals_match_the_published_figures():
 
 
 @pytest.mark.parametrize("cfg", [MOE, MOE.with_(experts_top_k=1, n_experts=3),
-                                 MOE.with_(norm_position="deep"), MOE.with_(lora_rank=2)])
+                                 MOE.with_(layout="deep"), MOE.with_(lora_rank=2)])
 def test_flops_counted_on_meta_equal_the_closed_form(cfg):
     B, L, N = 2, 5, 10
     blk = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")

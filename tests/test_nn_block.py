@@ -16,19 +16,19 @@ from tinygrad_block import nn
 
 
 # ---------------------------------------------------------------- values and gradients
-@pytest.mark.parametrize("cfg", [LLAMA, LLAMA.with_(norm_position="post"), PARALLEL, GPT2, BERT,
+@pytest.mark.parametrize("cfg", [LLAMA, LLAMA.with_(layout="post"), PARALLEL, GPT2, BERT,
                                  LLAMA.with_(lora_rank=2, lora_alpha=4.0)],
                          ids=["llama", "post-norm", "parallel", "gpt2", "bert", "lora-qv"])
 def test_block_input_gradient_matches_finite_differences(cfg):
     blk = block(cfg)
     randomize(blk, seed=8)
     x = t64(rng(4).standard_normal((1, 3, D)), requires_grad=True)
-    if cfg.parallel:   # relu's input: steps of 2h = 2e-3 must not cross its kink
+    if cfg.layout == "parallel":   # relu's input: steps of 2h = 2e-3 must not cross its kink
         assert np.abs(blk.ffn.up_proj(blk.norm2(x)).numpy()).min() > 1e-2
     assert tb.gradcheck(lambda t: blk(t, offset=1), x)
 
 
-@pytest.mark.parametrize("cfg", [LLAMA, GPT2, PARALLEL, GPT2.with_(parallel=True)],
+@pytest.mark.parametrize("cfg", [LLAMA, GPT2, PARALLEL, GPT2.with_(layout="parallel")],
                          ids=["llama", "gpt2", "parallel", "gpt2-parallel"])
 def test_zero_sublayer_weights_make_the_pre_norm_block_the_identity(cfg):
     blk = block(cfg)
@@ -131,12 +131,12 @@ def test_block_rejects_wrong_rank_or_width(shape):
         block(LLAMA)(tb.zeros(*shape, dtype=F64))
 
 
-@pytest.mark.parametrize("changes, layout", [({}, nn.PreNormBlock), ({"norm_position": "post"}, nn.PostNormBlock),
-                                             ({"norm_position": "deep"}, nn.DeepNormBlock),
-                                             ({"parallel": True}, nn.ParallelBlock)],
+@pytest.mark.parametrize("changes, layout", [({}, nn.PreNormBlock), ({"layout": "post"}, nn.PostNormBlock),
+                                             ({"layout": "deep"}, nn.DeepNormBlock),
+                                             ({"layout": "parallel"}, nn.ParallelBlock)],
                          ids=["pre", "post", "deep", "parallel"])
 def test_make_block_builds_the_layout_the_config_names(changes, layout):
-    """make_block reads cfg.parallel, then cfg.norm_position; nn.TransformerBlock(cfg) is the same function, and a
+    """make_block reads cfg.layout; nn.TransformerBlock(cfg) is the same function, and a
     layout's class builds that layout whatever the config says."""
     cfg = LLAMA.with_(**changes)
     made = nn.make_block(cfg, generator=tb.Generator(0), dtype=F64)

@@ -22,7 +22,7 @@ from tinygrad_block import manual, nn
     (dict(d_model=12, n_heads=4, n_kv_heads=4, d_ff=8), ["RoPE", "d_head", "12 / 4 = 3", "odd"]),
     (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, norm="batch"), ["norm", "'rms'", "'layer'", "'batch'"]),
     (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, ffn="geglu"), ["ffn", "'swiglu'", "'geglu'"]),
-    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, norm_position="middle"), ["norm_position", "'middle'"]),
+    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, layout="middle"), ["layout", "'middle'"]),
     (dict(d_model=0, n_heads=4, n_kv_heads=4, d_ff=8), ["d_model", "positive", "0"]),
     (dict(d_model=16, n_heads=-4, n_kv_heads=4, d_ff=8), ["n_heads", "positive", "-4"]),
     (dict(d_model=16, n_heads=4, n_kv_heads=0, d_ff=8), ["n_kv_heads", "positive", "0"]),

@@ -216,7 +216,7 @@ def test_save_pretrained_refuses_what_no_layout_holds(tmp_path):
     gen = tb.Generator(0)
     bert = nn.LM(nn.preset("bert-base").with_(d_model=16, n_heads=2, n_kv_heads=2, d_ff=32, n_layers=1,
                                                vocab_size=11), generator=gen)
-    with pytest.raises(ValueError, match=msg("save_pretrained", "no Hugging Face layout", "norm_position='post'")):
+    with pytest.raises(ValueError, match=msg("save_pretrained", "no Hugging Face layout", "layout='post'")):
         bert.save_pretrained(tmp_path / "bert")
     lora = nn.LM(nn.preset("tiny").with_(lora_rank=2, n_layers=1), generator=gen)
     with pytest.raises(ValueError, match=msg("save_pretrained", "LoRA", "merge")):

@@ -260,7 +260,7 @@ GRAD_CFG = nn.BlockConfig(12, 2, 1, 10, max_seq_len=16, qk_norm=True,      # d_h
 
 
 @pytest.mark.parametrize("cfg", [GRAD_CFG, GRAD_CFG.with_(qk_norm=False), GRAD_CFG.with_(rope_scaling=()),
-                                 GRAD_CFG.with_(norm_position="post", rope_scaling=("linear", 2.0))],
+                                 GRAD_CFG.with_(layout="post", rope_scaling=("linear", 2.0))],
                          ids=["qk_norm+llama3", "llama3", "qk_norm", "post+qk_norm+linear"])
 def test_gradients_match_finite_differences(cfg):
     blk = random_block(cfg, 5)
@@ -295,7 +295,7 @@ def test_kv_cache_decode_equals_the_full_forward_with_qk_norm_and_scaled_rope():
     assert rel_err(np.concatenate(steps, axis=1), full) < 1e-13
 
 
-@pytest.mark.parametrize("fields", [dict(parallel=True), dict(norm_position="deep", n_layers=4),
+@pytest.mark.parametrize("fields", [dict(layout="parallel"), dict(layout="deep", n_layers=4),
                                     dict(n_experts=3, experts_top_k=2), dict(lora_rank=2)],
                          ids=["parallel", "deepnorm", "moe", "lora"])
 def test_qk_norm_in_every_layout_normalises_each_head(fields, monkeypatch):

@@ -340,19 +340,19 @@ def _block(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     Under LoRA every base weight and norm gain is frozen."""
     N, d, train = B * L, cfg.d_model, not cfg.lora_rank
     residuals = Cost(fwd_other=2 * N * d)
-    if cfg.parallel:                              # x + attn(norm1(x)) + ffn(norm2(x))
+    if cfg.layout == "parallel":                          # x + attn(norm1(x)) + ffn(norm2(x))
         n1, n1_grad = _norm(cfg, N, dx=dx, train=train)
         attn, attn_grad = _attention(cfg, B, L, n1_grad)
         n2, n2_grad = _norm(cfg, N, dx=dx, train=train)
         ffn, ffn_grad = _ffn(cfg, N, n2_grad)
         return residuals + _fan_out(N * d, 3, dx) + n1 + attn + n2 + ffn, dx or attn_grad or ffn_grad
-    if cfg.norm_position in ("post", "deep"):     # h = norm1(x + attn(x)); norm2(h + ffn(h))
+    if cfg.layout in ("post", "deep"):     # h = norm1(x + attn(x)); norm2(h + ffn(h))
         attn, attn_grad = _attention(cfg, B, L, dx)
         n1, h_grad = _norm(cfg, N, dx=dx or attn_grad, train=train)
         ffn, ffn_grad = _ffn(cfg, N, h_grad)
         n2, out_grad = _norm(cfg, N, dx=h_grad or ffn_grad, train=train)
         cost = residuals + _fan_out(N * d, 2, dx) + _fan_out(N * d, 2, h_grad) + attn + n1 + ffn + n2
-        if cfg.norm_position == "deep":           # DeepNorm's alpha x and alpha h: N d each, and their gradients
+        if cfg.layout == "deep":           # DeepNorm's alpha x and alpha h: N d each, and their gradients
             cost += Cost(fwd_other=2 * N * d, bwd_other=N * d * dx + N * d * h_grad)
         return cost, out_grad
     n1, n1_grad = _norm(cfg, N, dx=dx, train=train)   # h = x + attn(norm1(x)); h + ffn(norm2(h))

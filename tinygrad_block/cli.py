@@ -64,7 +64,7 @@ def presets_data(args: argparse.Namespace) -> dict:
     for name, cfg in PRESETS.items():
         rows.append({"name": name, "d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
                      "d_head": cfg.d_head, "d_ff": cfg.d_ff, "n_layers": cfg.n_layers, "vocab_size": cfg.vocab_size,
-                     "context": cfg.max_seq_len, "norm": cfg.norm, "norm_position": cfg.norm_position,
+                     "context": cfg.max_seq_len, "norm": cfg.norm, "layout": cfg.layout,
                      "ffn": cfg.ffn, "tied": cfg.tie_embeddings, "total_params": accounting.total_params(cfg)})
     return {"command": "presets", "presets": rows}
 
@@ -72,7 +72,7 @@ def presets_data(args: argparse.Namespace) -> dict:
 def presets_text(data: dict) -> list[str]:
     """The presets as one aligned table."""
     keys = ["name", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "n_layers", "vocab_size", "context"]
-    rows = [[p[k] for k in keys] + [f"{p['norm']} ({p['norm_position']})", p["ffn"], "yes" if p["tied"] else "no",
+    rows = [[p[k] for k in keys] + [f"{p['norm']} ({p['layout']})", p["ffn"], "yes" if p["tied"] else "no",
                                     human(p["total_params"])] for p in data["presets"]]
     head = ["preset", "d_model", "heads", "kv heads", "d_head", "d_ff", "layers", "vocab", "context", "norm", "FFN",
             "tied", "params"]
@@ -423,7 +423,7 @@ def calc_data(args: argparse.Namespace) -> dict:
             "config": {"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
                        "n_kv_heads": cfg.n_kv_heads, "d_head": cfg.d_head, "d_ff": cfg.d_ff,
                        "vocab_size": cfg.vocab_size, "tied": cfg.tie_embeddings, "context": cfg.max_seq_len,
-                       "norm": cfg.norm, "norm_position": cfg.norm_position, "ffn": cfg.ffn, "rope": cfg.rope},
+                       "norm": cfg.norm, "layout": cfg.layout, "ffn": cfg.ffn, "rope": cfg.rope},
             "seq_len": L, "batch": B, "dtype": dtype, "bytes_per_element": size,
             "parameters": {"total": total, "per_block": per_block, "closed_form": closed_params,
                            "difference": {"total": total - closed_params["total"],

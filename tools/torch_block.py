@@ -89,9 +89,9 @@ def block_forward(x, p, cfg, cos=None, sin=None, offset: int = 0, probe: list | 
     def attn(z):
         return attention(p, cfg, z, cos, sin, offset, probe=probe)
 
-    if cfg.parallel:
+    if cfg.layout == "parallel":
         return x + attn(norm(p, cfg, "norm1", x)) + ffn(p, cfg, norm(p, cfg, "norm2", x))
-    if cfg.norm_position == "post":
+    if cfg.layout == "post":
         h = norm(p, cfg, "norm1", x + attn(x))
         return norm(p, cfg, "norm2", h + ffn(p, cfg, h))
     h = x + attn(norm(p, cfg, "norm1", x))

@@ -49,7 +49,7 @@ def _blocks(layout: str, n: int, seed: int) -> list:
     ~ 1 + 0.3 N(0, 1), so that norm1 and norm2 differ and swapping them shows."""
     r, out = np.random.default_rng(seed), []
     for i in range(n):
-        blk = nn.TransformerBlock(CFG.with_(norm_position=layout), generator=tb.Generator(seed + i), dtype=tb.float64)
+        blk = nn.TransformerBlock(CFG.with_(layout=layout), generator=tb.Generator(seed + i), dtype=tb.float64)
         blk.load_state_dict({name: tb.tensor(1 + 0.3 * r.standard_normal(p.shape) if p.ndim == 1 else
                                              r.standard_normal(p.shape) / np.sqrt(p.shape[-1]), dtype=tb.float64)
                              for name, p in blk.named_parameters()})
@@ -90,12 +90,12 @@ def check_post_norm_block(solution) -> None:
     """Against nn.PostNormBlock holding the same weights and against manual.block_forward (post-norm, numpy);
     then the gradient of x against the hand-derived post-norm backward."""
     pre_block = _blocks("pre", 1, seed=10)[0]
-    post_block = nn.TransformerBlock(CFG.with_(norm_position="post"), generator=tb.Generator(0), dtype=tb.float64)
+    post_block = nn.TransformerBlock(CFG.with_(layout="post"), generator=tb.Generator(0), dtype=tb.float64)
     post_block.load_state_dict(pre_block.state_dict())
     xn = _input(11)
     got = tensor_result(solution.post_norm_block(pre_block, tb.tensor(xn, dtype=tb.float64)), "post_norm_block",
                     xn.shape)
-    want, _ = manual.block_forward(xn, _params(pre_block), CFG.with_(norm_position="post"))
+    want, _ = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
     if not np.abs(got - want).max() < 1e-12:
         for wrong, hint in _post_slips(pre_block, xn):
             if np.abs(got - wrong.numpy()).max() < 1e-12:
@@ -109,7 +109,7 @@ def check_post_norm_block(solution) -> None:
         raise CheckFailed("no gradient reaches x: use the block's modules on Tensors, not numpy arrays")
     dout = np.random.default_rng(12).standard_normal(xn.shape)
     out.backward(tb.tensor(dout, dtype=tb.float64))
-    _, cache = manual.block_forward(xn, _params(pre_block), CFG.with_(norm_position="post"))
+    _, cache = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
     dx, _ = manual.block_backward(dout, cache)
     if x.grad is None or np.abs(x.grad.numpy() - dx).max() > 1e-10:
         raise CheckFailed("the gradient of x through post_norm_block differs from the hand-derived backward")
@@ -120,7 +120,7 @@ def _grad_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> np.n
     """dL/dx through the stack, with the hand-derived forward and backward passes."""
     caches, h = [], xn
     for blk in blocks:
-        h, cache = manual.block_forward(h, _params(blk), CFG.with_(norm_position=layout))
+        h, cache = manual.block_forward(h, _params(blk), CFG.with_(layout=layout))
         caches.append(cache)
     g = dout
     for cache in reversed(caches):

@@ -218,8 +218,8 @@ def _check_one_path(got, view, what: str, exists: bool) -> None:
 def check_box_free_path(solution) -> None:
     """Pre-norm, post-norm and parallel blocks, forward and backward, each path validated against the view's own
     edges and its existence against a search over the raw recording."""
-    for layout, cfg in (("pre-norm", BOX_FREE_CFG), ("post-norm", BOX_FREE_CFG.with_(norm_position="post")),
-                        ("parallel", BOX_FREE_CFG.with_(parallel=True))):
+    for layout, cfg in (("pre-norm", BOX_FREE_CFG), ("post-norm", BOX_FREE_CFG.with_(layout="post")),
+                        ("parallel", BOX_FREE_CFG.with_(layout="parallel"))):
         block = nn.TransformerBlock(cfg, generator=tb.Generator(0), dtype=tb.float64)
         x = tb.randn(2, 5, cfg.d_model, generator=tb.Generator(1), dtype=tb.float64, requires_grad=True)
         with record_graph(block, x) as graph:

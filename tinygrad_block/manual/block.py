@@ -36,15 +36,13 @@ def block_backward(dout, cache):
 def block_layout(cfg) -> str:
     """'pre', 'post' or 'parallel', after checking the config names things this block knows (no QK-norm, no
     RoPE scaling: the autograd block has those)."""
-    if cfg.norm_position not in ("pre", "post") or cfg.norm not in ("rms", "layer"):
-        raise ValueError(f"block: norm={cfg.norm!r}, norm_position={cfg.norm_position!r}; "
-                         "expected norm 'rms' or 'layer' and norm_position 'pre' or 'post'")
-    if cfg.parallel and cfg.norm_position != "pre":
-        raise ValueError("block: parallel=True is a pre-norm layout (GPT-NeoX); got norm_position='post'")
+    if cfg.layout not in ("pre", "post", "parallel") or cfg.norm not in ("rms", "layer"):
+        raise ValueError(f"block: norm={cfg.norm!r}, layout={cfg.layout!r}; "
+                         "expected norm 'rms' or 'layer' and layout 'pre', 'post' or 'parallel'")
     if getattr(cfg, "qk_norm", False) or getattr(cfg, "rope_scaling", ()):
         raise ValueError(f"block: the hand-derived block has neither QK-norm nor RoPE scaling; got qk_norm="
                          f"{getattr(cfg, 'qk_norm', False)}, rope_scaling={getattr(cfg, 'rope_scaling', ())!r}")
-    return "parallel" if cfg.parallel else cfg.norm_position
+    return cfg.layout
 
 
 # ---- pre-norm ----

@@ -118,14 +118,13 @@ class DeepNormBlock(Block):
 
 
 def make_block(cfg: BlockConfig, *, generator, dtype=float32, device="cpu") -> Block:
-    """The block in the layout the config names: parallel (cfg.parallel), else pre-norm, post-norm or DeepNorm
-    (cfg.norm_position 'pre', 'post' or 'deep')."""
+    """The block in the layout the config names: cfg.layout 'pre', 'post', 'parallel' or 'deep'."""
     make = dict(generator=generator, dtype=dtype, device=device)
-    if cfg.parallel:
+    if cfg.layout == "parallel":
         return ParallelBlock(cfg, **make)
-    if cfg.norm_position == "post":
+    if cfg.layout == "post":
         return PostNormBlock(cfg, **make)
-    if cfg.norm_position == "deep":
+    if cfg.layout == "deep":
         return DeepNormBlock(cfg, **make)
     return PreNormBlock(cfg, **make)
 

@@ -6,7 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, field, replace
 
-CHOICES = {"norm": ("rms", "layer"), "norm_position": ("pre", "post", "deep"),
+CHOICES = {"norm": ("rms", "layer"), "layout": ("pre", "post", "parallel", "deep"),
            "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
 NUMBERS = {"norm_eps": ("a finite number >= 0", lambda v: v >= 0),      # what each float field must be
            "rope_theta": ("a finite number > 0", lambda v: v > 0),
@@ -23,12 +23,12 @@ class BlockConfig:
     n_kv_heads: int
     d_ff: int
     norm: str = "rms"                 # 'rms' (RMSNorm) or 'layer' (LayerNorm)
-    norm_position: str = "pre"        # 'pre': x + f(norm(x)); 'post': norm(x + f(x)); 'deep': norm(alpha x + f(x))
+    layout: str = "pre"               # 'pre': x + f(norm(x)); 'post': norm(x + f(x)); 'deep': norm(alpha x + f(x));
+                                      # 'parallel': x + attn(norm1(x)) + ffn(norm2(x))
     ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
     bias: bool = False                # biases on every projection (and LayerNorm shifts)
     qkv_bias: bool = False            # biases on q_proj, k_proj and v_proj only (Qwen2)
     qk_norm: bool = False             # RMSNorm of each head's q and k (a d_head gain each) before RoPE (Qwen3)
-    parallel: bool = False            # x + attn(norm1(x)) + ffn(norm2(x))
     norm_eps: float = 1e-5
     rope: bool = True                 # rotary embeddings on q and k; False: positions are added outside
     rope_theta: float = 10000.0
@@ -78,9 +78,6 @@ class BlockConfig:
             raise ValueError(f"BlockConfig: lora_rank must be an int >= 0 (0: no LoRA), got {self.lora_rank!r}")
         if self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
             raise ValueError(f"BlockConfig: lora_targets must be among {PROJECTIONS}, got {self.lora_targets!r}")
-        if self.parallel and self.norm_position == "deep":
-            raise ValueError("BlockConfig: DeepNorm (norm_position='deep') is a sequential layout; it cannot be "
-                             "combined with parallel=True")
         if self.qk_norm and self.norm != "rms":
             raise ValueError(f"BlockConfig: qk_norm=True normalises q and k with RMSNorm (Qwen3), so it needs "
                              f"norm='rms'; got norm={self.norm!r}")
@@ -162,7 +159,7 @@ PRESETS = {
     "gpt2-small": BlockConfig(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, norm="layer", ffn="gelu_tanh",
                               bias=True, rope=False, max_seq_len=1024, vocab_size=50257, n_layers=12,
                               tie_embeddings=True, name="gpt2-small"),
-    "bert-base": BlockConfig(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, norm="layer", norm_position="post",
+    "bert-base": BlockConfig(d_model=768, n_heads=12, n_kv_heads=12, d_ff=3072, norm="layer", layout="post",
                              ffn="gelu", bias=True, norm_eps=1e-12, rope=False, causal=False, max_seq_len=512,
                              vocab_size=30522, n_layers=12, tie_embeddings=True, name="bert-base"),
     "tiny": BlockConfig(d_model=64, n_heads=4, n_kv_heads=2, d_ff=172, n_layers=2, vocab_size=256, max_seq_len=128,

@@ -218,7 +218,7 @@ def hf_architecture(cfg: BlockConfig) -> str:
     if cfg.lora_rank:
         raise ValueError("save_pretrained: the model has LoRA adapters, which these layouts have no place for; "
                          "merge them into the weights (W + scale B A) first")
-    sequential = cfg.norm_position == "pre" and not cfg.parallel and cfg.causal and cfg.n_experts == 1
+    sequential = cfg.layout == "pre" and cfg.causal and cfg.n_experts == 1
     if sequential and cfg.rope and cfg.norm == "rms" and cfg.ffn == "swiglu":
         if cfg.qk_norm and not (cfg.bias or cfg.qkv_bias):
             return "Qwen3ForCausalLM"
