@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import LLAMA, msg, randomize, rng, t64
+from conftest import LLAMA, randomize, rng, t64
 
 import tinygrad_block as tb
 from tinygrad_block import accounting as acc
