@@ -83,6 +83,19 @@ def test_layernorm_backward_with_a_constant_rstd_is_rejected():
     assert "rstd was treated as a constant" in why
 
 
+def test_layernorm_backward_with_rstd_times_dn_alone_is_rejected():
+    backward = _layernorm_backward(mean_term=False, rstd_term=False)
+    assert "only rstd * dn" in failures(4, solution(4, layernorm_backward=backward))["layernorm_backward"]
+
+
+def test_layernorm_backward_without_the_weight_is_rejected():
+    def unit_weight(dout, x, weight, eps):
+        _, dw, db = solution(4).layernorm_backward(dout, x, weight, eps)
+        return _layernorm_backward()(dout, x, np.ones_like(weight), eps)[0], dw, db
+    why = failures(4, solution(4, layernorm_backward=unit_weight))["layernorm_backward"]
+    assert why.startswith("dx is off by") and "the weight is missing" in why
+
+
 def test_layernorm_backward_with_swapped_parameter_gradients_is_rejected():
     def swapped(dout, x, weight, eps):
         dx, dw, db = solution(4).layernorm_backward(dout, x, weight, eps)
@@ -128,6 +141,23 @@ def test_fused_add_rmsnorm_normalising_x_alone_is_rejected():
     assert "x alone was normalised" in why
 
 
+def _rmsnorm(h, weight, eps):
+    return h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * weight
+
+
+def test_fused_add_rmsnorm_normalising_the_residual_alone_is_rejected():
+    residual_alone = lambda x, residual, weight, eps: (_rmsnorm(residual, weight, eps), x + residual)   # noqa: E731
+    why = failures(4, solution(4, fused_add_rmsnorm=residual_alone))["fused_add_rmsnorm"]
+    assert "the residual alone was normalised" in why
+
+
+def test_fused_add_rmsnorm_without_the_gain_or_eps_is_rejected():
+    no_gain = lambda x, residual, weight, eps: (_rmsnorm(x + residual, 1.0, eps), x + residual)   # noqa: E731
+    assert "the gain is missing" in failures(4, solution(4, fused_add_rmsnorm=no_gain))["fused_add_rmsnorm"]
+    no_eps = lambda x, residual, weight, eps: (_rmsnorm(x + residual, weight, 0.0), x + residual)   # noqa: E731
+    assert "eps is missing" in failures(4, solution(4, fused_add_rmsnorm=no_eps))["fused_add_rmsnorm"]
+
+
 # ---------------------------------------------------------------- fused_add_rmsnorm_backward
 def test_fused_backward_that_forgets_the_stream_gradient_is_rejected_with_the_reason():
     """The typical slip: h's gradient taken only from the norm, as if new_residual went nowhere."""
@@ -154,3 +184,11 @@ def test_fused_backward_with_the_gain_gradient_on_h_is_rejected():
         return dx, dres, (d_normed * (x + residual)).sum(axis=(0, 1))
     why = failures(4, solution(4, fused_add_rmsnorm_backward=raw_h))["fused_add_rmsnorm_backward"]
     assert why.startswith("dweight:") and "use the normalised h" in why
+
+
+def test_fused_backward_that_passes_only_the_stream_gradient_is_rejected():
+    def stream_only(d_normed, d_new_residual, x, residual, weight, eps):
+        _, _, dw = solution(4).fused_add_rmsnorm_backward(d_normed, d_new_residual, x, residual, weight, eps)
+        return d_new_residual, d_new_residual, dw
+    why = failures(4, solution(4, fused_add_rmsnorm_backward=stream_only))["fused_add_rmsnorm_backward"]
+    assert "dx is only d_new_residual" in why and "must be added to it" in why

@@ -1,13 +1,13 @@
 """Lesson 04's exercises: BatchNorm that ignores padding, LayerNorm's backward by hand, and the fused residual add
 + RMSNorm with its backward. Each check compares with an independent oracle (numpy on the real tokens, autograd
-through the library's modules, four-point finite differences of a plain numpy forward) and says what is wrong,
-with the numbers, naming the usual slips when it sees one."""
+through the library's modules, four-point finite differences of manual/'s numpy forward) and says what is
+wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
+from tinygrad_block import manual, nn
 from tinygrad_block.gradcheck import central_difference, rel_err
 
 from .common import CheckFailed
@@ -95,11 +95,10 @@ def _ragged(seed: int = 0):
 
 
 def _bn_np(x: np.ndarray, mask: np.ndarray, eps: float = EPS, count_padding: bool = False, ddof: int = 0,
-           zero_padding: bool = True, axis=None) -> np.ndarray:
+           zero_padding: bool = True, per_token: bool = False) -> np.ndarray:
     """BatchNorm in numpy over the real tokens (or, as slips, over every position, with n - 1, or per token)."""
-    if axis is not None:                                          # LayerNorm's axis: each token on its own
-        mu, var = x.mean(axis, keepdims=True), x.var(axis, keepdims=True)
-        return (x - mu) / np.sqrt(var + eps) * (mask[..., None] if zero_padding else 1)
+    if per_token:                                                 # LayerNorm's axis: each token on its own
+        return manual.layernorm_forward(x, 1.0, None, eps)[0] * (mask[..., None] if zero_padding else 1)
     rows = x.reshape(-1, x.shape[-1]) if count_padding else x[mask > 0]
     mu, var = rows.mean(0), rows.var(0, ddof=ddof)
     y = (x - mu) / np.sqrt(var + eps)
@@ -116,7 +115,7 @@ BN_SLIPS = [  # (the slip, the hint)
                                "output by the mask"),
     (dict(ddof=1), "the variance divides by (count - 1); BatchNorm's batch statistics divide by the count"),
     (dict(eps=0.0), "eps is missing: (x - mean) / sqrt(var + eps)"),
-    (dict(axis=-1), "each token is normalised over its features (LayerNorm's axis); BatchNorm normalises each "
+    (dict(per_token=True), "each token is normalised over its features (LayerNorm's axis); BatchNorm normalises each "
                     "feature over the tokens"),
 ]
 
@@ -170,24 +169,20 @@ def _ln_grads_autograd(dout, x, w, b, eps):
     return xt.grad.numpy(), norm.weight.grad.numpy(), norm.bias.grad.numpy()
 
 
-def _ln_np(x, w, b, eps):
-    xc = x - x.mean(-1, keepdims=True)
-    return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) * w + b
-
-
 def _ln_dx_slips(dout, x, w, eps):
-    """dx as the usual slips compute it, with their hints."""
+    """dx as the usual slips compute it, with their hints: manual's backward with a term or a factor left out."""
     xc = x - x.mean(-1, keepdims=True)
-    r = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
-    n, dn = xc * r, dout * w
-    return [(r * (dn - n * (dn * n).mean(-1, keepdims=True)),
+    r, dn = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps), dout * w
+    rmsnorm_of_centred = manual.rmsnorm_backward(dout, manual.rmsnorm_forward(xc, w, eps)[1])[0]
+    unit_weight = manual.layernorm_backward(dout, manual.layernorm_forward(x, 1.0, None, eps)[1])[0]
+    return [(rmsnorm_of_centred,
              "the mean(dn) term is missing: the forward subtracted the mean of x, so the backward subtracts the mean "
              "of dn = dout * weight too: dx = rstd * (dn - mean(dn) - n * mean(dn * n))"),
             (r * (dn - dn.mean(-1, keepdims=True)),
              "rstd was treated as a constant: it depends on x too, which adds the term - n * mean(dn * n)"),
             (r * dn, "only rstd * dn: the mean and rstd both depend on x, which gives the terms - mean(dn) and "
                      "- n * mean(dn * n)"),
-            (r * (dout - dout.mean(-1, keepdims=True) - n * (dout * n).mean(-1, keepdims=True)),
+            (unit_weight,
              "the weight is missing: the gradient reaching the normalised vector is dn = dout * weight")]
 
 
@@ -203,7 +198,7 @@ def check_layernorm_backward(solution) -> None:
             if rel_err(dx, wrong) < 1e-10:
                 raise CheckFailed(f"dx is off by {rel_err(dx, want_dx):.2e} (relative): {hint}")
         raise CheckFailed(f"dx: {_worst(dx, want_dx)} (autograd through nn.LayerNorm)")
-    numeric = central_difference(lambda v: float((_ln_np(v, w, b, EPS) * dout).sum()), x)
+    numeric = central_difference(lambda v: float((manual.layernorm_forward(v, w, b, EPS)[0] * dout).sum()), x)
     if rel_err(dx, numeric) > 1e-8:
         raise CheckFailed(f"dx agrees with autograd but differs from finite differences by {rel_err(dx, numeric):.2e}")
     if rel_err(dw, want_dw) > 1e-10:
@@ -223,8 +218,9 @@ def _fused_case(seed: int = 3):
     return x, res, 1.0 + 0.3 * r.standard_normal(8), r.standard_normal((2, 3, 8)), r.standard_normal((2, 3, 8))
 
 
-def _rms_np(h, w, eps):
-    return h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * w
+def _rmsnorm(h, w, eps):
+    """RMSNorm(h) with gain w (manual.rmsnorm_forward's output)."""
+    return manual.rmsnorm_forward(h, w, eps)[0]
 
 
 def check_fused_add_rmsnorm(solution) -> None:
@@ -242,10 +238,10 @@ def check_fused_add_rmsnorm(solution) -> None:
                 if np.abs(new_res - want).max() < 1e-12 else ": new_residual is h = x + residual")
         raise CheckFailed(f"new_residual: {_worst(new_res, h)}{hint}")
     if np.abs(normed - want).max() > 1e-12:
-        for wrong, hint in ((_rms_np(x, w, EPS), "x alone was normalised; normalise h = x + residual"),
-                            (_rms_np(res, w, EPS), "the residual alone was normalised; normalise h = x + residual"),
-                            (_rms_np(h, 1.0, EPS), "the gain is missing: multiply by weight"),
-                            (_rms_np(h, w, 0.0), "eps is missing: h / sqrt(mean(h^2) + eps)")):
+        for wrong, hint in ((_rmsnorm(x, w, EPS), "x alone was normalised; normalise h = x + residual"),
+                            (_rmsnorm(res, w, EPS), "the residual alone was normalised; normalise h = x + residual"),
+                            (_rmsnorm(h, 1.0, EPS), "the gain is missing: multiply by weight"),
+                            (_rmsnorm(h, w, 0.0), "eps is missing: h / sqrt(mean(h^2) + eps)")):
             if np.abs(normed - wrong).max() < 1e-12:
                 raise CheckFailed(f"normed is off by up to {np.abs(normed - want).max():.3g}: {hint}")
         raise CheckFailed(f"normed: {_worst(normed, want)} (nn.RMSNorm of x + residual)")
@@ -263,10 +259,10 @@ def _fused_autograd(x, res, w, d_normed, d_res):
 
 
 def _fused_numeric(x, res, w, d_normed, d_res):
-    """The same three gradients by four-point central differences of the unfused numpy forward."""
+    """The same three gradients by four-point central differences of the unfused forward (manual's RMSNorm)."""
     def loss(xv, rv, wv):
         h = xv + rv
-        return float((_rms_np(h, wv, EPS) * d_normed).sum() + (h * d_res).sum())
+        return float((_rmsnorm(h, wv, EPS) * d_normed).sum() + (h * d_res).sum())
     return (central_difference(lambda v: loss(v, res, w), x), central_difference(lambda v: loss(x, v, w), res),
             central_difference(lambda v: loss(x, res, v), w))
 
@@ -280,9 +276,8 @@ def check_fused_add_rmsnorm_backward(solution) -> None:
     dw = _array(got[2], "dweight", w.shape, summed=True)
     auto, numeric = _fused_autograd(x, res, w, d_normed, d_res), _fused_numeric(x, res, w, d_normed, d_res)
     h = x + res
-    r = 1 / np.sqrt((h * h).mean(-1, keepdims=True) + EPS)
-    n, dn = h * r, d_normed * w
-    through_norm = r * (dn - n * (dn * n).mean(-1, keepdims=True))
+    through_norm, _ = manual.rmsnorm_backward(d_normed, manual.rmsnorm_forward(h, w, EPS)[1])   # the norm's share
+    constant_rstd = d_normed * w / np.sqrt((h * h).mean(-1, keepdims=True) + EPS)              # rstd * dn alone
     for name, mine, want, fd in (("dx", dx, auto[0], numeric[0]), ("dresidual", dres, auto[1], numeric[1])):
         if rel_err(mine, want) <= 1e-10:
             continue
@@ -290,7 +285,7 @@ def check_fused_add_rmsnorm_backward(solution) -> None:
             raise CheckFailed(f"{name} is off by {rel_err(mine, want):.2e} (relative): it holds only the gradient "
                               "that comes back through the norm. new_residual = h is an output too, and its "
                               "gradient d_new_residual flows on into h: add it")
-        if rel_err(mine, r * dn + d_res) < 1e-10 or rel_err(mine, r * dn) < 1e-10:
+        if rel_err(mine, constant_rstd + d_res) < 1e-10 or rel_err(mine, constant_rstd) < 1e-10:
             raise CheckFailed(f"{name} is off by {rel_err(mine, want):.2e} (relative): rstd was treated as a "
                               "constant; it depends on h too, which adds the term - n * mean(dn * n)")
         if rel_err(mine, d_res) < 1e-10:
