@@ -101,6 +101,14 @@ def test_softmax_divided_by_the_total_is_rejected():
     assert "it sums to 0.175876, not 1" in why
 
 
+def test_softmax_with_the_wrong_gradient_is_rejected():
+    def steep(x, axis=-1):
+        p = solution(5).stable_softmax(x, axis)
+        return p + (p - p.detach()) * 0.5                               # right values, 1.5 times the gradient
+    why = failures(5, solution(5, stable_softmax=steep))["stable_softmax"]
+    assert "the gradient of stable_softmax is" in why and "expected p (g - sum(p g))" in why
+
+
 def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
     def rows(weighted, w_o):
         d_head = weighted.shape[-1]

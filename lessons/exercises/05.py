@@ -1,12 +1,13 @@
 """Lesson 05's exercises: scaled dot-product attention from Tensor ops, a stable softmax, and attention's output
 split into one contribution per head. Each check compares with an independent oracle (attention and its gradient
-derived by hand in numpy, softmax in float64 numpy, the output projection as one numpy matmul) and says what is
-wrong, with the numbers, naming the usual slips when it sees one."""
+derived by hand in numpy, softmax forward and backward from manual/ in float64, the output projection as one numpy
+matmul) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import numpy as np
 
 import tinygrad_block as tb
+from tinygrad_block import manual
 
 from .common import CheckFailed, tensor_result
 
@@ -44,9 +45,8 @@ def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
 
 
 def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax in float64 numpy, each row shifted by its own maximum; entries of -inf get weight 0."""
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    """manual.softmax_forward along `axis`: each row shifted by its own maximum; entries of -inf get weight 0."""
+    return np.moveaxis(manual.softmax_forward(np.moveaxis(s, axis, -1))[0], -1, axis)
 
 
 # ---------------------------------------------------------------- attention
@@ -70,13 +70,12 @@ def _attention_np(q, k, v, causal: bool, scale: float | None = None, masked: int
 
 
 def _attention_grads(q, k, v, dout):
-    """Causal attention's gradients by hand: dV = A^T dout, dA = dout V^T, dS = A (dA - sum(dA A)) (softmax),
-    dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
+    """Causal attention's gradients by hand: dV = A^T dout, dA = dout V^T, dS = A (dA - sum(dA A)) (softmax's
+    backward, manual.softmax_backward), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
     L, d = q.shape[-2], q.shape[-1]
     s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + np.triu(np.full((L, L), -np.inf), k=1)
-    a = _softmax(s)                                                                     # (B, H, L, L)
-    da = dout @ np.swapaxes(v, -1, -2)
-    ds = a * (da - (da * a).sum(-1, keepdims=True))
+    a, cache = manual.softmax_forward(s)                                                # (B, H, L, L)
+    ds = manual.softmax_backward(dout @ np.swapaxes(v, -1, -2), cache)
     return ds @ k / np.sqrt(d), np.swapaxes(ds, -1, -2) @ q / np.sqrt(d), np.swapaxes(a, -1, -2) @ dout
 
 
@@ -192,8 +191,7 @@ def check_stable_softmax(solution) -> None:
         raise CheckFailed("no gradient reaches x: build stable_softmax from Tensor ops, not from numpy arrays")
     g = np.random.default_rng(2).standard_normal(ROWS.shape)
     (p * tb.tensor(g, dtype=tb.float64)).sum().backward()
-    pn = _softmax(ROWS)
-    want = pn * (g - (pn * g).sum(-1, keepdims=True))
+    want = manual.softmax_backward(g, manual.softmax_forward(ROWS)[1])
     if x.grad is None or not np.isfinite(x.grad.numpy()).all() or np.abs(x.grad.numpy() - want).max() > 1e-12:
         got = None if x.grad is None else x.grad.numpy()
         raise CheckFailed(f"the gradient of stable_softmax is {got if got is None else np.round(got, 6).tolist()}, "
@@ -214,7 +212,7 @@ def check_head_contributions(solution) -> None:
                           f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
     got = tensor_result(got, "head_contributions", (H, B, L, d_model))
     want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
-    full = weighted.transpose(0, 2, 1, 3).reshape(B, L, H * d_head) @ w_o.T               # o_proj(merged)
+    full = manual.merge_heads(weighted) @ w_o.T                                          # o_proj(merged)
     if np.abs(got - want).max() < 1e-12 and np.abs(got.sum(0) - full).max() < 1e-12:
         return
     rows = np.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(H)])
