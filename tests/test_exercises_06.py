@@ -40,6 +40,17 @@ def test_rope_ignoring_the_positions_is_rejected():
     assert "positions=[37, 38, 39, 40, 41]" in why and "uses positions 0..L-1" in why
 
 
+def test_rope_ignoring_theta_is_rejected():
+    fixed_theta = lambda x, positions, theta: _rope()(x, positions, 10000.0)                # noqa: E731
+    why = failures(6, solution(6, rope=fixed_theta))["rope"]
+    assert "theta=500000" in why and "uses theta = 10000 whatever `theta` is given" in why
+
+
+def test_rope_with_the_wrong_gradient_is_rejected():
+    leaky = lambda x, positions, theta: _rope()(x, positions, theta) + (x - x.detach()) * 0.1   # noqa: E731
+    assert "not the inverse rotation" in failures(6, solution(6, rope=leaky))["rope"]
+
+
 def test_rope_outside_the_graph_is_rejected():
     detached = lambda x, positions, theta: tb.tensor(_rope()(x, positions, theta).numpy())   # noqa: E731
     assert "no gradient reaches x" in failures(6, solution(6, rope=detached))["rope"]
@@ -49,6 +60,14 @@ def test_repeat_kv_by_tiling_is_rejected_with_the_reason():
     tiled = lambda x, n_rep: tb.concat([x] * n_rep, axis=1)                                # noqa: E731
     why = failures(6, solution(6, repeat_kv=tiled))["repeat_kv"]
     assert "read KV heads [0, 1, 2, 0, 1, 2], expected [0, 0, 1, 1, 2, 2]" in why and "tiling" in why
+
+
+def test_repeat_kv_with_the_wrong_gradient_is_rejected():
+    def doubled(x, n_rep):
+        out = solution(6).repeat_kv(x, n_rep)
+        return out + (out - out.detach())                                 # right values, twice the gradient
+    why = failures(6, solution(6, repeat_kv=doubled))["repeat_kv"]
+    assert "the sum of its group's gradients" in why
 
 
 def _kv(n_heads=False, pair=2, layers=True):

@@ -1,7 +1,7 @@
 """Lesson 06's exercises: RoPE from Tensor ops, repeat_kv for grouped-query attention, and the KV cache of a whole
-model. Each check compares with an independent oracle (the library's nn.apply_rope and rotations written in numpy,
-numpy's repeat, accounting.kv_cache_bytes and the K and V measured on the shape-only device) and says what is
-wrong, with the numbers, naming the usual slips when it sees one."""
+model. Each check compares with an independent oracle (the library's nn.apply_rope, manual/'s RoPE and rotations
+written in numpy, manual.repeat_kv and its backward, accounting.kv_cache_bytes and the K and V measured on the
+shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import numbers
@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, nn
+from tinygrad_block import accounting, manual, nn
 from tinygrad_block.measure import meta_ids, meta_lm
 
 from .common import CheckFailed, tensor_result
@@ -83,7 +83,7 @@ ROPE_CASES = [((2, 3, 5, 8), [37, 38, 39, 40, 41], 10000.0), ((1, 2, 5, 16), [0,
 
 def check_rope(solution) -> None:
     """Values against nn.apply_rope at the given positions, for two thetas; the gradient against the inverse
-    rotation (the transpose of a rotation is the rotation by minus the angle)."""
+    rotation, manual.rope_backward (the transpose of a rotation is the rotation by minus the angle)."""
     r = np.random.default_rng(0)
     for shape, positions, theta in ROPE_CASES:
         x = r.standard_normal(shape)
@@ -94,7 +94,7 @@ def check_rope(solution) -> None:
         if err < 1e-12:
             continue
         hints = [hint for slip, hint in ROPE_SLIPS if np.abs(got - _rope_np(x, positions, theta, **slip)).max() < 1e-9]
-        if np.abs(got - _rope_np(x, range(shape[2]), theta)).max() < 1e-9:
+        if np.abs(got - manual.rope_forward(x, theta)[0]).max() < 1e-9:                      # positions 0..L-1
             hints.append("the rotation uses positions 0..L-1; use the `positions` given")
         if np.abs(got - _rope_np(x, positions, 10000.0)).max() < 1e-9:
             hints.append("the rotation uses theta = 10000 whatever `theta` is given")
@@ -106,7 +106,7 @@ def check_rope(solution) -> None:
         raise CheckFailed("no gradient reaches x: build rope from Tensor ops on x, not from numpy arrays")
     g = r.standard_normal(x.shape)
     (out * tb.tensor(g)).sum().backward()
-    want = _rope_np(g, positions, 10000.0, sign=-1.0)                     # R^T g: the inverse rotation
+    want = manual.rope_backward(g, manual.rope_forward(x.numpy(), 10000.0, offset=positions[0])[1])   # R^T g
     if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
         raise CheckFailed("the gradient of rope is not the inverse rotation of the upstream gradient (off by "
                           f"{np.inf if x.grad is None else np.abs(x.grad.numpy() - want).max():.3g})")
@@ -114,15 +114,15 @@ def check_rope(solution) -> None:
 
 # ---------------------------------------------------------------- repeat_kv
 def check_repeat_kv(solution) -> None:
-    """Values against numpy's repeat along the head axis (head h reads KV head h // n_rep); the gradient against
-    the sum over each group."""
+    """Values against manual.repeat_kv, numpy's repeat along the head axis (head h reads KV head h // n_rep); the
+    gradient against manual.repeat_kv_backward, the sum over each group."""
     r = np.random.default_rng(1)
     for shape, n_rep in (((2, 3, 4, 5), 2), ((2, 2, 3, 4), 1), ((1, 1, 3, 4), 4), ((1, 2, 3, 4), 3)):
         x = r.standard_normal(shape)
         B, H_kv, L, d = shape
         out_shape = (B, H_kv * n_rep, L, d)
         got = tensor_result(solution.repeat_kv(tb.tensor(x), n_rep), f"repeat_kv(x {shape}, {n_rep})", out_shape)
-        want = np.repeat(x, n_rep, axis=1)
+        want = manual.repeat_kv(x, n_rep)
         if np.array_equal(got, want):
             continue
         reads = [next((j for j in range(H_kv) if np.array_equal(got[:, h], x[:, j])), None)
@@ -139,7 +139,7 @@ def check_repeat_kv(solution) -> None:
         raise CheckFailed("no gradient reaches x: build repeat_kv from Tensor ops, not from numpy arrays")
     g = r.standard_normal(out.shape)
     out.backward(tb.tensor(g))
-    want = g[:, 0::2] + g[:, 1::2]                                       # each KV head: the sum over its group
+    want = manual.repeat_kv_backward(g, 2)                                # each KV head: the sum over its group
     if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
         raise CheckFailed("the gradient of each KV head must be the sum of its group's gradients (query heads 2j "
                           "and 2j + 1 for n_rep = 2)")
