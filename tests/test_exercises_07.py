@@ -28,6 +28,13 @@ def test_swiglu_outside_the_graph_is_rejected():
     assert "no gradient reaches" in failures(7, solution(7, swiglu=detached))["swiglu"]
 
 
+def test_swiglu_with_the_wrong_gradient_is_rejected():
+    def leaky(x, wg, wu, wd):
+        return solution(7).swiglu(x, wg, wu, wd) + (x - x.detach()) * 0.1    # right values, a gradient too many
+    why = failures(7, solution(7, swiglu=leaky))["swiglu"]
+    assert "the gradient of x is off by" in why and "hand-derived backward" in why
+
+
 def test_width_rounded_to_the_nearest_multiple_is_rejected():
     def nearest(d_model, multiple_of, multiplier=None):
         hidden = 8 * d_model // 3

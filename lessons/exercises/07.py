@@ -52,16 +52,12 @@ W_UP = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1
 W_DOWN = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -0.5], [0.2, -0.3, 1.0], [-1.0, 0.4, 0.0]])   # (out, in) = (4, 3)
 
 
-def _sigmoid(z):
-    return 1 / (1 + np.exp(-z))
-
-
 def _swiglu_np(x, w_gate, w_up, w_down, slip: str = ""):
-    """SwiGLU in numpy, weights stored (out, in); `slip` gives the usual mistakes."""
+    """SwiGLU in numpy, weights stored (out, in), SiLU from manual/; `slip` gives the usual mistakes."""
     gate, up = x @ w_gate.T, x @ w_up.T
     if slip == "gate on up":
         gate, up = up, gate
-    act = {"sigmoid": _sigmoid(gate), "no gate": np.ones_like(gate)}.get(slip, gate * _sigmoid(gate))
+    act = {"sigmoid": manual.sigmoid(gate), "no gate": np.ones_like(gate)}.get(slip, manual.silu_forward(gate)[0])
     return (act * up) @ w_down.T
 
 
@@ -100,7 +96,7 @@ def check_swiglu(solution) -> None:
             if np.abs(got - _swiglu_np(*arrays, slip=slip)).max() < 1e-12:
                 raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 4).tolist()}..., expected "
                                   f"{np.round(want.ravel()[:4], 4).tolist()}...: {hint}")
-        hidden = (arrays[0] @ W_GATE) * _sigmoid(arrays[0] @ W_GATE) * (arrays[0] @ W_UP) if arrays is example else None
+        hidden = manual.silu_forward(arrays[0] @ W_GATE)[0] * (arrays[0] @ W_UP) if arrays is example else None
         extra = (f" (the hidden vector SiLU(gate) * up should be {np.round(hidden.ravel(), 4).tolist()})"
                  if hidden is not None else "")
         raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 6).tolist()}..., expected "
