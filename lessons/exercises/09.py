@@ -1,13 +1,13 @@
 """Lesson 09's exercises: three backward passes by hand, in numpy. SwiGLU's (checked against autograd and finite
-differences), repeat_kv's group sum (against autograd and a loop over the heads) and RoPE's inverse rotation
-(against autograd and the rotation by minus the angle written pair by pair). Each check says what is wrong, with
+differences), repeat_kv's group sum (against autograd and manual.repeat_kv_backward) and RoPE's inverse rotation
+(against autograd and manual.rope_backward, the rotation by minus the angle). Each check says what is wrong, with
 the numbers, and names the usual slip when it sees one."""
 from __future__ import annotations
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
+from tinygrad_block import manual, nn
 from tinygrad_block.gradcheck import central_difference, rel_err
 
 from .common import CheckFailed
@@ -55,14 +55,11 @@ def _array(got, what: str, shape: tuple) -> np.ndarray:
     return arr
 
 
-def _sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
 # ---------------------------------------------------------------- SwiGLU
 def _swiglu_np(x, w_gate, w_up, w_down):
+    """SwiGLU's forward in numpy, SiLU from manual/, for the finite differences."""
     z, u = x @ w_gate.T, x @ w_up.T
-    return (z * _sigmoid(z) * u) @ w_down.T
+    return (manual.silu_forward(z)[0] * u) @ w_down.T
 
 
 def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
@@ -75,24 +72,25 @@ def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
 
 
 def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
-    """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it."""
+    """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it: SiLU's derivative
+    (manual.silu_backward) spoilt, or one of the two branches into x left out."""
     z, u = x @ w_gate.T, x @ w_up.T
-    s = _sigmoid(z)
+    (silu, silu_cache), s = manual.silu_forward(z), manual.sigmoid(z)
     dm = grad_out @ w_down                                                # (B, L, d_ff)
-    du = dm * z * s
+    du = dm * silu
 
     def grads(dz, du=du, gate=True, up=True):
         dx = (dz @ w_gate if gate else 0.0) + (du @ w_up if up else 0.0)
         return dx, dz.reshape(-1, dz.shape[-1]).T @ x.reshape(-1, x.shape[-1])
 
-    right = dm * u * s * (1 + z * (1 - s))
+    right = manual.silu_backward(dm * u, silu_cache)
     return {
         "SiLU's derivative is not sigmoid(z) alone: by the product rule on z * sigmoid(z) it is "
         "sigmoid(z) + z sigmoid(z) (1 - sigmoid(z))": grads(dm * u * s),
         "that derivative, sigmoid(z) (1 - sigmoid(z)), is the sigmoid's; SiLU(z) = z sigmoid(z) has "
         "sigmoid(z) (1 + z (1 - sigmoid(z)))": grads(dm * u * s * (1 - s)),
         "the gate's gradient misses the factor u = x @ w_up.T: at hidden = silu(z) * u each factor gets the "
-        "upstream gradient times the other": grads(dm * s * (1 + z * (1 - s))),
+        "upstream gradient times the other": grads(manual.silu_backward(dm, silu_cache)),
         "dx has only the gate's branch: x feeds both the gate and the up projection, so dx = dz @ w_gate + "
         "du @ w_up": grads(right, up=False),
         "dx has only the up projection's branch: x feeds both, so dx = dz @ w_gate + du @ w_up":
@@ -153,7 +151,7 @@ REPEAT_CASES = [((2, 6, 3, 4), 2), ((1, 4, 2, 3), 4), ((2, 3, 3, 2), 1), ((1, 6,
 
 
 def check_repeat_kv_backward(solution) -> None:
-    """Against autograd through nn.repeat_kv (an expand) and a loop that adds the gradients of each group's heads."""
+    """Against autograd through nn.repeat_kv (an expand) and manual.repeat_kv_backward (the sum over each group)."""
     r = np.random.default_rng(1)
     for shape, n_rep in REPEAT_CASES:
         B, H, L, d = shape
@@ -161,21 +159,21 @@ def check_repeat_kv_backward(solution) -> None:
         grad = r.standard_normal(shape)
         k = tb.tensor(r.standard_normal((B, H_kv, L, d)), requires_grad=True)
         nn.repeat_kv(k, n_rep).backward(tb.tensor(grad))
-        loop = np.stack([sum(grad[:, h] for h in range(H) if h // n_rep == j) for j in range(H_kv)], axis=1)
-        assert rel_err(k.grad.numpy(), loop) < 1e-15
+        want = manual.repeat_kv_backward(grad, n_rep)
+        assert rel_err(k.grad.numpy(), want) < 1e-15
         call = f"repeat_kv_backward(grad {shape}, n_rep={n_rep})"
         got = solution.repeat_kv_backward(grad.copy(), n_rep)
         if np.shape(got) == shape and n_rep > 1:
             raise CheckFailed(f"{call} returned shape {shape}, one gradient per query head; KV head j needs one: "
                               f"the sum over the {n_rep} query heads of its group, shape {(B, H_kv, L, d)}")
         got = _array(got, call, (B, H_kv, L, d))
-        err = rel_err(got, loop)
+        err = rel_err(got, want)
         if err <= 1e-12:
             continue
         slips = {"that is the first query head of each group alone; every head of the group read the KV head, so "
                  "its gradient is the sum over the group": grad[:, ::n_rep],
                  "that is the mean over each group; a value used n_rep times gets the sum of the n_rep gradients, "
-                 "not their mean": loop / n_rep,
+                 "not their mean": want / n_rep,
                  "that sums every H_kv-th head (h % H_kv == j), the grouping of tiling; here query head h reads KV "
                  "head h // n_rep, so KV head j's group is the consecutive heads j * n_rep .. j * n_rep + n_rep - 1":
                  grad.reshape(B, n_rep, H_kv, L, d).sum(axis=1)}
@@ -185,16 +183,11 @@ def check_repeat_kv_backward(solution) -> None:
 
 
 # ---------------------------------------------------------------- RoPE's inverse rotation
-def _rotate_half(a):
-    half = a.shape[-1] // 2
-    return np.concatenate([-a[..., half:], a[..., :half]], axis=-1)
-
-
 ROPE_CASES = [((2, 3, 5, 8), 0, 10000.0), ((1, 2, 6, 16), 37, 500000.0)]   # shape, first position, theta
 
 
 def check_rope_backward(solution) -> None:
-    """Against autograd through nn.apply_rope and the rotation by minus the angle, written pair by pair (the two
+    """Against autograd through nn.apply_rope and manual.rope_backward, the rotation by minus the angle (the two
     agree); at positions from 0 and from 37, for two thetas."""
     r = np.random.default_rng(2)
     for shape, first, theta in ROPE_CASES:
@@ -204,10 +197,7 @@ def check_rope_backward(solution) -> None:
         x, grad = r.standard_normal(shape), r.standard_normal(shape)
         xt = tb.tensor(x, requires_grad=True)
         nn.apply_rope(xt, cos_t[first:], sin_t[first:]).backward(tb.tensor(grad))
-        half = d // 2
-        c, s = cos[:, :half], sin[:, :half]
-        g1, g2 = grad[..., :half], grad[..., half:]
-        turned_back = np.concatenate([g1 * c + g2 * s, g2 * c - g1 * s], axis=-1)   # R(-angle) grad
+        turned_back = manual.rope_backward(grad, manual.rope_forward(x, theta, first)[1])   # R(-angle) grad
         assert rel_err(xt.grad.numpy(), turned_back) < 1e-14
         call = f"rope_backward(grad {shape}, cos, sin) at positions {first}..{first + L - 1}, theta={theta:g}"
         got = _array(solution.rope_backward(grad.copy(), cos.copy(), sin.copy()), call, shape)
@@ -215,9 +205,9 @@ def check_rope_backward(solution) -> None:
         if err > 1e-12:
             slips = {"that is the forward rotation again, turning the gradient by +angle; the backward of a rotation "
                      "is its transpose, the rotation by -angle: grad * cos - rotate_half(grad) * sin":
-                     grad * cos + _rotate_half(grad) * sin,
+                     manual.rope_forward(grad, theta, first)[0],
                      "that is the gradient unchanged; RoPE is a rotation, the identity only at position 0":
-                     grad, "cos and sin are swapped": grad * sin - _rotate_half(grad) * cos}
+                     grad, "cos and sin are swapped": grad * sin - manual.rotate_half(grad) * cos}
             hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
             raise CheckFailed(f"{call} is off by {err:.3g} (relative) from autograd's gradient"
                               + (f": {hints[0]}" if hints else ""))
