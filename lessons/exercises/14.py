@@ -237,10 +237,9 @@ def check_logit_lens(solution) -> None:
             continue
         W_U = model.lm_head.weight.numpy()
         norm1 = rmsnorm_forward(streams[i], model.layers[min(i, n - 1)].norm1.weight.numpy(), LENS_CFG.norm_eps)[0]
-        e = np.exp(want[i] - want[i].max(-1, keepdims=True))
         slips = [(streams[i] @ W_U.T, "the final norm is missing: logits = lm_head(norm(stream))"),
                  (norm1 @ W_U.T, "read every stage through the model's final norm, model.norm, not a block's norm1"),
-                 (e / e.sum(-1, keepdims=True), "those are probabilities; return the logits (no softmax)"),
+                 (manual.softmax_forward(want[i])[0], "those are probabilities; return the logits (no softmax)"),
                  (want[i + 1] if i < n else None, f"stage {i} is the stream after {i} blocks; stage 0 is the "
                                                   "embedding itself, before any block")]
         hint = next((h for wrong, h in slips if wrong is not None and np.abs(x - wrong).max() < 1e-10), "")
