@@ -143,24 +143,24 @@ assert max(errors["vs finite differences"].values()) <= 1e-8
 # input whole.
 
 # %%
-d_f, _ = manual.swiglu_backward(D, cache["ffn"][1])                      # the branch at h: back through the FFN
-branch_h, _ = manual.rmsnorm_backward(d_f, cache["norm2"][2])            # ... and norm2: J_F^T g
+d_f, _ = manual.swiglu_backward(D, cache["ffn"])                         # the branch at h: back through the FFN
+branch_h, _ = manual.rmsnorm_backward(d_f, cache["norm2"])               # ... and norm2: J_F^T g
 dh = D + branch_h                                                        # merge: identity + branch
 d_a, _ = manual.attention_backward(dh, cache["attn"])                    # the branch at x: attention ...
-branch_x, _ = manual.rmsnorm_backward(d_a, cache["norm1"][2])            # ... and norm1: J_A^T dh
+branch_x, _ = manual.rmsnorm_backward(d_a, cache["norm1"])               # ... and norm1: J_A^T dh
 dx_merged = dh + branch_x                                                # merge again
 
 xa = x.detach().requires_grad_()
 h = xa + block.attn(block.norm1(xa))                                     # autograd, keeping h's gradient
 h.retain_grad()
 (h + block.ffn(block.norm2(h))).backward(dout)
-ffn_params = {k.removeprefix("ffn."): v for k, v in params.items() if k.startswith("ffn.")}
+ffn_proj = [manual.Linear(params[f"ffn.{name}.weight"]) for name in ("gate_proj", "up_proj", "down_proj")]
 
 
 def second_half(hv: np.ndarray) -> float:
     """sum((h + ffn(norm2(h))) * dout), from the hand-written forwards."""
     f, _ = manual.rmsnorm_forward(hv, params["norm2.weight"], CFG.norm_eps)
-    return float(((hv + manual.swiglu_forward(f, ffn_params)[0]) * D).sum())
+    return float(((hv + manual.swiglu_forward(f, *ffn_proj)[0]) * D).sum())
 
 
 fd_h = central_difference(second_half, h.numpy().copy())
@@ -191,13 +191,12 @@ def block_backward(dout, cache, identity: bool = True, swiglu_backward=manual.sw
                    attention_backward=manual.attention_backward):
     """(dx, grads) of the pre-norm block from manual.block_forward's cache: at each residual the identity
     path plus the branch. identity=False drops the identity path at h; the two functions can be swapped."""
-    d_f, g_ffn = swiglu_backward(dout, cache["ffn"][1])                  # cache["ffn"]: ("swiglu", its cache)
-    branch_h, g_norm2 = manual.rmsnorm_backward(d_f, cache["norm2"][2])  # cache["norm2"]: (name, kind, cache)
+    d_f, g_ffn = swiglu_backward(dout, cache["ffn"])                     # cache["ffn"]: swiglu_forward's cache
+    branch_h, g_norm2 = manual.rmsnorm_backward(d_f, cache["norm2"])     # cache["norm2"]: rmsnorm_forward's
     dh = (dout if identity else 0.0) + branch_h                          # merge at h
     d_a, g_attn = attention_backward(dh, cache["attn"])
-    branch_x, g_norm1 = manual.rmsnorm_backward(d_a, cache["norm1"][2])
-    grads = {"norm1.weight": g_norm1["weight"], **{f"attn.{k}": v for k, v in g_attn.items()},
-             "norm2.weight": g_norm2["weight"], **{f"ffn.{k}": v for k, v in g_ffn.items()}}
+    branch_x, g_norm1 = manual.rmsnorm_backward(d_a, cache["norm1"])
+    grads = manual.flatten({"norm1": g_norm1, "attn": g_attn, "norm2": g_norm2, "ffn": g_ffn})   # named as params
     return dh + branch_x, grads                                          # merge at x
 
 
@@ -248,26 +247,24 @@ def swiglu_backward(dout, c, silu_prime=lambda z, s: s * (1.0 + z * (1.0 - s))):
     dz = dm * c["up"] * silu_prime(z, s)                                 # ... and u, then through SiLU
     df_gate, g_gate = manual.linear_backward(dz, c["gate_proj"])
     df_up, g_up = manual.linear_backward(du, c["up_proj"])
-    grads = {"gate_proj.weight": g_gate["weight"], "up_proj.weight": g_up["weight"],
-             "down_proj.weight": g_down["weight"]}
-    return df_gate + df_up, grads                                        # f fed both: the gradients add
+    return df_gate + df_up, {"gate_proj": g_gate, "up_proj": g_up, "down_proj": g_down}   # f fed both: they add
 
 
-c_ffn = cache["ffn"][1]
+c_ffn = cache["ffn"]
 f = c_ffn["gate_proj"][0]                                                # the FFN's input, norm2(h): (B, L, d_model)
 df, g_ffn = swiglu_backward(D, c_ffn)
 df_lib, g_lib = manual.swiglu_backward(D, c_ffn)
 block.zero_grad()
 ft = tb.tensor(f, requires_grad=True)
 block.ffn(ft).backward(dout)                                             # autograd
-fd_f = central_difference(lambda v: float((manual.swiglu_forward(v, ffn_params)[0] * D).sum()), f.copy())
+fd_f = central_difference(lambda v: float((manual.swiglu_forward(v, *ffn_proj)[0] * D).sum()), f.copy())
 print(f"SwiGLU df: vs manual.swiglu_backward {rel_err(df, df_lib):.1e}, "
       f"vs autograd {rel_err(df, ft.grad.numpy()):.1e}, vs finite differences {rel_err(df, fd_f):.1e}")
 for k in g_ffn:
-    print(f"  d{k}: vs autograd {rel_err(g_ffn[k], getattr(block.ffn, k.split('.')[0]).weight.grad.numpy()):.1e}")
-assert rel_err(df, df_lib) < 1e-15 and all(rel_err(g_ffn[k], g_lib[k]) < 1e-15 for k in g_lib)
+    print(f"  d{k}.weight: vs autograd {rel_err(g_ffn[k]['weight'], getattr(block.ffn, k).weight.grad.numpy()):.1e}")
+assert rel_err(df, df_lib) < 1e-15 and all(rel_err(g_ffn[k]["weight"], g_lib[k]["weight"]) < 1e-15 for k in g_lib)
 assert rel_err(df, ft.grad.numpy()) < 1e-14 and rel_err(df, fd_f) <= 1e-8 and f.size == 1024
-assert all(rel_err(g_ffn[k], getattr(block.ffn, k.split(".")[0]).weight.grad.numpy()) < 1e-14 for k in g_ffn)
+assert all(rel_err(g_ffn[k]["weight"], getattr(block.ffn, k).weight.grad.numpy()) < 1e-14 for k in g_ffn)
 
 zs = np.linspace(-10, 10, 400_001)
 sig = 1 / (1 + np.exp(-zs))
@@ -275,7 +272,7 @@ missing = np.abs(zs * sig * (1 - sig))                                   # |SiLU
 i_max = int(np.argmax(missing))
 sigma_only = lambda z, s: s                                              # noqa: E731  (the slip)
 df_slip, g_slip = swiglu_backward(D, c_ffn, silu_prime=sigma_only)
-slip = {"df": rel_err(df_slip, df), **{k: rel_err(g_slip[k], g_ffn[k]) for k in g_ffn}}
+slip = {"df": rel_err(df_slip, df), **{f"{k}.weight": rel_err(g_slip[k]["weight"], g_ffn[k]["weight"]) for k in g_ffn}}
 print(f"SiLU'(z) - sigma(z) = z sigma(z) (1 - sigma(z)): 0 at z = 0, at most {missing[i_max]:.3f} in size, at "
       f"z = +-{abs(zs[i_max]):.2f}")
 print("with SiLU' = sigma: " + ", ".join(f"{k} off by {v:.0%}" if v else f"{k} exact" for k, v in slip.items()))
@@ -359,15 +356,16 @@ def attention_backward(dout, c, group_sum=manual.repeat_kv_backward, rope_backwa
     dq, dk, dv = manual.sdpa_backward(manual.split_heads(d_o, c["n_heads"]), c["sdpa"])   # (B, H, L, d_head) each
     dk, dv = group_sum(dk, c["G"]), group_sum(dv, c["G"])                       # (B, H_kv, L, d_head)
     dq, dk = rope_backward(dq, c["rope"]), rope_backward(dk, c["rope"])         # undo the rotation
-    da, grads = 0.0, {"o_proj.weight": g_o["weight"]}
+    da, grads = 0.0, {}
     for name, d in (("q_proj", dq), ("k_proj", dk), ("v_proj", dv)):            # a fed three projections:
-        da_i, g_i = manual.linear_backward(manual.merge_heads(d), c[name])       # (B, L, d_model)
-        da, grads[f"{name}.weight"] = da + da_i, g_i["weight"]                   # their gradients add
-    return da, grads
+        da_i, grads[name] = manual.linear_backward(manual.merge_heads(d), c[name])   # (B, L, d_model)
+        da = da + da_i                                                           # their gradients add
+    return da, {**grads, "o_proj": g_o}
 
 
 da, g_attn = attention_backward(dh, cache["attn"])
 da_lib, g_attn_lib = manual.attention_backward(dh, cache["attn"])
+g_attn, g_attn_lib = manual.flatten(g_attn), manual.flatten(g_attn_lib)     # 'q_proj.weight', ...
 same = np.array_equal(da, da_lib) and all(np.array_equal(g_attn[k], g_attn_lib[k]) for k in g_attn_lib)
 print(f"attention_backward equals manual.attention_backward bit for bit: {same}")
 assert same
@@ -534,7 +532,7 @@ assert {name for name, err in rope_in_block.items() if err > 0} == {"x", "norm1.
 # $10^{-15}$. Wherever a mistake is off, it is off by at least 9 %, some fourteen orders of magnitude more.
 
 # %%
-attn_params = {k.removeprefix("attn."): v for k, v in params.items() if k.startswith("attn.")}
+attn_proj = [manual.Linear(params[f"attn.{name}.weight"]) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
 a_in = cache["attn"]["q_proj"][0]                                        # norm1(x), attention's input
 NA = np.nan                                                              # not computed: no backward
 SAME = -1.0                                                              # a backward mistake: same forward
@@ -544,7 +542,7 @@ def block_with_attention(attn_out: np.ndarray) -> np.ndarray:
     """The block's output for a given attention output: h = x + attn_out, out = h + ffn(norm2(h))."""
     h_ = X + attn_out
     f_, _ = manual.rmsnorm_forward(h_, params["norm2.weight"], CFG.norm_eps)
-    return h_ + manual.swiglu_forward(f_, ffn_params)[0]
+    return h_ + manual.swiglu_forward(f_, *ffn_proj)[0]
 
 
 rows = {"right code, vs autograd": {"output": forward_diff, **errors["vs autograd"]}}
@@ -554,8 +552,8 @@ rms_post = np.sqrt((out_post ** 2).mean(axis=-1))
 rows["1. post-norm in place of pre-norm"] = {"output": rel_err(out_post, out),
                                              **spoiled_by(*manual.block_backward(D, cache_post))}
 
-attn_wrong, _ = pitfalls.rope_before_head_split(a_in, attn_params, H, H_kv, True, CFG.rope_theta)
-attn_right, _ = manual.attention_forward(a_in, attn_params, H, H_kv, True, CFG.rope_theta)
+attn_wrong, _ = pitfalls.rope_before_head_split(a_in, *attn_proj, H, H_kv, True, CFG.rope_theta)
+attn_right, _ = manual.attention_forward(a_in, *attn_proj, H, H_kv, True, CFG.rope_theta)
 rows["2. RoPE before the head split"] = {"output": rel_err(block_with_attention(attn_wrong), out),
                                          **dict.fromkeys(hand, NA)}
 
@@ -586,6 +584,7 @@ print(f"post-norm: every token's output RMS {rms_post.min():.6f}..{rms_post.max(
       f"attention's output off by {rel_err(attn_wrong, attn_right):.0%}")
 print(f"smallest error of a spoiled result: {min(off):.0%}; the right code's largest: {right_worst:.0e}")
 assert np.array_equal(dx_drop, dx_id) and all(np.array_equal(grads_drop[k], grads_id[k]) for k in grads)
+g_kv, g_j = manual.flatten(g_kv), manual.flatten(g_j)
 assert np.array_equal(da_kv, da_j) and all(np.array_equal(g_kv[k], g_j[k]) for k in g_j)
 assert np.abs(rms_post - 1).max() < 1e-5 and rel_err(attn_wrong, attn_right) > 0.3
 assert round(min(off), 2) == 0.09 and right_worst < 1e-15 and int(np.log10(min(off) / right_worst)) == 14

@@ -16,15 +16,16 @@ from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.gradcheck import central_difference
-from tinygrad_block.manual.block import attn_forward, ffn_sublayer_forward, norm_forward
+from tinygrad_block.manual.block import attn_forward, block_weights, ffn_sublayer_forward, norm_forward
 
 DEEP = LLAMA.with_(layout="deep", n_layers=6)               # alpha = 12^(1/4), beta = 48^(-1/4)
 
 
 def deepnorm_numpy(x: np.ndarray, params: dict, cfg, alpha: float) -> np.ndarray:
     """The formula with hand-derived numpy sublayers: h = LN1(alpha x + attn(x)); out = LN2(alpha h + ffn(h))."""
-    h = norm_forward(alpha * x + attn_forward(x, params, cfg, 0)[0], params, "norm1", cfg)[0]
-    return norm_forward(alpha * h + ffn_sublayer_forward(h, params, cfg)[0], params, "norm2", cfg)[0]
+    w = block_weights(params, cfg)                                  # each sublayer's own arrays
+    h = norm_forward(alpha * x + attn_forward(x, w.attn, cfg, 0)[0], w.norm1, cfg)[0]
+    return norm_forward(alpha * h + ffn_sublayer_forward(h, w.ffn, cfg)[0], w.norm2, cfg)[0]
 
 
 @pytest.mark.parametrize("n_layers, alpha, beta", [(1, 2 ** 0.25, 8 ** -0.25), (2, 2 ** 0.5, 0.5),

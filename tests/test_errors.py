@@ -832,9 +832,9 @@ def test_negative_offset_is_not_read_from_the_end_of_the_table():
     attn, x = _attention_and_input()
     with pytest.raises(ValueError, match=msg("Attention", "offset -5", "L 3", "max_seq_len=16")):
         attn(x, -5)
-    params = {n: p.data for n, p in attn.named_parameters()}
+    projections = [manual.Linear(getattr(attn, name).weight.data) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
     for offset in (11, 13, np.int64(13)):
-        expected, _ = manual.attention_forward(x.numpy(), params, TINY.n_heads, TINY.n_kv_heads, True,
+        expected, _ = manual.attention_forward(x.numpy(), *projections, TINY.n_heads, TINY.n_kv_heads, True,
                                                TINY.rope_theta, int(offset))
         np.testing.assert_allclose(attn(x, offset).numpy(), expected, rtol=1e-12, atol=1e-13)
 

@@ -22,6 +22,7 @@ from conftest import rel_err
 import tinygrad_block.manual as M
 from tinygrad_block.gradcheck import central_difference
 from tinygrad_block.manual import pitfalls
+from tinygrad_block.manual.common import flatten
 from tools import torch_block
 
 TOL = 1e-8          # finite differences vs the hand-derived backward
@@ -85,8 +86,8 @@ def test_linear(rng, bias, lora):
         inputs |= {"lora_A": normal(rng, r, d_in), "lora_B": normal(rng, d_out, r)}   # B nonzero
 
     def forward(p):
-        return M.linear_forward(p["x"], p["weight"], p.get("bias"), p.get("lora_A"), p.get("lora_B"), scale,
-                                frozen=lora)
+        adapter = M.Adapter(p["lora_A"], p["lora_B"], scale) if lora else None
+        return M.linear_forward(p["x"], p["weight"], p.get("bias"), adapter, frozen=lora)
 
     def backward(dout, cache):
         dx, grads = M.linear_backward(dout, cache)
@@ -166,6 +167,9 @@ def test_sigmoid_does_not_overflow():
 
 
 # ------------------------------------------------------------------ FFNs
+SWIGLU, CLASSIC = ("gate_proj", "up_proj", "down_proj"), ("up_proj", "down_proj")
+
+
 def proj_params(rng, shapes: dict, bias=False, lora=(), r: int = 2) -> dict:
     """Random weights (and biases, LoRA adapters) for projections {name: (d_out, d_in)}."""
     p = {}
@@ -179,17 +183,24 @@ def proj_params(rng, shapes: dict, bias=False, lora=(), r: int = 2) -> dict:
     return p
 
 
-def ffn_params(rng, d_model: int, d_ff: int, names=("gate_proj", "up_proj", "down_proj"), bias=False,
-               lora=(), r: int = 2) -> dict:
+def ffn_params(rng, d_model: int, d_ff: int, names=SWIGLU, bias=False, lora=(), r: int = 2) -> dict:
     shapes = {"gate_proj": (d_ff, d_model), "up_proj": (d_ff, d_model), "down_proj": (d_model, d_ff)}
     return proj_params(rng, {name: shapes[name] for name in names}, bias, lora, r)
 
 
+def linears(p: dict, names, scale: float = 1.0) -> list:
+    """Each projection in `names` as the Linear a layer takes, from the arrays proj_params keys by name."""
+    def adapter(n):
+        return M.Adapter(p[f"{n}.lora_A"], p[f"{n}.lora_B"], scale) if f"{n}.lora_A" in p else None
+    return [M.Linear(p[f"{n}.weight"], p.get(f"{n}.bias"), adapter(n)) for n in names]
+
+
 def with_x(backward):
-    """(dx, grads) -> one dict with dx under 'x', as check_grads wants."""
+    """(dx, one gradient dict per projection) -> one dict keyed like proj_params, with dx under 'x', as
+    check_grads wants."""
     def wrapped(dout, cache):
         dx, grads = backward(dout, cache)
-        return {"x": dx, **grads}
+        return {"x": dx, **flatten(grads)}
     return wrapped
 
 
@@ -201,29 +212,35 @@ def test_swiglu(rng, bias, lora):
     inputs = {"x": normal(rng, B, L, d_model), **params}
     scale = 1.5
     frozen = {k for k in params if lora and (k.endswith(".weight") or k.endswith(".bias"))}
-    check_grads(lambda p: M.swiglu_forward(p["x"], p, scale, bool(lora)), with_x(M.swiglu_backward), inputs, rng,
-                expect=set(inputs) - frozen)
+    def forward(p):
+        return M.swiglu_forward(p["x"], *linears(p, SWIGLU, scale), frozen=bool(lora))
+
+    check_grads(forward, with_x(M.swiglu_backward), inputs, rng, expect=set(inputs) - frozen)
     cfg = replace(LLAMA, d_model=d_model, bias=bias, lora_rank=2 if lora else 0, lora_alpha=2 * scale,
                   lora_targets=lora)
     ref = torch_block.ffn({k: t(v) for k, v in params.items()}, cfg, t(inputs["x"]), prefix="")
-    assert rel_err(M.swiglu_forward(inputs["x"], inputs, scale, bool(lora))[0], ref.detach()) <= TORCH_TOL
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "relu"])
 @pytest.mark.parametrize("bias", [False, True])
 def test_classic_ffn(rng, act, bias):
     d_model, d_ff = 6, 10
-    params = ffn_params(rng, d_model, d_ff, names=("up_proj", "down_proj"), bias=bias)
+    params = ffn_params(rng, d_model, d_ff, names=CLASSIC, bias=bias)
     inputs = {"x": normal(rng, B, L, d_model), **params}
-    check_grads(lambda p: M.ffn_forward(p["x"], p, act), with_x(M.ffn_backward), inputs, rng)
+
+    def forward(p):
+        return M.ffn_forward(p["x"], *linears(p, CLASSIC), act)
+
+    check_grads(forward, with_x(M.ffn_backward), inputs, rng)
     cfg = replace(LLAMA, d_model=d_model, ffn=act, bias=bias)
     ref = torch_block.ffn({k: t(v) for k, v in params.items()}, cfg, t(inputs["x"]), prefix="")
-    assert rel_err(M.ffn_forward(inputs["x"], inputs, act)[0], ref.detach()) <= TORCH_TOL
+    assert rel_err(forward(inputs)[0], ref.detach()) <= TORCH_TOL
 
 
 def test_ffn_rejects_an_unknown_activation(rng):
     with pytest.raises(ValueError, match="ffn_forward: unknown activation 'swish'"):
-        M.ffn_forward(normal(rng, 1, 1, 4), ffn_params(rng, 4, 6, names=("up_proj", "down_proj")), "swish")
+        M.ffn_forward(normal(rng, 1, 1, 4), *linears(ffn_params(rng, 4, 6, names=CLASSIC), CLASSIC), "swish")
 
 
 # ------------------------------------------------------------------ the SwiGLU worked example of 004
@@ -234,8 +251,7 @@ def test_swiglu_worked_example_of_004():
     x = np.array([[[1.0, -0.5, 0.2, 0.8]]])
     w_gate = np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.2], [-0.1, 0.3, 0.5], [0.3, -0.1, 0.2]])
     w_up = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1, -0.3]])
-    params = {"gate_proj.weight": w_gate.T, "up_proj.weight": w_up.T, "down_proj.weight": np.eye(4, 3)}
-    _, cache = M.swiglu_forward(x, params)
+    _, cache = M.swiglu_forward(x, M.Linear(w_gate.T), M.Linear(w_up.T), M.Linear(np.eye(4, 3)))
     gate, sig = cache["silu"]
     np.testing.assert_allclose(gate[0, 0], [0.62, -0.52, 0.46], atol=1e-12)           # step 1
     np.testing.assert_allclose(cache["up"][0, 0], [0.73, -0.01, -0.41], atol=1e-12)   # step 2
@@ -289,6 +305,7 @@ def attn_params(rng, d_model, n_heads, n_kv_heads, bias=False, lora=(), r=2) -> 
     return proj_params(rng, shapes, bias, lora, r)
 
 
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 ATTENTION_CASES = {   # name: (d_model, n_heads, n_kv_heads, causal, rope_theta, bias)
     "mha": (8, 2, 2, True, 10000.0, False),
     "gqa2": (8, 4, 2, True, 10000.0, True),
@@ -305,7 +322,7 @@ def test_attention(rng, case):
     inputs = {"x": normal(rng, B, L, d_model), **attn_params(rng, d_model, n_heads, n_kv_heads, bias)}
 
     def forward(p):
-        return M.attention_forward(p["x"], p, n_heads, n_kv_heads, causal, rope_theta, offset=2)
+        return M.attention_forward(p["x"], *linears(p, ATTENTION), n_heads, n_kv_heads, causal, rope_theta, offset=2)
 
     check_grads(forward, with_x(M.attention_backward), inputs, rng)
     cfg = replace(LLAMA, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, causal=causal,
@@ -320,14 +337,14 @@ def test_key_bias_gets_no_gradient_without_rope(rng, rope_theta):
     """q . (k_j + b) = q . k_j + q . b: the same shift for every key j, and softmax ignores it. RoPE rotates b
     by each key's own angle, so with RoPE the shift differs per key and b gets a gradient."""
     params, x = attn_params(rng, 8, 2, 2, bias=True), normal(rng, B, L, 8)
-    out, cache = M.attention_forward(x, params, 2, 2, rope_theta=rope_theta)
-    db = M.attention_backward(rng.standard_normal(out.shape), cache)[1]["k_proj.bias"]
+    out, cache = M.attention_forward(x, *linears(params, ATTENTION), 2, 2, rope_theta=rope_theta)
+    db = M.attention_backward(rng.standard_normal(out.shape), cache)[1]["k_proj"]["bias"]
     assert (np.abs(db).max() < 1e-14) == (rope_theta is None)
 
 
 def test_attention_names_bad_head_counts(rng):
     with pytest.raises(ValueError, match=r"attention: x of shape \(1, 2, 8\) with n_heads=4, n_kv_heads=3"):
-        M.attention_forward(normal(rng, 1, 2, 8), attn_params(rng, 8, 4, 2), 4, 3)
+        M.attention_forward(normal(rng, 1, 2, 8), *linears(attn_params(rng, 8, 4, 2), ATTENTION), 4, 3)
 
 
 
@@ -356,7 +373,7 @@ class BlockCfg:
 def block_params(cfg: BlockCfg, rng) -> dict:
     """Random parameters keyed as the autograd block's named_parameters. LayerNorm has a bias when cfg.bias."""
     lora = cfg.lora_targets if cfg.lora_rank else ()
-    names = ("gate_proj", "up_proj", "down_proj") if cfg.ffn == "swiglu" else ("up_proj", "down_proj")
+    names = SWIGLU if cfg.ffn == "swiglu" else CLASSIC
     params = {}
     for norm in ("norm1", "norm2"):
         params[f"{norm}.weight"] = 1 + normal(rng, cfg.d_model, scale=0.2)
@@ -400,7 +417,7 @@ def frozen_under_lora(cfg: BlockCfg, params: dict) -> set:
 
 def relu_margin(cache) -> float:
     """min |z| over the FFN's pre-activations z = up_proj(x): how far the nearest one sits from relu's kink."""
-    x, w, b = cache["ffn"][1]["up_proj"][:3]
+    x, w, b = cache["ffn"]["up_proj"][:3]
     return float(np.abs(x @ w.T + (0.0 if b is None else b)).min())
 
 
@@ -476,12 +493,12 @@ def test_pitfall_1_post_norm_instead_of_pre_norm(rng):
 
 def test_pitfall_2_rope_before_head_split(rng):
     d_model, n_heads, n_kv_heads = 8, 2, 1
-    params, x = attn_params(rng, d_model, n_heads, n_kv_heads), normal(rng, B, L, d_model)
-    right, _ = M.attention_forward(x, params, n_heads, n_kv_heads, offset=3)
-    wrong, _ = pitfalls.rope_before_head_split(x, params, n_heads, n_kv_heads, offset=3)
+    projections, x = linears(attn_params(rng, d_model, n_heads, n_kv_heads), ATTENTION), normal(rng, B, L, d_model)
+    right, _ = M.attention_forward(x, *projections, n_heads, n_kv_heads, offset=3)
+    wrong, _ = pitfalls.rope_before_head_split(x, *projections, n_heads, n_kv_heads, offset=3)
     assert wrong.shape == right.shape and rel_err(wrong, right) > 0.1
     # without RoPE there is nothing to misplace: the two agree
-    no_rope = [f(x, params, n_heads, n_kv_heads, rope_theta=None)[0]
+    no_rope = [f(x, *projections, n_heads, n_kv_heads, rope_theta=None)[0]
                for f in (M.attention_forward, pitfalls.rope_before_head_split)]
     assert rel_err(*no_rope) <= 1e-15
 
@@ -504,11 +521,12 @@ def test_pitfall_3_dropped_residual_gradient(rng):
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(4, 2), (4, 1), (2, 2)])
 def test_pitfall_4_kv_gradients_reshaped_with_d_model(rng, n_heads, n_kv_heads):
     d_model = 8
-    params, x = attn_params(rng, d_model, n_heads, n_kv_heads), normal(rng, B, L, d_model)
-    out, cache = M.attention_forward(x, params, n_heads, n_kv_heads)
+    projections, x = linears(attn_params(rng, d_model, n_heads, n_kv_heads), ATTENTION), normal(rng, B, L, d_model)
+    out, cache = M.attention_forward(x, *projections, n_heads, n_kv_heads)
     dout = rng.standard_normal(out.shape)
     dx, grads = M.attention_backward(dout, cache)
     dx_wrong, grads_wrong = pitfalls.kv_grad_reshaped_with_d_model(dout, cache)
+    grads, grads_wrong = flatten(grads), flatten(grads_wrong)
     assert {k: g.shape for k, g in grads_wrong.items()} == {k: g.shape for k, g in grads.items()}  # it runs
     errors = [rel_err(dx_wrong, dx), *(rel_err(grads_wrong[k], grads[k]) for k in ("k_proj.weight",
                                                                                   "v_proj.weight"))]

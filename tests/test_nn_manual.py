@@ -113,8 +113,8 @@ def test_linear(bias, lora, device):
         return y + (x @ A.T) @ Bm.T * scale if lora else y
     out, dout, (dx, dw, db, dA, dB) = backprop(f, x, w, b, A, Bm, device=device)
     x, w, b, A, Bm, dout = (on(device, a) for a in (x, w, b, A, Bm, dout))
-    m_out, cache = manual.linear_forward(x, w, b if bias else None, A if lora else None, Bm if lora else None,
-                                         scale, frozen=lora)
+    m_out, cache = manual.linear_forward(x, w, b if bias else None, manual.Adapter(A, Bm, scale) if lora else None,
+                                         frozen=lora)
     m_dx, g = manual.linear_backward(dout, cache)
     close(out, m_out), close(dx, m_dx)
     if lora:                                            # base frozen: only the adapters get gradients
@@ -157,6 +157,15 @@ def test_activations(name, fn, pair, device):
     close(out, m_out), close(dz, pair[1](on(device, dout), cache))
 
 
+def projections(module, names) -> list:
+    """The manual Linear of each of `module`'s projections `names`: its weight, bias and LoRA adapter, as the
+    device's own arrays."""
+    def linear(p):
+        adapter = manual.Adapter(p.lora_A.data, p.lora_B.data, p.lora_scale) if hasattr(p, "lora_A") else None
+        return manual.Linear(p.weight.data, p.bias.data if p.bias is not None else None, adapter)
+    return [linear(getattr(module, name)) for name in names]
+
+
 def test_rope(device):
     d_head, theta, offset = 8, 10000.0, 4
     x = rand(B, 3, L, d_head)
@@ -173,18 +182,20 @@ def test_ffn(name, device):
     x = rand(B, L, cfg.d_model)
     out, dout, (dx,) = backprop(block.ffn, x, device=device)
     x, dout = on(device, x), on(device, dout)
-    params = {n.removeprefix("ffn."): p.data for n, p in block.named_parameters() if n.startswith("ffn.")}
-    scale, frozen = (cfg.lora_alpha / cfg.lora_rank, True) if cfg.lora_rank else (1.0, False)
+    frozen = bool(cfg.lora_rank)
     if cfg.ffn == "swiglu":
-        m_out, cache = manual.swiglu_forward(x, params, scale, frozen)
+        m_out, cache = manual.swiglu_forward(x, *projections(block.ffn, ("gate_proj", "up_proj", "down_proj")),
+                                             frozen=frozen)
         m_dx, g = manual.swiglu_backward(dout, cache)
     else:
-        m_out, cache = manual.ffn_forward(x, params, cfg.ffn, scale, frozen)
+        m_out, cache = manual.ffn_forward(x, *projections(block.ffn, ("up_proj", "down_proj")), cfg.ffn,
+                                          frozen=frozen)
         m_dx, g = manual.ffn_backward(dout, cache)
     close(out, m_out), close(dx, m_dx)
     for n, p in block.ffn.named_parameters():
         if p.grad is not None:
-            close(p.grad.numpy(), g[n])
+            proj, leaf = n.split(".")
+            close(p.grad.numpy(), g[proj][leaf])
 
 
 @pytest.mark.parametrize("name", ["mha", "gqa2", "gqa4", "mqa", "bert_like", "lora_all"])
@@ -194,12 +205,12 @@ def test_attention(name, device):
     x, offset = rand(B, L, cfg.d_model), 2
     out, dout, (dx,) = backprop(lambda t: block.attn(t, offset), x, device=device)
     x, dout = on(device, x), on(device, dout)
-    params = {n.removeprefix("attn."): p.data for n, p in block.named_parameters() if n.startswith("attn.")}
-    scale, frozen = (cfg.lora_alpha / cfg.lora_rank, True) if cfg.lora_rank else (1.0, False)
-    m_out, cache = manual.attention_forward(x, params, cfg.n_heads, cfg.n_kv_heads, cfg.causal,
-                                            cfg.rope_theta if cfg.rope else None, offset, scale, frozen)
+    m_out, cache = manual.attention_forward(x, *projections(block.attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                            cfg.n_heads, cfg.n_kv_heads, cfg.causal,
+                                            cfg.rope_theta if cfg.rope else None, offset, frozen=bool(cfg.lora_rank))
     m_dx, g = manual.attention_backward(dout, cache)
     close(out, m_out), close(dx, m_dx)
     for n, p in block.attn.named_parameters():
         if p.grad is not None and n != "k_proj.bias":
-            close(p.grad.numpy(), g[n])
+            proj, leaf = n.split(".")
+            close(p.grad.numpy(), g[proj][leaf])

@@ -114,10 +114,10 @@ def check_swiglu(solution) -> None:
         raise CheckFailed("no gradient reaches x or the weights: build swiglu from Tensor ops, not numpy arrays")
     dout = r.standard_normal(out.shape)
     (out * tb.tensor(dout, dtype=tb.float64)).sum().backward()
-    params = {"gate_proj.weight": rand[1], "up_proj.weight": rand[2], "down_proj.weight": rand[3]}
-    _, cache = manual.swiglu_forward(rand[0], params)
+    _, cache = manual.swiglu_forward(rand[0], manual.Linear(rand[1]), manual.Linear(rand[2]), manual.Linear(rand[3]))
     dx, grads = manual.swiglu_backward(dout, cache)
-    for name, leaf, want in zip(("x", "w_gate", "w_up", "w_down"), leaves, (dx, *grads.values())):
+    dw = [grads[proj]["weight"] for proj in ("gate_proj", "up_proj", "down_proj")]
+    for name, leaf, want in zip(("x", "w_gate", "w_up", "w_down"), leaves, (dx, *dw)):
         if leaf.grad is None:
             raise CheckFailed(f"no gradient reached {name}: build swiglu from Tensor ops, not numpy arrays")
         if np.abs(leaf.grad.numpy() - want).max() > 1e-12:

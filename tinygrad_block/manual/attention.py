@@ -1,16 +1,17 @@
-"""Multi-head attention with grouped KV heads (MHA, GQA, MQA), causal or not, RoPE optional.
+"""Multi-head attention with grouped KV heads (MHA, GQA, MQA), causal or not, RoPE optional; named as
+nn/attention.py names its pieces (causal_mask, sdpa, repeat_kv).
 
 Query head h reads KV head h // G, G = n_heads // n_kv_heads (Hugging Face's repeat_kv), so backward sums
-dK and dV over each group of G query heads. params: 'q_proj.weight', 'k_proj.weight', 'v_proj.weight',
-'o_proj.weight' (each optionally with '.bias', '.lora_A', '.lora_B').
+dK and dV over each group of G query heads. The four projections q_proj, k_proj, v_proj, o_proj are each their
+own argument, a `Linear(weight, bias, adapter)`.
 """
 from __future__ import annotations
 
 import math
 
 from .activations import softmax_backward, softmax_forward
-from .common import with_prefix, xp_of
-from .linear import linear_backward, proj_forward
+from .common import xp_of
+from .linear import Linear, linear_backward, linear_forward
 from .rope import rope_backward, rope_forward
 
 
@@ -37,64 +38,65 @@ def repeat_kv_backward(dout, G: int):
     return dout.reshape(B, n_heads // G, G, L, d_head).sum(axis=2)     # (B, n_kv_heads, L, d_head)
 
 
-def sdpa_forward(q, k, v, causal: bool = True):
-    """out = softmax(q k^T / sqrt(d_head) + mask) v,  mask = -inf where key j > query i (if causal)
-    q, k, v: (B, H, L, d_head) -> scores, p: (B, H, L, L) -> out: (B, H, L, d_head)"""
-    xp = xp_of(q)
+def causal_mask(L: int, like):
+    """(L, L) additive mask in `like`'s dtype and array module: 0 where key j <= query i, -inf where j > i (the
+    future). Added to the scores, it zeroes those softmax weights."""
+    xp = xp_of(like)
+    return xp.triu(xp.full((L, L), -xp.inf, dtype=like.dtype), k=1)   # (L, L): -inf above the diagonal
+
+
+def sdpa_forward(q, k, v, mask=None):
+    """out = softmax(q k^T / sqrt(d_head) + mask) v      q, k, v: (B, H, L, d_head), one KV head per query head
+    (repeat_kv first); mask: (L, L) additive, or None -> scores, p: (B, H, L, L) -> out: (B, H, L, d_head)"""
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = (q @ k.swapaxes(-1, -2)) * scale                               # (B, H, L, L)
-    if causal:
-        L = q.shape[-2]
-        s = s + xp.triu(xp.full((L, L), -xp.inf, dtype=s.dtype), k=1)    # (L, L): -inf above the diagonal
+    if mask is not None:
+        s = s + mask                                                   # -inf where a key is in the future
     p, c_soft = softmax_forward(s)
     return p @ v, (q, k, v, p, c_soft, scale)
 
 
 def sdpa_backward(dout, cache):
     """dv = p^T dout;  dp = dout v^T;  ds = softmax'(dp);  dq = ds k * scale;  dk = ds^T q * scale
-    (masked entries have p = 0, so their ds is 0: nothing flows through a masked key)."""
+    (masked entries have p = 0, so their ds is 0: nothing flows through a masked key). Returns (dq, dk, dv)."""
     q, k, v, p, c_soft, scale = cache
     dv = p.swapaxes(-1, -2) @ dout                                     # (B, H, L, d_head)
     ds = softmax_backward(dout @ v.swapaxes(-1, -2), c_soft) * scale   # (B, H, L, L)
     return ds @ k, ds.swapaxes(-1, -2) @ q, dv
 
 
-def attention_forward(x, params: dict, n_heads: int, n_kv_heads: int, causal: bool = True,
-                      rope_theta: float | None = 10000.0, offset: int = 0, lora_scale: float = 1.0,
+def attention_forward(x, q_proj: Linear, k_proj: Linear, v_proj: Linear, o_proj: Linear, n_heads: int,
+                      n_kv_heads: int, causal: bool = True, rope_theta: float | None = 10000.0, offset: int = 0,
                       frozen: bool = False):
-    """out = o_proj(merge(sdpa(rope(q), rope(k), v)))  with q = split(x Wq^T), k = split(x Wk^T), v = split(x Wv^T)
-    x: (B, L, d_model); rope_theta None: no rotary embedding (GPT-2, BERT); offset: position of token 0;
-    lora_scale, frozen: as in linear_forward, for each projection."""
+    """out = o_proj(merge(sdpa(rope(q), rope(k), v, mask)))  with q = split(x Wq^T), k = split(x Wk^T),
+    v = split(x Wv^T);  x: (B, L, d_model); mask: causal_mask if causal; rope_theta None: no rotary embedding
+    (GPT-2, BERT); offset: position of token 0; frozen: as in linear_forward, for each projection."""
     check_heads(x, n_heads, n_kv_heads)
     G = n_heads // n_kv_heads
-    q, k, v, c_qkv = _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale, frozen)
-    o, c_sdpa = sdpa_forward(q, repeat_kv(k, G), repeat_kv(v, G), causal)   # (B, n_heads, L, d_head)
-    out, c_o = proj_forward(merge_heads(o), params, "o_proj", lora_scale, frozen)   # (B, L, d_model)
-    return out, {**c_qkv, "G": G, "sdpa": c_sdpa, "o_proj": c_o}
+    q, c_q = linear_forward(x, *q_proj, frozen=frozen)                 # (B, L, n_heads * d_head)
+    k, c_k = linear_forward(x, *k_proj, frozen=frozen)                 # (B, L, n_kv_heads * d_head)
+    v, c_v = linear_forward(x, *v_proj, frozen=frozen)
+    q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)   # (B, n, L, d_head)
+    c_rope = None
+    if rope_theta is not None:
+        (q, c_rope), (k, _) = rope_forward(q, rope_theta, offset), rope_forward(k, rope_theta, offset)
+    mask = causal_mask(x.shape[1], q) if causal else None
+    o, c_sdpa = sdpa_forward(q, repeat_kv(k, G), repeat_kv(v, G), mask)          # (B, n_heads, L, d_head)
+    out, c_o = linear_forward(merge_heads(o), *o_proj, frozen=frozen)            # (B, L, d_model)
+    return out, {"q_proj": c_q, "k_proj": c_k, "v_proj": c_v, "rope": c_rope, "n_heads": n_heads, "G": G,
+                 "sdpa": c_sdpa, "o_proj": c_o}
 
 
 def attention_backward(dout, cache):
     """d_o = dout Wo, split into heads -> sdpa backward -> dK, dV summed over each group of G query heads
-    -> RoPE backward on dq, dk -> merge heads -> q/k/v projection backward; dx = dq Wq + dk Wk + dv Wv."""
+    -> RoPE backward on dq, dk -> merge heads -> q/k/v projection backward; dx = dq Wq + dk Wk + dv Wv.
+    Returns (dx, {'q_proj': ..., 'k_proj': ..., 'v_proj': ..., 'o_proj': ...}), each as linear_backward's."""
     c = cache
     d_o, g_o = linear_backward(dout, c["o_proj"])                             # (B, L, n_heads * d_head)
     dq, dk, dv = sdpa_backward(split_heads(d_o, c["n_heads"]), c["sdpa"])     # (B, n_heads, L, d_head)
     dk, dv = repeat_kv_backward(dk, c["G"]), repeat_kv_backward(dv, c["G"])   # (B, n_kv_heads, L, d_head)
     dx, grads = qkv_backward(dq, dk, dv, c)
-    return dx, {**grads, **with_prefix("o_proj", g_o)}
-
-
-def _qkv_forward(x, params, n_heads, n_kv_heads, rope_theta, offset, lora_scale, frozen):
-    """Project x to q, k, v, split heads, rotate q and k. Returns q: (B, n_heads, L, d_head),
-    k, v: (B, n_kv_heads, L, d_head) and their cache."""
-    q, c_q = proj_forward(x, params, "q_proj", lora_scale, frozen)
-    k, c_k = proj_forward(x, params, "k_proj", lora_scale, frozen)
-    v, c_v = proj_forward(x, params, "v_proj", lora_scale, frozen)
-    q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)
-    c_rope = None
-    if rope_theta is not None:
-        (q, c_rope), (k, _) = rope_forward(q, rope_theta, offset), rope_forward(k, rope_theta, offset)
-    return q, k, v, {"q_proj": c_q, "k_proj": c_k, "v_proj": c_v, "rope": c_rope, "n_heads": n_heads}
+    return dx, {**grads, "o_proj": g_o}
 
 
 def qkv_backward(dq, dk, dv, cache):
@@ -104,8 +106,8 @@ def qkv_backward(dq, dk, dv, cache):
         dq, dk = rope_backward(dq, cache["rope"]), rope_backward(dk, cache["rope"])
     dx, grads = 0.0, {}
     for name, d in (("q_proj", dq), ("k_proj", dk), ("v_proj", dv)):
-        dx_i, g = linear_backward(merge_heads(d), cache[name])             # (B, L, n * d_head)
-        dx, grads = dx + dx_i, {**grads, **with_prefix(name, g)}
+        dx_i, grads[name] = linear_backward(merge_heads(d), cache[name])   # (B, L, n * d_head)
+        dx = dx + dx_i
     return dx, grads
 
 

@@ -1,4 +1,5 @@
-"""The two things every manual pair needs from an array library: its module, and erf.
+"""The two things every manual pair needs from an array library, its module and erf; and
+two helpers for gradients: sum_to_last (a broadcast weight's) and flatten (naming them as the module does).
 
 Everything else in `manual/` is written with array methods and operators, so the same code runs on numpy
 arrays (CPU), cupy arrays (GPU) and the strict arrays of device 'strict'. Both come from the engine's backend
@@ -26,13 +27,13 @@ def sum_to_last(t):
     return t.reshape(-1, t.shape[-1]).sum(axis=0)
 
 
-def with_prefix(prefix: str, grads: dict) -> dict:
-    """{'weight': dw} -> {'<prefix>.weight': dw}: name gradients as the module names its parameters."""
-    return {f"{prefix}.{name}": g for name, g in grads.items()}
-
-
-def under(prefix: str, params: dict) -> dict:
-    """The parameters of one submodule, prefix stripped: under('attn', p)['q_proj.weight'] is
-    p['attn.q_proj.weight']."""
-    head = prefix + "."
-    return {name[len(head):]: p for name, p in params.items() if name.startswith(head)}
+def flatten(grads: dict, prefix: str = "") -> dict:
+    """{'attn': {'q_proj': {'weight': dw}}} -> {'attn.q_proj.weight': dw}: nested gradient dicts, one per layer,
+    named as the module names its parameters."""
+    flat = {}
+    for name, g in grads.items():
+        if isinstance(g, dict):
+            flat.update(flatten(g, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = g
+    return flat

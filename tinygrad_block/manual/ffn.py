@@ -1,52 +1,52 @@
 """The feed-forward sublayer: SwiGLU (Llama) and the classic two-matrix FFN (GELU, GELU-tanh, ReLU).
 
-params are keyed as the FFN module names them: 'gate_proj.weight' (SwiGLU only), 'up_proj.weight',
-'down_proj.weight', plus '.bias' and '.lora_A' / '.lora_B' where present.
+Each projection is its own argument, a `Linear(weight, bias, adapter)` named as the FFN module names it
+(gate_proj, up_proj, down_proj); backward returns one gradient dict per projection, as linear_backward does.
 """
 from __future__ import annotations
 
 from .activations import ACTIVATIONS, silu_backward, silu_forward
-from .common import with_prefix
-from .linear import linear_backward, proj_forward
+from .linear import Linear, linear_backward, linear_forward
 
 
-def swiglu_forward(x, params: dict, lora_scale: float = 1.0, frozen: bool = False):
+def swiglu_forward(x, gate_proj: Linear, up_proj: Linear, down_proj: Linear, frozen: bool = False):
     """out = down(silu(gate(x)) * up(x))      x: (B, L, d_model) -> gate, up: (B, L, d_ff) -> (B, L, d_model)
-    lora_scale, frozen: as in linear_forward, for each projection."""
-    gate, c_gate = proj_forward(x, params, "gate_proj", lora_scale, frozen)      # (B, L, d_ff)
-    up, c_up = proj_forward(x, params, "up_proj", lora_scale, frozen)          # (B, L, d_ff)
+    frozen: as in linear_forward, for each projection."""
+    gate, c_gate = linear_forward(x, *gate_proj, frozen=frozen)          # (B, L, d_ff)
+    up, c_up = linear_forward(x, *up_proj, frozen=frozen)                # (B, L, d_ff)
     act, c_silu = silu_forward(gate)
-    out, c_down = proj_forward(act * up, params, "down_proj", lora_scale, frozen)
+    out, c_down = linear_forward(act * up, *down_proj, frozen=frozen)    # (B, L, d_model)
     return out, {"gate_proj": c_gate, "up_proj": c_up, "silu": c_silu, "act": act, "up": up, "down_proj": c_down}
 
 
 def swiglu_backward(dout, cache):
     """d_hidden = dout W_down;   d_up = d_hidden * silu(gate);   d_gate = silu'(gate) * (d_hidden * up);
-    dx = d_gate W_gate + d_up W_up   (x feeds both branches, so their gradients add)."""
+    dx = d_gate W_gate + d_up W_up   (x feeds both branches, so their gradients add).
+    Returns (dx, {'gate_proj': ..., 'up_proj': ..., 'down_proj': ...})."""
     c = cache
     d_hidden, g_down = linear_backward(dout, c["down_proj"])             # (B, L, d_ff)
     d_gate = silu_backward(d_hidden * c["up"], c["silu"])
     dx_gate, g_gate = linear_backward(d_gate, c["gate_proj"])
     dx_up, g_up = linear_backward(d_hidden * c["act"], c["up_proj"])
-    grads = {**with_prefix("gate_proj", g_gate), **with_prefix("up_proj", g_up), **with_prefix("down_proj", g_down)}
-    return dx_gate + dx_up, grads
+    return dx_gate + dx_up, {"gate_proj": g_gate, "up_proj": g_up, "down_proj": g_down}
 
 
-def ffn_forward(x, params: dict, act: str = "gelu", lora_scale: float = 1.0, frozen: bool = False):
+def ffn_forward(x, up_proj: Linear, down_proj: Linear, act: str = "gelu", frozen: bool = False):
     """out = down(act(up(x))), act in 'gelu' | 'gelu_tanh' | 'relu'      (B, L, d_model) -> (B, L, d_ff) -> back"""
     if act not in ACTIVATIONS:
         raise ValueError(f"ffn_forward: unknown activation {act!r}; expected one of {', '.join(ACTIVATIONS)}")
     act_forward, _ = ACTIVATIONS[act]
-    up, c_up = proj_forward(x, params, "up_proj", lora_scale, frozen)          # (B, L, d_ff)
+    up, c_up = linear_forward(x, *up_proj, frozen=frozen)                # (B, L, d_ff)
     hidden, c_act = act_forward(up)
-    out, c_down = proj_forward(hidden, params, "down_proj", lora_scale, frozen)
+    out, c_down = linear_forward(hidden, *down_proj, frozen=frozen)      # (B, L, d_model)
     return out, {"act_name": act, "up_proj": c_up, "act": c_act, "down_proj": c_down}
 
 
 def ffn_backward(dout, cache):
-    """d_hidden = dout W_down;   d_up = act'(up) * d_hidden;   dx = d_up W_up"""
+    """d_hidden = dout W_down;   d_up = act'(up) * d_hidden;   dx = d_up W_up.
+    Returns (dx, {'up_proj': ..., 'down_proj': ...})."""
     c = cache
     _, act_backward = ACTIVATIONS[c["act_name"]]
     d_hidden, g_down = linear_backward(dout, c["down_proj"])             # (B, L, d_ff)
     dx, g_up = linear_backward(act_backward(d_hidden, c["act"]), c["up_proj"])
-    return dx, {**with_prefix("up_proj", g_up), **with_prefix("down_proj", g_down)}
+    return dx, {"up_proj": g_up, "down_proj": g_down}
