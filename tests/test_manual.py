@@ -462,10 +462,6 @@ def test_block_against_torch(case):
         assert rel_err(g, p[k].grad, GRAD_FLOOR) <= TORCH_TOL, k
 
 
-
-
-
-
 @pytest.mark.parametrize("change, message", [
     ({"norm": "batch"}, "norm='batch'"),
     ({"layout": "sandwich"}, "layout='sandwich'"),
@@ -474,6 +470,12 @@ def test_block_against_torch(case):
 def test_block_names_a_bad_config(rng, change, message):
     with pytest.raises(ValueError, match=message):
         M.block_forward(normal(rng, B, L, 8), block_params(LLAMA, rng), replace(LLAMA, **change))
+
+
+def test_block_names_adapters_the_config_has_no_rank_for(rng):
+    params = block_params(replace(LLAMA, lora_rank=2), rng)          # q_proj and v_proj carry lora_A, lora_B
+    with pytest.raises(ValueError, match=r"attn\.q_proj\.lora_A .* lora_rank=0"):
+        M.block_forward(normal(rng, B, L, 8), params, LLAMA)
 
 
 # ------------------------------------------------------------------ the four pitfalls of 004

@@ -77,6 +77,9 @@ def block_weights(params: dict, cfg) -> BlockWeights:
     def linear(name: str) -> Linear:
         adapter = None
         if f"{name}.lora_A" in params:
+            if not cfg.lora_rank:
+                raise ValueError(f"block: params hold {name}.lora_A but the config has lora_rank=0; set lora_rank "
+                                 "(and lora_alpha) to the adapters' rank, or leave the adapters out")
             adapter = Adapter(params[f"{name}.lora_A"], params[f"{name}.lora_B"], cfg.lora_alpha / cfg.lora_rank)
         return Linear(params[f"{name}.weight"], params.get(f"{name}.bias"), adapter)
 
