@@ -48,6 +48,37 @@ def test_attention_masked_after_the_softmax_is_rejected():
     assert "zeroed after the softmax" in why and "no longer sum to 1" in why
 
 
+def test_attention_with_the_future_scores_set_to_zero_is_rejected():
+    def zero_scores(q, k, v, causal):
+        L = q.shape[-2]
+        s = (q @ k.mT) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s * tb.tensor(np.tril(np.ones((L, L))), dtype=q.dtype)          # 0, not -inf, above the diagonal
+        return s.softmax(axis=-1) @ v
+    why = failures(5, solution(5, attention=zero_scores))["attention"]
+    assert "causal=True" in why and "set to 0" in why and "e^-inf = 0" in why
+
+
+def test_attention_slightly_off_names_the_entry_and_the_expected_value():
+    off = lambda q, k, v, causal: _attention()(q, k, v, causal) * 1.001               # noqa: E731
+    why = failures(5, solution(5, attention=off))["attention"]
+    assert "attention(causal=False) at index (1, 0, 3, 3)" in why and "expected np.float64(-5.31728203540084" in why
+
+
+def test_attention_that_always_masks_is_rejected():
+    masked = lambda q, k, v, causal: _attention()(q, k, v, True)                      # noqa: E731
+    why = failures(5, solution(5, attention=masked))["attention"]
+    assert "attention(causal=False) gives the causal result" in why and "must not mask anything" in why
+
+
+def test_attention_with_the_wrong_gradient_is_rejected():
+    def steep(q, k, v, causal):
+        out = _attention()(q, k, v, causal)
+        return out + (out - out.detach()) * 0.5                        # right values, 1.5 times the gradient
+    why = failures(5, solution(5, attention=steep))["attention"]
+    assert "the gradient of q is off by 1.19 from the hand-derived one" in why
+
+
 def test_attention_that_ignores_causal_is_rejected():
     unmasked = lambda q, k, v, causal: _attention()(q, k, v, False)                   # noqa: E731
     why = failures(5, solution(5, attention=unmasked))["attention"]
@@ -120,3 +151,9 @@ def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
 def test_head_contributions_as_a_list_are_rejected():
     as_list = lambda weighted, w_o: list(solution(5).head_contributions(weighted, w_o))   # noqa: E731
     assert "returned a list of 4" in failures(5, solution(5, head_contributions=as_list))["head_contributions"]
+
+
+def test_head_contributions_off_name_the_gap_to_the_output_projection():
+    off = lambda weighted, w_o: solution(5).head_contributions(weighted, w_o) * 1.01   # noqa: E731
+    why = failures(5, solution(5, head_contributions=off))["head_contributions"]
+    assert "the slices are off by up to 0.106" in why and "differs from o_proj(merged) by 0.121" in why

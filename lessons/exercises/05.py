@@ -1,7 +1,7 @@
 """Lesson 05's exercises: scaled dot-product attention from Tensor ops, a stable softmax, and attention's output
-split into one contribution per head. Each check compares with an independent oracle (attention and its gradient
-derived by hand in numpy, softmax forward and backward from manual/ in float64, the output projection as one numpy
-matmul) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
+split into one contribution per head. Each check compares with an independent oracle, the hand-derived pairs of
+manual/ in float64 (sdpa forward and backward, softmax forward and backward, the output projection as one linear)
+and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,33 +50,34 @@ def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- attention
-def _attention_np(q, k, v, causal: bool, scale: float | None = None, masked: int | None = 1,
-                  mask_after: bool = False, zero_scores: bool = False) -> np.ndarray:
-    """Attention in numpy; the keyword arguments produce the usual slips: another scale, the mask on another
-    diagonal (np.triu's k = masked, or np.tril when masked is negative), the weights zeroed after the softmax,
-    the scores multiplied by 0 instead of given -inf."""
+def _attention_np(q, k, v, causal: bool, slip: str = "") -> np.ndarray:
+    """The oracle: manual.sdpa_forward, masked by manual.causal_mask when causal. `slip` gives the usual mistakes,
+    each the oracle with one change: the scores scaled by 1 or by 1 / d_head (q multiplied or divided by
+    sqrt(d_head) first), the mask on the other triangle or over the diagonal too, the future weights zeroed after
+    the softmax, the future scores set to 0 instead of -inf."""
     L, d = q.shape[-2], q.shape[-1]
-    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d) if scale is None else scale)        # (B, H, L, L)
-    if causal:
-        future = np.triu(np.ones((L, L), bool), k=masked) if masked >= 0 else np.tril(np.ones((L, L), bool), k=masked)
-        if zero_scores:
-            s = np.where(future, 0.0, s)
-        elif mask_after:
-            return np.where(future, 0.0, _softmax(s)) @ v
-        else:
-            s = np.where(future, -np.inf, s)
+    mask = manual.causal_mask(L, q) if causal else None                                  # (L, L): -inf where j > i
+    if slip == "unscaled":
+        q = q * np.sqrt(d)
+    elif slip == "scaled by d":
+        q = q / np.sqrt(d)
+    elif causal and slip == "other triangle":
+        mask = mask.T                                                                    # -inf where j < i
+    elif causal and slip == "diagonal":
+        mask = np.triu(np.full((L, L), -np.inf))                                         # -inf where j >= i
+    elif causal and slip in ("weights zeroed", "scores zeroed"):
+        s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d))                                # (B, H, L, L)
+        if slip == "weights zeroed":
+            return np.where(np.isinf(mask), 0.0, _softmax(s)) @ v
+        return _softmax(np.where(np.isinf(mask), 0.0, s)) @ v
     with np.errstate(invalid="ignore"):
-        return _softmax(s) @ v
+        return manual.sdpa_forward(q, k, v, mask)[0]
 
 
 def _attention_grads(q, k, v, dout):
-    """Causal attention's gradients by hand: dV = A^T dout, dA = dout V^T, dS = A (dA - sum(dA A)) (softmax's
-    backward, manual.softmax_backward), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
-    L, d = q.shape[-2], q.shape[-1]
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + np.triu(np.full((L, L), -np.inf), k=1)
-    a, cache = manual.softmax_forward(s)                                                # (B, H, L, L)
-    ds = manual.softmax_backward(dout @ np.swapaxes(v, -1, -2), cache)
-    return ds @ k / np.sqrt(d), np.swapaxes(ds, -1, -2) @ q / np.sqrt(d), np.swapaxes(a, -1, -2) @ dout
+    """Causal attention's gradients by hand (manual.sdpa_backward): dV = A^T dout, dA = dout V^T,
+    dS = A (dA - sum(dA A)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
+    return manual.sdpa_backward(dout, manual.sdpa_forward(q, k, v, manual.causal_mask(q.shape[-2], q))[1])
 
 
 def _qkv(seed: int = 0):
@@ -85,16 +86,16 @@ def _qkv(seed: int = 0):
     return [r.standard_normal((B, H, L, d)) * 1.5 for _ in range(3)]
 
 
-ATTENTION_SLIPS = [  # (what the numpy slip produces, the hint), tried when the learner's result is wrong
-    (dict(scale=1.0), "the scores were not divided by sqrt(d_head) = 2"),
-    (dict(scale=0.25), "the scores were divided by d_head = 4, not by its square root, 2"),
-    (dict(masked=-1), "the mask is on the wrong triangle: it hides the keys before each query (j < i), not the "
-                      "future ones (j > i); -inf belongs above the diagonal, np.triu(..., k=1)"),
-    (dict(masked=0), "the mask hides the diagonal too: a query may read its own key (j = i); use np.triu(..., k=1)"),
-    (dict(mask_after=True), "the future weights were zeroed after the softmax, so the rows no longer sum to 1: add "
-                            "-inf to the scores before the softmax instead"),
-    (dict(zero_scores=True), "the future scores were set to 0, but e^0 = 1 still gives those keys weight: they "
-                             "need -inf, so that e^-inf = 0"),
+ATTENTION_SLIPS = [  # (the slip, as _attention_np produces it; the hint), tried when the learner's result is wrong
+    ("unscaled", "the scores were not divided by sqrt(d_head) = 2"),
+    ("scaled by d", "the scores were divided by d_head = 4, not by its square root, 2"),
+    ("other triangle", "the mask is on the wrong triangle: it hides the keys before each query (j < i), not the "
+                       "future ones (j > i); -inf belongs above the diagonal, np.triu(..., k=1)"),
+    ("diagonal", "the mask hides the diagonal too: a query may read its own key (j = i); use np.triu(..., k=1)"),
+    ("weights zeroed", "the future weights were zeroed after the softmax, so the rows no longer sum to 1: add "
+                       "-inf to the scores before the softmax instead"),
+    ("scores zeroed", "the future scores were set to 0, but e^0 = 1 still gives those keys weight: they "
+                      "need -inf, so that e^-inf = 0"),
 ]
 
 
@@ -110,7 +111,7 @@ def check_attention(solution) -> None:
             continue
         for slip, hint in ATTENTION_SLIPS:
             with np.errstate(invalid="ignore"):
-                wrong = _attention_np(qn, kn, vn, causal, **slip)
+                wrong = _attention_np(qn, kn, vn, causal, slip)
             if np.allclose(got, wrong, rtol=0, atol=1e-10, equal_nan=True):
                 raise CheckFailed(f"attention(causal={causal}) is off by up to {np.nanmax(np.abs(got - want)):.3g}: "
                                   f"{hint}")
@@ -212,7 +213,7 @@ def check_head_contributions(solution) -> None:
                           f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
     got = tensor_result(got, "head_contributions", (H, B, L, d_model))
     want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
-    full = manual.merge_heads(weighted) @ w_o.T                                          # o_proj(merged)
+    full = manual.linear_forward(manual.merge_heads(weighted), w_o)[0]                   # o_proj(merged)
     if np.abs(got - want).max() < 1e-12 and np.abs(got.sum(0) - full).max() < 1e-12:
         return
     rows = np.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(H)])
