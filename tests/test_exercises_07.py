@@ -16,6 +16,18 @@ def test_glu_instead_of_swiglu_is_rejected():
     assert "that is GLU" in failures(7, solution(7, swiglu=glu))["swiglu"]
 
 
+def test_swiglu_without_the_gate_is_rejected():
+    ungated = lambda x, wg, wu, wd: (x @ wu.mT) @ wd.mT                                 # noqa: E731
+    assert "the gate is missing" in failures(7, solution(7, swiglu=ungated))["swiglu"]
+
+
+def test_swiglu_with_another_activation_shows_the_hidden_vector():
+    relu = lambda x, wg, wu, wd: ((x @ wg.mT).relu() * (x @ wu.mT)) @ wd.mT            # noqa: E731
+    why = failures(7, solution(7, swiglu=relu))["swiglu"]
+    assert "expected [0.236482, 0.059746, -0.057338, -0.293513]" in why
+    assert "the hidden vector SiLU(gate) * up should be [0.2943, 0.0019, -0.1156]" in why
+
+
 def test_swiglu_with_untransposed_weights_is_rejected_with_the_layout():
     untransposed = lambda x, wg, wu, wd: ((x @ wg).silu() * (x @ wu)) @ wd              # noqa: E731
     why = failures(7, solution(7, swiglu=untransposed))["swiglu"]

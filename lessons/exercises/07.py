@@ -1,7 +1,7 @@
 """Lesson 07's exercises: the SwiGLU FFN from Tensor ops, the hidden width by Meta's rounding rule, and the FFN's
-share of a model's parameters. Each check compares with an independent oracle (the worked example and the
-hand-derived SwiGLU backward in numpy, the published widths of the presets, the parameters of each model built on
-the shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
+share of a model's parameters. Each check compares with an independent oracle (SwiGLU's forward and backward
+from manual/ and nn.SwiGLU, the published widths of the presets, the parameters of each model built on the
+shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import math
@@ -53,12 +53,14 @@ W_DOWN = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -0.5], [0.2, -0.3, 1.0], [-1.0, 0
 
 
 def _swiglu_np(x, w_gate, w_up, w_down, slip: str = ""):
-    """SwiGLU in numpy, weights stored (out, in), SiLU from manual/; `slip` gives the usual mistakes."""
-    gate, up = x @ w_gate.T, x @ w_up.T
+    """The oracle: manual.swiglu_forward, weights stored (out, in). `slip` gives the usual mistakes: the gate and up
+    projections swapped (SiLU on the up projection), or the gate's SiLU replaced by a sigmoid (GLU) or by 1."""
     if slip == "gate on up":
-        gate, up = up, gate
-    act = {"sigmoid": manual.sigmoid(gate), "no gate": np.ones_like(gate)}.get(slip, manual.silu_forward(gate)[0])
-    return (act * up) @ w_down.T
+        w_gate, w_up = w_up, w_gate
+    if slip in ("sigmoid", "no gate"):
+        gate = manual.sigmoid(x @ w_gate.T) if slip == "sigmoid" else 1.0                  # (B, L, d_ff)
+        return (gate * (x @ w_up.T)) @ w_down.T
+    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
 
 
 SWIGLU_SLIPS = [("gate on up", "SiLU went on the up projection; the gate is SiLU(x @ w_gate.mT), and the up "
