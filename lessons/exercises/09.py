@@ -57,9 +57,8 @@ def _array(got, what: str, shape: tuple) -> np.ndarray:
 
 # ---------------------------------------------------------------- SwiGLU
 def _swiglu_np(x, w_gate, w_up, w_down):
-    """SwiGLU's forward in numpy, SiLU from manual/, for the finite differences."""
-    z, u = x @ w_gate.T, x @ w_up.T
-    return (manual.silu_forward(z)[0] * u) @ w_down.T
+    """SwiGLU's forward, manual.swiglu_forward, for the finite differences."""
+    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
 
 
 def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
@@ -73,15 +72,16 @@ def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
 
 def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
     """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it: SiLU's derivative
-    (manual.silu_backward) spoilt, or one of the two branches into x left out."""
-    z, u = x @ w_gate.T, x @ w_up.T
+    (manual.silu_backward) spoilt, or one of the two branches into x left out. The gate and up projections, forward
+    and backward, are manual's linear pair."""
+    (z, c_gate), (u, c_up) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)   # (B, L, d_ff)
     (silu, silu_cache), s = manual.silu_forward(z), manual.sigmoid(z)
     dm = grad_out @ w_down                                                # (B, L, d_ff)
-    du = dm * silu
+    dx_up, _ = manual.linear_backward(dm * silu, c_up)
 
-    def grads(dz, du=du, gate=True, up=True):
-        dx = (dz @ w_gate if gate else 0.0) + (du @ w_up if up else 0.0)
-        return dx, dz.reshape(-1, dz.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+    def grads(dz, gate=True, up=True):
+        dx_gate, g_gate = manual.linear_backward(dz, c_gate)
+        return (dx_gate if gate else 0.0) + (dx_up if up else 0.0), g_gate["weight"]
 
     right = manual.silu_backward(dm * u, silu_cache)
     return {
