@@ -21,6 +21,17 @@ def test_an_unscaled_lora_update_is_rejected():
     assert "not scaled" in why
 
 
+def test_a_lora_scale_upside_down_is_rejected():
+    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: r / alpha)))["lora_forward"]
+    assert "upside down: r / alpha = 0.5, not alpha / r = 2" in why
+
+
+def test_lora_with_the_wrong_gradient_of_b_is_rejected():
+    def steep(x, W, A, B, alpha):
+        return solution(13).lora_forward(x, W, A, B, alpha) + ((B - B.detach()) * 0.1).sum()   # right values
+    assert "the gradient of B differs" in failures(13, solution(13, lora_forward=steep))["lora_forward"]
+
+
 def test_lora_without_the_frozen_term_is_rejected():
     def update_only(x, W, A, B, alpha):
         return (x @ A.T) @ B.T * (alpha / A.shape[0])

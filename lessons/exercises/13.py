@@ -1,13 +1,13 @@
 """Lesson 13's exercises: the LoRA layer by hand, LoRA's parameter saving, DeepNorm's constants, and the total and
 active parameters of a mixture of experts. Each check compares with an independent oracle (nn.Linear with LoRA
-and numpy; the parameters of real modules; the DeepNet formula; a model built on the shape-only device) and
-says what is wrong, with the numbers, naming the usual slips."""
+and manual.linear_forward with an Adapter; the parameters of real modules; the DeepNet formula; a model built on
+the shape-only device) and says what is wrong, with the numbers, naming the usual slips."""
 from __future__ import annotations
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
+from tinygrad_block import manual, nn
 
 from .common import CheckFailed, tensor_result
 
@@ -56,19 +56,22 @@ def check_lora_forward(solution) -> None:
     layer.load_state_dict({"weight": tb.tensor(W, dtype=tb.float64), "lora_A": tb.tensor(A, dtype=tb.float64),
                            "lora_B": tb.tensor(B, dtype=tb.float64)})
     want = layer(tb.tensor(xn, dtype=tb.float64)).numpy()
-    base, update = xn @ W.T, (xn @ A.T) @ B.T                                   # (N, d_out) each
-    assert np.abs(want - (base + alpha / rank * update)).max() < 1e-12          # the oracles agree
+
+    def lora(W=W, scale=alpha / rank):                                          # manual's linear with an adapter
+        return manual.linear_forward(xn, W, adapter=manual.Adapter(A, B, scale), frozen=True)
+    y, cache = lora()
+    assert np.abs(want - y).max() < 1e-12                                       # the oracles agree
     x, Wt, At, Bt = (tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in (xn, W, A, B))
     got = tensor_result(solution.lora_forward(x, Wt, At, Bt, alpha), "lora_forward", (N, d_out))
     err = np.abs(got - want).max()
     if err > 1e-10:
-        slips = [(base + alpha * update, f"the update is scaled by alpha = {alpha:g}; the scale is alpha / r = "
-                                         f"{alpha:g} / {rank} = {alpha / rank:g}"),
-                 (base + rank / alpha * update, f"the scale is upside down: r / alpha = {rank / alpha:g}, not "
-                                                f"alpha / r = {alpha / rank:g}"),
-                 (base + update, f"the update is not scaled: multiply (x A^T) B^T by alpha / r = {alpha / rank:g}"),
-                 (alpha / rank * update, "the frozen term x W^T is missing: LoRA adds to the layer's output")]
-        hint = next((h for value, h in slips if np.abs(got - value).max() < 1e-10), "")
+        slips = [(lora(scale=alpha), f"the update is scaled by alpha = {alpha:g}; the scale is alpha / r = "
+                                     f"{alpha:g} / {rank} = {alpha / rank:g}"),
+                 (lora(scale=rank / alpha), f"the scale is upside down: r / alpha = {rank / alpha:g}, not "
+                                            f"alpha / r = {alpha / rank:g}"),
+                 (lora(scale=1.0), f"the update is not scaled: multiply (x A^T) B^T by alpha / r = {alpha / rank:g}"),
+                 (lora(W=np.zeros_like(W)), "the frozen term x W^T is missing: LoRA adds to the layer's output")]
+        hint = next((h for (value, _), h in slips if np.abs(got - value).max() < 1e-10), "")
         raise CheckFailed(f"lora_forward is off by up to {err:.3g} from nn.Linear with the same W, A, B "
                           f"(d_in {d_in}, d_out {d_out}, r {rank}, alpha {alpha:g})" + (f": {hint}" if hint else ""))
     out = solution.lora_forward(x, Wt, At, Bt, alpha)
@@ -77,7 +80,7 @@ def check_lora_forward(solution) -> None:
     out.backward(tb.ones_like(out))
     if At.grad is None or Bt.grad is None:
         raise CheckFailed("no gradient reaches A and B: compute with Tensor ops on the arguments, not numpy arrays")
-    dB = alpha / rank * np.ones((N, d_out)).T @ (xn @ A.T)                      # (d_out, r)
+    dB = manual.linear_backward(np.ones((N, d_out)), cache)[1]["lora_B"]       # (alpha / r) dy^T (x A^T): (d_out, r)
     if np.abs(Bt.grad.numpy() - dB).max() > 1e-9:
         raise CheckFailed("the gradient of B differs from (alpha / r) dy^T (x A^T)")
 
