@@ -1,7 +1,8 @@
 """Measuring models with the engine itself: built on the shape-only 'meta' device, so even a 70B model counts
-in milliseconds. Parameters from named_parameters(), FLOPs and activation bytes from observers at the choke
-point, the recorded graph, the walk of one token through a block, step by step, by the named steps, and
-generation's two phases (prefill, decode) with what each computes and reads."""
+in milliseconds. Parameters from named_parameters(), FLOPs (per module, found by the scope the model gives it) and
+activation bytes from observers at the choke point, the recorded graph, the walk of one token through a block,
+step by step, by the named steps, and generation's two phases (prefill, decode) with what each computes and
+reads."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ from .generator import Generator
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .function import Movement, primitive
 from .graph import Graph, record_graph
-from .nn import LM, BlockConfig, TransformerBlock
+from .nn import LM, BlockConfig, Module, TransformerBlock
 from .tensor import Tensor, ones_like, randn, zeros
 from .nn.cache import KVCache
 from .nn.config import PRESETS
@@ -77,14 +78,67 @@ def measured_params(cfg: BlockConfig) -> tuple[dict, dict, Counter]:
     return block, model, submodules
 
 
+# ---------------------------------------------------------------- where a module counts
+def scope_of(model: Module, module: Module) -> str:
+    """The scope that `module`'s primitives run in when `model` runs ('model.layers.0'): the model's own scope
+    name, then the attribute path down to `module`."""
+    path = next(name for name, m in model.named_modules() if m is module)
+    return ".".join(filter(None, (model.scope_name, path)))
+
+
+def block_scope() -> str:
+    """Where the first block of every nn.LM counts ('model.layers.0'), read from a small model on meta."""
+    model = meta_lm(PRESETS["tiny"])
+    return scope_of(model, model.layers[0])
+
+
 # ---------------------------------------------------------------- FLOPs and activation bytes
+PHASES = ("forward_matmul", "forward_all", "backward_matmul", "backward_all")   # the four numbers of a module
+
+
 def count_model(cfg: BlockConfig, B: int, L: int) -> FlopCounter:
     """Forward and backward of the whole model on meta under count_flops; upstream gradient of zeros."""
-    model = meta_lm(cfg)
+    return _count_flops(meta_lm(cfg), B, L)
+
+
+def _count_flops(model: LM, B: int, L: int) -> FlopCounter:
     with count_flops() as fc:
         logits = model(meta_ids(B, L))                               # (B, L, vocab_size)
         logits.backward(zeros(*logits.shape, dtype=logits.dtype, device="meta"))
     return fc
+
+
+def phase_flops(fc: FlopCounter, scope: str, own: bool = False) -> dict[str, int]:
+    """The four numbers (PHASES) of one module scope: its subtree's FLOPs, or with `own` only its own ops."""
+    return {key: fc.total(key.split("_")[0], scope=scope, matmul_only=key.endswith("matmul"), own=own)
+            for key in PHASES}
+
+
+def flops_by_module(cfg: BlockConfig, B: int, L: int) -> dict[str, dict[str, int]]:
+    """FLOPs (PHASES) of the model's forward and backward on meta (as count_model), per part: 'embedding',
+    ['position_embedding'], the first block's 'block.norm1', 'block.attn', 'block.norm2', 'block.ffn' and
+    'block.residual' (the block's own ops), 'block', all 'blocks', 'final_norm', 'lm_head', ['model_own',
+    'outside': ops of the model itself, and outside every module, when there are any], and the whole 'model'."""
+    model = meta_lm(cfg)
+    fc = _count_flops(model, B, L)
+
+    def of(module: Module, own: bool = False) -> dict[str, int]:
+        return phase_flops(fc, scope_of(model, module), own)
+    block = model.layers[0]
+    rows = {"embedding": of(model.embed)}
+    if not cfg.rope:
+        rows["position_embedding"] = of(model.pos_embed)
+    rows |= {f"block.{part}": of(getattr(block, part)) for part in ("norm1", "attn", "norm2", "ffn")}
+    rows |= {"block.residual": of(block, own=True), "block": of(block),
+             "blocks": phase_flops(fc, scope_of(model, block).rsplit(".", 1)[0]),   # 'model.layers': every block
+             "final_norm": of(model.norm),
+             "lm_head": phase_flops(fc, f"{model.scope_name}.lm_head")}   # a tied head runs in scope('lm_head') too
+    for key, where in (("model_own", model.scope_name), ("outside", "")):   # the position add, a tied head's grads
+        own = phase_flops(fc, where, own=True)
+        if any(own.values()):
+            rows[key] = own
+    rows["model"] = phase_flops(fc, "")
+    return rows
 
 
 def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
@@ -93,7 +147,7 @@ def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
     model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
     with count_saved_bytes() as saved:
         model(meta_ids(B, L))
-    per_layer = saved.total("model.layers.0")
+    per_layer = saved.total(scope_of(model, model.layers[0]))
     return {"per_layer": per_layer, "layers": per_layer * cfg.n_layers, "model": saved.total()}
 
 
