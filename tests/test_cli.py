@@ -8,13 +8,12 @@ import re
 import subprocess
 import sys
 import time
-from argparse import Namespace
 
 import numpy as np
 import pytest
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, cli, nn
+from tinygrad_block import accounting, cli, nn, report
 from tinygrad_block.__main__ import main as package_main
 from tinygrad_block.counting import count_flops, count_saved_bytes
 
@@ -102,7 +101,7 @@ def test_params_llama2_7b_by_hand(capsys):
 
 def test_params_groups_biases_and_lora(capsys):
     cfg = nn.preset("gpt2-small").with_(lora_rank=8)
-    data = cli.params_data(Namespace(preset=cfg))
+    data = report.params_data(cfg)
     assert {k: r["measured"] for k, r in data["block"].items()} == accounting.block_param_breakdown(cfg)
     assert data["block"]["lora"]["measured"] == 2 * 8 * (768 + 768)           # q_proj and v_proj, A and B
     assert data["block"]["biases"]["measured"] == 4 * 768 + 3072 + 768
@@ -307,7 +306,7 @@ def test_bad_arguments_exit_2_with_a_helpful_message(capsys, argv, message):
     (nn.preset("gpt2-small").with_(ffn="relu", n_kv_heads=4), "ReLU"),
 ])
 def test_walk_variants_beyond_the_presets(cfg, expected):
-    data = cli.walk_data(Namespace(preset=cfg))
+    data = report.walk_data(cfg)
     assert data["difference"] == {"matmul": 0, "all": 0}
     assert expected in [s["operation"] for s in data["steps"]]
     assert {s["operation"] for s in data["steps"]} <= WALK_NAMES          # every op belongs to a named step

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, cli, nn
+from tinygrad_block import accounting, cli, nn, report
 from tinygrad_block.data import CharTokenizer
 
 CHARS = "abcdefghij .,\n"
@@ -138,5 +138,5 @@ def test_checkpoint_mistakes_are_one_line(capsys, checkpoint, run_folder, argv, 
 def test_ids_beyond_the_tokenizer_are_shown_not_dropped():
     """A model's embedding can have more rows than its tokenizer has tokens (Qwen2: 151,936 vs 151,665)."""
     tokenizer = CharTokenizer("abc")
-    assert cli.shown_text(tokenizer, [0, 1, 5, 2, 2, 7]) == "ab<id 5>cc<id 7>"
-    assert cli.shown_text(tokenizer, [2, 1, 0]) == tokenizer.decode([2, 1, 0]) == "cba"
+    assert report.shown_text(tokenizer, [0, 1, 5, 2, 2, 7]) == "ab<id 5>cc<id 7>"
+    assert report.shown_text(tokenizer, [2, 1, 0]) == tokenizer.decode([2, 1, 0]) == "cba"
