@@ -8,7 +8,9 @@ implicit read back to the host, so code that would stall or fail on a GPU fails 
 The oracles, each written once: finite differences and `rel_err` (tinygrad_block.gradcheck), the hand-derived
 pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, shared with the benchmarks; the
 repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer."""
+import json
 import re
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,6 +26,46 @@ from tinygrad_block.gradcheck import rel_err  # noqa: F401  (tests import it fro
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+
+class CommandLine:
+    """The one way tests run the command line: in this process, `out(*argv)` (status 0 asserted; its stdout) and
+    `json(*argv)` (the same with --json, parsed), or, where a fresh interpreter is the point (exit status, no
+    traceback, a hidden package, another folder), `process(*argv)`: `python -m tinygrad_block ARGV`."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def out(self, *argv) -> str:
+        from tinygrad_block import cli
+        assert cli.main([str(a) for a in argv]) == 0
+        return self.capsys.readouterr().out
+
+    def json(self, *argv) -> dict:
+        return json.loads(self.out(*argv, "--json"))
+
+    @staticmethod
+    def process(*argv, cwd=ROOT, env=None, prelude: str = "", timeout: int = 300) -> subprocess.CompletedProcess:
+        """`prelude` (Python) runs first in the child, e.g. to hide a package from it."""
+        start = ["-c", f"import sys\n{prelude}\nfrom tinygrad_block.cli import main\nsys.exit(main(sys.argv[1:]))"] \
+            if prelude else ["-m", "tinygrad_block"]
+        return subprocess.run([sys.executable, *start, *map(str, argv)], capture_output=True, text=True, cwd=cwd,
+                              env=env, timeout=timeout)
+
+
+@pytest.fixture
+def command_line(capsys) -> CommandLine:
+    return CommandLine(capsys)
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments) -> str:
+    """A user's mistake: status 2, exactly one line on stderr holding every fragment, and no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+    return lines[0]
+
 
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ FFN = ("gate_proj", "up_proj", "down_proj")
 # part as (per element, per row): softmax and the norms reduce each row (their last axis) once. 'backward' is
 # the gradient to the input; a norm's gain and shift gradients are summed over the rows as well, one add fewer
 # per parameter (n - 1 of n). Derived by hand in _activation, _rope, _softmax and _norm below; each entry is
-# tested against the counter (tests/test_accounting.py::test_composite_flops_table_is_what_the_counter_counts).
+# tested against the counter (tests/measure/test_accounting.py::test_composite_flops_table_is_what_the_counter_counts).
 COMPOSITE_FLOPS = {
     "sigmoid": {"forward": (7, 0), "backward": (12, 0)},
     "silu": {"forward": (8, 0), "backward": (15, 0)},

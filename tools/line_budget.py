@@ -1,7 +1,7 @@
 """Count the engine core's lines of code: not blank, not comments, not docstrings (docs are free).
 
 The core is what a learner reads in an evening: tensor, functions, the backends (numpy, the device table, the
-GPU's, the strict one), autograd, the trace, indexing. CI fails when it grows past BUDGET (tests/test_engine.py
+GPU's, the strict one), autograd, the trace, indexing. CI fails when it grows past BUDGET (tests/engine/test_engine.py
 runs this).
 
     python tools/line_budget.py

@@ -2,7 +2,7 @@
 forward graph at depth 2 and its backward graph (the gradient flow) at depth 1, and Llama-2-70B's whole model at
 depth 2 (80 identical layers drawn once), on the shape-only device.
 
-    python tools/render_readme_graphs.py          # tests/test_readme_graphs.py checks the output is current
+    python tools/render_readme_graphs.py          # tests/docs/test_readme_graphs.py checks the output is current
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def attention(p, cfg, x, cos=None, sin=None, offset: int = 0, prefix: str = "att
     RoPE by (cos, sin), or tables for positions offset.. when not given. probe collects the rotated q and k."""
     if getattr(cfg, "qk_norm", False) or getattr(cfg, "rope_scaling", ()):
         raise ValueError("torch_block.attention: no QK-norm or RoPE scaling here; tests check those against "
-                         "transformers' Qwen3 and Llama layers (tests/test_rope_scaling_qk_norm.py)")
+                         "transformers' Qwen3 and Llama layers (tests/nn/test_rope_scaling_qk_norm.py)")
     B, L, _ = x.shape
     H, H_kv = cfg.n_heads, cfg.n_kv_heads
     d_head = cfg.d_model // H

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from conftest import needs_gpu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_python_blocks(gpu: bool) -> list[str]:

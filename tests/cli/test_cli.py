@@ -5,8 +5,6 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 import re
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,16 +15,9 @@ from tinygrad_block import accounting, cli, nn, report
 from tinygrad_block.__main__ import main as package_main
 from tinygrad_block.counting import count_flops, count_saved_bytes
 
+from conftest import one_line_error
+
 PHASES = ("forward_matmul", "forward_all", "backward_matmul", "backward_all")
-
-
-def run(capsys, *argv) -> str:
-    assert cli.main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
-def run_json(capsys, *argv) -> dict:
-    return json.loads(run(capsys, *argv, "--json"))
 
 
 def meta_model(cfg, dtype=tb.float32):
@@ -34,8 +25,8 @@ def meta_model(cfg, dtype=tb.float32):
 
 
 # ---------------------------------------------------------------- presets
-def test_presets_json_totals_are_the_closed_form_and_the_built_model(capsys):
-    data = run_json(capsys, "presets")
+def test_presets_json_totals_are_the_closed_form_and_the_built_model(command_line):
+    data = command_line.json("presets")
     assert [p["name"] for p in data["presets"]] == list(nn.PRESETS)
     for p in data["presets"]:
         cfg = nn.preset(p["name"])
@@ -45,17 +36,16 @@ def test_presets_json_totals_are_the_closed_form_and_the_built_model(capsys):
                                              cfg.n_layers, cfg.vocab_size, cfg.max_seq_len, cfg.tie_embeddings)
 
 
-def test_presets_table_reads_in_human_units(capsys):
-    lines = run(capsys, "presets").splitlines()
+def test_presets_table_reads_in_human_units(command_line):
+    lines = command_line.out("presets").splitlines()
     llama = next(line for line in lines if line.split()[:1] == ["llama2-7b"])
     assert llama.split() == ["llama2-7b", "4,096", "32", "32", "128", "11,008", "32", "32,000", "4,096", "rms",
                              "(pre)", "swiglu", "no", "6.74", "B"]
     assert "134.52 M" in next(line for line in lines if line.split()[:1] == ["smollm-135m"])
 
 
-def test_presets_runs_as_a_module():
-    done = subprocess.run([sys.executable, "-m", "tinygrad_block", "presets"], capture_output=True, text=True,
-                          timeout=60)
+def test_presets_runs_as_a_module(command_line):
+    done = command_line.process("presets")
     assert done.returncode == 0, done.stderr
     assert "llama2-70b" in done.stdout and "68.98 B" in done.stdout
 
@@ -72,9 +62,9 @@ def test_package_main_keeps_tour_and_adds_the_counting_commands(capsys):
 
 # ---------------------------------------------------------------- params
 @pytest.mark.parametrize("name", ["llama2-7b", "llama2-70b", "smollm-135m", "gpt2-small", "bert-base"])
-def test_params_rows_equal_the_closed_form_and_the_built_model(capsys, name):
+def test_params_rows_equal_the_closed_form_and_the_built_model(name, command_line):
     cfg = nn.preset(name)
-    data = run_json(capsys, "params", "--preset", name)
+    data = command_line.json("params", "--preset", name)
     block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     assert data["per_block"] == accounting.params_per_block(cfg) == block.num_parameters()
     assert data["total"] == accounting.total_params(cfg) == meta_model(cfg).num_parameters()
@@ -86,26 +76,26 @@ def test_params_rows_equal_the_closed_form_and_the_built_model(capsys, name):
     assert data["shares"]["measured"] == pytest.approx({"attention": shares.attention, "ffn": shares.ffn})
 
 
-def test_params_llama2_7b_by_hand(capsys):
+def test_params_llama2_7b_by_hand(command_line):
     """000, "Parameter budget per block": 4 d^2 + 3 d d_ff + 2 d, about 202 M; the model 6.74 B."""
     d, d_ff, V = 4096, 11008, 32000
-    data = run_json(capsys, "params", "--preset", "llama2-7b")
+    data = command_line.json("params", "--preset", "llama2-7b")
     assert data["per_block"] == 4 * d * d + 3 * d * d_ff + 2 * d == 202_383_360
     assert data["total"] == 32 * data["per_block"] + 2 * V * d + d
     assert data["block"]["W_gate"]["shapes"] == [[d_ff, d]]
     assert data["block"]["norms"]["shapes"] == [[d], [d]]
-    text = run(capsys, "params", "--preset", "llama2-7b")
+    text = command_line.out("params", "--preset", "llama2-7b")
     assert "202,383,360" in text and "6,738,415,616" in text and "6.74 B" in text and "202.38 M" in text
     assert "attention (Q, K, V, O) 33.16%, FFN 66.84%" in text
 
 
-def test_params_groups_biases_and_lora(capsys):
+def test_params_groups_biases_and_lora(command_line):
     cfg = nn.preset("gpt2-small").with_(lora_rank=8)
     data = report.params_data(cfg)
     assert {k: r["measured"] for k, r in data["block"].items()} == accounting.block_param_breakdown(cfg)
     assert data["block"]["lora"]["measured"] == 2 * 8 * (768 + 768)           # q_proj and v_proj, A and B
     assert data["block"]["biases"]["measured"] == 4 * 768 + 3072 + 768
-    tied = run(capsys, "params", "--preset", "gpt2-small")
+    tied = command_line.out("params", "--preset", "gpt2-small")
     assert "tied: reuses the embedding" in tied
 
 
@@ -123,9 +113,9 @@ def engine_flops(cfg, L, B):
 
 @pytest.mark.parametrize("name, L, B", [("tiny", 16, 2), ("llama3-8b", 6, 2), ("smollm-135m", 5, 3),
                                         ("gpt2-small", 7, 2), ("bert-base", 9, 1)])
-def test_flops_equal_the_closed_form_and_the_engine(capsys, name, L, B):
+def test_flops_equal_the_closed_form_and_the_engine(name, L, B, command_line):
     cfg = nn.preset(name)
-    data = run_json(capsys, "flops", "--preset", name, "--seq-len", str(L), "--batch", str(B))
+    data = command_line.json("flops", "--preset", name, "--seq-len", str(L), "--batch", str(B))
     closed = {"per_block": {p: getattr(accounting, f"block_{p.split('_')[0]}_flops")(
         cfg, L, B, matmul_only=p.endswith("matmul")) for p in PHASES},
         "model": {p: getattr(accounting, f"model_{p.split('_')[0]}_flops")(
@@ -146,8 +136,8 @@ def test_flops_equal_the_closed_form_and_the_engine(capsys, name, L, B):
         assert data["modules"]["blocks"][p] == cfg.n_layers * data["per_block"][p]
 
 
-def test_flops_table_shows_every_module_and_zero_differences(capsys):
-    lines = run(capsys, "flops", "--preset", "gpt2-small", "--seq-len", "8").splitlines()
+def test_flops_table_shows_every_module_and_zero_differences(command_line):
+    lines = command_line.out("flops", "--preset", "gpt2-small", "--seq-len", "8").splitlines()
     text = "\n".join(lines)
     for label in ("embedding", "position embedding", "norm1", "attn", "norm2", "ffn", "residual adds",
                   "block 0 total", "all 12 blocks", "final norm", "LM head",
@@ -157,11 +147,11 @@ def test_flops_table_shows_every_module_and_zero_differences(capsys):
     assert len(compare) == 8 and all(line.split()[-1] == "0" for line in compare)
 
 
-def test_flops_llama2_70b_at_4096_is_fast_and_matches_the_rule(capsys):
+def test_flops_llama2_70b_at_4096_is_fast_and_matches_the_rule(command_line):
     """Matmuls of one block forward: 2 L (matmul parameters) + 4 L^2 d_model (scores and weights @ V)."""
     d, d_kv, d_ff, L = 8192, 1024, 28672, 4096
     start = time.perf_counter()
-    data = run_json(capsys, "flops", "--preset", "llama2-70b", "--seq-len", str(L))
+    data = command_line.json("flops", "--preset", "llama2-70b", "--seq-len", str(L))
     assert time.perf_counter() - start < 5.0
     weights = 2 * d * d + 2 * d * d_kv + 3 * d * d_ff
     assert data["per_block"]["forward_matmul"] == 2 * L * weights + 4 * L * L * d
@@ -182,10 +172,10 @@ LLAMA_STEPS = ["input x", "RMSNorm (norm1)", "Q projection", "K projection", "V 
                "down projection", "residual add"]
 
 
-def test_walk_llama2_7b_is_the_curriculum_table(capsys):
+def test_walk_llama2_7b_is_the_curriculum_table(command_line):
     """000, "Walking the tensor": 2 d^2 per attention projection, 2 d d_ff per FFN projection, 404 M in all."""
     d, d_ff = 4096, 11008
-    data = run_json(capsys, "walk", "--preset", "llama2-7b")
+    data = command_line.json("walk", "--preset", "llama2-7b")
     steps = {s["operation"]: s for s in data["steps"]}
     assert [s["operation"] for s in data["steps"]] == LLAMA_STEPS
     assert [s["step"] for s in data["steps"]] == list(range(len(LLAMA_STEPS)))
@@ -197,14 +187,14 @@ def test_walk_llama2_7b_is_the_curriculum_table(capsys):
     assert steps["residual add"]["shape"] == [1, 1, d] and steps["residual add"]["flops"] == d
     assert steps["weights @ V"]["shape"] == [1, 1, d]                   # heads merged back
     assert data["total"]["matmul"] == 4 * 2 * d * d + 3 * 2 * d * d_ff + 4 * d == 404_766_720
-    text = run(capsys, "walk", "--preset", "llama2-7b")
+    text = command_line.out("walk", "--preset", "llama2-7b")
     assert "33.55 M" in text and "90.18 M" in text and "404.77 M" in text and "(1, 32, 1, 128)" in text
 
 
 @pytest.mark.parametrize("name", list(nn.PRESETS))
-def test_walk_totals_equal_the_closed_form_and_the_engine(capsys, name):
+def test_walk_totals_equal_the_closed_form_and_the_engine(name, command_line):
     cfg = nn.preset(name)
-    data = run_json(capsys, "walk", "--preset", name)
+    data = command_line.json("walk", "--preset", name)
     block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     with count_flops() as fc:
         block(tb.zeros(1, 1, cfg.d_model, device="meta"))
@@ -215,37 +205,37 @@ def test_walk_totals_equal_the_closed_form_and_the_engine(capsys, name):
     assert sum(s["ops"].get("matmul", 0) for s in data["steps"]) == 7 + 2 - (cfg.ffn != "swiglu")
 
 
-def test_walk_gqa_and_post_norm(capsys):
-    llama70 = [s for s in run_json(capsys, "walk", "--preset", "llama2-70b")["steps"]]
+def test_walk_gqa_and_post_norm(command_line):
+    llama70 = [s for s in command_line.json("walk", "--preset", "llama2-70b")["steps"]]
     by_name = {s["operation"]: s for s in llama70}
     assert by_name["K projection"]["shape"] == [1, 8, 1, 128]             # 8 KV heads
     assert by_name["repeat K, V heads (GQA)"]["shape"] == [1, 64, 1, 128]  # shared by groups of 8 query heads
     assert by_name["repeat K, V heads (GQA)"]["flops"] == 0
-    bert = [s["operation"] for s in run_json(capsys, "walk", "--preset", "bert-base")["steps"]]
+    bert = [s["operation"] for s in command_line.json("walk", "--preset", "bert-base")["steps"]]
     assert bert == ["input x", "Q projection", "K projection", "V projection", "scores q k^T / sqrt(d_head)",
                     "softmax", "weights @ V", "O projection", "residual add", "LayerNorm (norm1)", "up projection",
                     "GELU (erf)", "down projection", "residual add", "LayerNorm (norm2)"]
 
 
 # ---------------------------------------------------------------- memory
-def test_memory_llama2_70b_is_the_curriculum_estimate(capsys):
+def test_memory_llama2_70b_is_the_curriculum_estimate(command_line):
     """002's 25 GB of activations for Llama-2-70B at 4096 tokens in bf16, beside the engine's measurement."""
     cfg = nn.preset("llama2-70b")
-    data = run_json(capsys, "memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
+    data = command_line.json("memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
     assert data["estimate"] == accounting.training_memory(cfg, 4096, 1, bytes_per_element=2)
     assert data["estimate"]["activations"] == 25 * 2**30
     assert data["kv_cache"] == accounting.kv_cache_bytes(cfg, 4096, 1, 2) == 2 * 80 * 4096 * 8 * 128 * 2
     probabilities = 64 * 4096 * 4096 * 2                                   # the L x L softmax output, per layer
     assert data["measured_activations"]["per_layer"] > probabilities
     assert data["measured_over_estimate"] > 10
-    text = run(capsys, "memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
+    text = command_line.out("memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
     assert "25.00 GiB" in text and "FlashAttention" in text and "L x L attention probabilities" in text
 
 
 @pytest.mark.parametrize("name, L, B", [("tiny", 32, 2), ("gpt2-small", 16, 1), ("smollm-135m", 8, 3)])
-def test_memory_measures_the_engine_in_each_dtype(capsys, name, L, B):
+def test_memory_measures_the_engine_in_each_dtype(name, L, B, command_line):
     cfg = nn.preset(name)
-    got = {dtype: run_json(capsys, "memory", "--preset", name, "--seq-len", str(L), "--batch", str(B),
+    got = {dtype: command_line.json("memory", "--preset", name, "--seq-len", str(L), "--batch", str(B),
                            "--dtype", dtype) for dtype in ("bf16", "fp16", "fp32")}
     scopes = {}
     for dtype, data in got.items():
@@ -272,8 +262,8 @@ def test_memory_measures_the_engine_in_each_dtype(capsys, name, L, B):
             assert n32 == 2 * scopes["fp16"][scope], scope
 
 
-def test_memory_scales_with_the_batch(capsys):
-    one, two = (run_json(capsys, "memory", "--preset", "tiny", "--seq-len", "24", "--batch", b) for b in "12")
+def test_memory_scales_with_the_batch(command_line):
+    one, two = (command_line.json("memory", "--preset", "tiny", "--seq-len", "24", "--batch", b) for b in "12")
     assert two["measured_activations"]["per_layer"] == 2 * one["measured_activations"]["per_layer"]
     assert two["estimate"]["activations"] == 2 * one["estimate"]["activations"]
 
@@ -312,12 +302,12 @@ def test_walk_variants_beyond_the_presets(cfg, expected):
     assert {s["operation"] for s in data["steps"]} <= WALK_NAMES          # every op belongs to a named step
 
 
-def test_walk_steps_cost_what_a_hand_derivation_says(capsys):
+def test_walk_steps_cost_what_a_hand_derivation_says(command_line):
     """One token of llama2-7b (H = H_kv = 32, d_head = 128): RoPE rotates q and k, 3 FLOPs per element
     (x1 cos - x2 sin, x2 cos + x1 sin); the mask adds once per score (H scores); softmax over one score per
     head costs 5T - 2R with T = R = H (max, subtract, exp, sum, divide)."""
     H, d_head = 32, 128
-    steps = {s["operation"]: s for s in run_json(capsys, "walk", "--preset", "llama2-7b")["steps"]}
+    steps = {s["operation"]: s for s in command_line.json("walk", "--preset", "llama2-7b")["steps"]}
     assert steps["RoPE on q, k"]["flops"] == 3 * (H + H) * d_head
     assert steps["causal mask"]["flops"] == H and steps["causal mask"]["ops"]["add"] == 1
     assert steps["softmax"]["flops"] == 5 * H - 2 * H
@@ -326,17 +316,17 @@ def test_walk_steps_cost_what_a_hand_derivation_says(capsys):
 
 # ---------------------------------------------------------------- graph
 @pytest.mark.parametrize("fmt, magic", [("svg", b"<?xml"), ("png", b"\x89PNG"), ("pdf", b"%PDF"), ("dot", b"digraph")])
-def test_graph_writes_each_format(capsys, tmp_path, fmt, magic):
+def test_graph_writes_each_format(tmp_path, fmt, magic, command_line):
     out = tmp_path / f"block.{fmt}"
-    data = json.loads(run(capsys, "graph", "--preset", "tiny", "--depth", "1", "--out", str(out), "--json"))
+    data = json.loads(command_line.out("graph", "--preset", "tiny", "--depth", "1", "--out", str(out), "--json"))
     assert out.read_bytes().startswith(magic) and data["path"] == str(out) and data["format"] == fmt
     assert data["nodes"] == 7 and data["edges"] == 8     # input, norm1, attn, +, norm2, ffn, +; the block's edges
 
 
-def test_graph_of_a_70b_block_at_full_depth_goes_through_the_shape_only_device(capsys, tmp_path):
+def test_graph_of_a_70b_block_at_full_depth_goes_through_the_shape_only_device(tmp_path, command_line):
     from tinygrad_block.graph import record_graph
     out = tmp_path / "block.dot"
-    data = json.loads(run(capsys, "graph", "--preset", "llama2-70b", "--backward", "--out", str(out), "--json"))
+    data = json.loads(command_line.out("graph", "--preset", "llama2-70b", "--backward", "--out", str(out), "--json"))
     cfg = nn.preset("llama2-70b")
     blk = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     x = tb.randn(1, 16, cfg.d_model, generator=tb.Generator(0), device="meta", requires_grad=True)
@@ -346,18 +336,18 @@ def test_graph_of_a_70b_block_at_full_depth_goes_through_the_shape_only_device(c
     assert data["backward"] and out.read_text().count(' [label="') >= len(graph.ops("backward"))
 
 
-def test_graph_of_the_whole_model_at_depth_1_draws_the_identical_layers_once(capsys, tmp_path):
+def test_graph_of_the_whole_model_at_depth_1_draws_the_identical_layers_once(tmp_path, command_line):
     out = tmp_path / "model.dot"
-    data = json.loads(run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--out", str(out),
+    data = json.loads(command_line.out("graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--out", str(out),
                           "--json"))
     text = out.read_text()
     assert 'label="layers.0–31  × 32' in text and 'label="lm_head\\n' in text and "layers.1\\n" not in text
     assert data["nodes"] == 5                                 # token ids, embed, the 32 layers as one, norm, head
 
 
-def test_graph_all_layers_draws_every_layer(capsys, tmp_path):
+def test_graph_all_layers_draws_every_layer(tmp_path, command_line):
     out = tmp_path / "model.dot"
-    data = json.loads(run(capsys, "graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--all-layers",
+    data = json.loads(command_line.out("graph", "--preset", "llama2-7b", "--model", "--depth", "1", "--all-layers",
                           "--out", str(out), "--json"))
     text = out.read_text()
     assert data["nodes"] == 4 + 32 and "×" not in text
@@ -368,25 +358,25 @@ def png_width(path) -> int:
     return int.from_bytes(path.read_bytes()[16:20], "big")          # the IHDR chunk: width, then height
 
 
-def test_graph_dpi_scales_a_png_and_is_refused_for_vector_drawings(capsys, tmp_path):
+def test_graph_dpi_scales_a_png_and_is_refused_for_vector_drawings(tmp_path, command_line):
     widths = {}
     for dpi in (100, 300):
         out = tmp_path / f"{dpi}.png"
-        run(capsys, "graph", "--preset", "tiny", "--depth", "1", "--dpi", str(dpi), "--out", str(out))
+        command_line.out("graph", "--preset", "tiny", "--depth", "1", "--dpi", str(dpi), "--out", str(out))
         widths[dpi] = png_width(tmp_path / f"{dpi}.png")
     assert 2.9 < widths[300] / widths[100] < 3.1
-    error = one_line_error(run_cli("graph", "--preset", "tiny", "--dpi", "100", "--out", str(tmp_path / "x.svg")),
-                           "--dpi 100", "only a .png has pixels")
+    result = command_line.process("graph", "--preset", "tiny", "--dpi", "100", "--out", tmp_path / "x.svg")
+    error = one_line_error(result, "--dpi 100", "only a .png has pixels")
     assert "svg" in error and not (tmp_path / "x.svg").exists()
 
 
-def test_graph_values_on_every_device_draw_the_same_numbers(capsys, tmp_path, device):
+def test_graph_values_on_every_device_draw_the_same_numbers(tmp_path, device, command_line):
     """--values runs the block on --device: the same drawing, and the same value summaries as on
     the CPU up to float32 rounding (a GPU sums in another order; a summary has three significant digits)."""
     dots = {}
     for d in ("cpu", device):
         out = tmp_path / f"{d}.dot"
-        run(capsys, "graph", "--preset", "tiny", "--values", "--device", d, "--out", str(out))
+        command_line.out("graph", "--preset", "tiny", "--values", "--device", d, "--out", str(out))
         dots[d] = out.read_text()
     number = r"-?\d+(?:\.\d+)?(?:e[-+]\d+)?"
     assert dots["cpu"].count("value mean") > 100
@@ -407,21 +397,6 @@ def test_graph_rejects_bad_arguments(capsys, argv, message):
 
 
 # ---------------------------------------------------------------- a user's mistakes: one line, status 2
-def run_cli(*argv, env=None, prelude=""):
-    """The real command line in a fresh interpreter (`prelude` runs first, e.g. to hide a package)."""
-    code = f"import sys\n{prelude}\nfrom tinygrad_block.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
-                          env=env)
-
-
-def one_line_error(result, *fragments) -> str:
-    """Status 2, exactly one line on stderr holding every fragment, and no traceback."""
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert all(f in lines[0] for f in fragments), lines[0]
-    return lines[0]
-
-
 def test_the_one_parser_serves_every_command(capsys):
     assert package_main is cli.main
     assert cli.main([]) == 2                                            # no command: the help, status 2
@@ -440,15 +415,15 @@ def file_in_the_way(tmp_path):
     return blocker
 
 
-def test_graph_out_under_a_file_says_so(file_in_the_way):
+def test_graph_out_under_a_file_says_so(file_in_the_way, command_line):
     out = file_in_the_way / "sub" / "block.dot"
-    result = run_cli("graph", "--preset", "tiny", "--out", str(out))
+    result = command_line.process("graph", "--preset", "tiny", "--out", str(out))
     one_line_error(result, "graph: error: --out", str(file_in_the_way / "sub"), "a file is in the way")
 
 
-def test_graph_out_that_is_a_folder_says_so(tmp_path):
+def test_graph_out_that_is_a_folder_says_so(tmp_path, command_line):
     (tmp_path / "block.svg").mkdir()
-    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.svg"))
+    result = command_line.process("graph", "--preset", "tiny", "--out", str(tmp_path / "block.svg"))
     one_line_error(result, "--out", "is a folder")
 
 
@@ -478,53 +453,54 @@ def read_only(folder):
     yield Path("/sys")
 
 
-def test_graph_out_in_a_read_only_folder_says_so(tmp_path):
+def test_graph_out_in_a_read_only_folder_says_so(tmp_path, command_line):
     with read_only(tmp_path / "locked") as folder:
-        result = run_cli("graph", "--preset", "tiny", "--out", str(folder / "block.dot"))
+        result = command_line.process("graph", "--preset", "tiny", "--out", str(folder / "block.dot"))
     error = one_line_error(result, "--out", str(folder))
     assert "Permission denied" in error or "not permitted" in error     # EACCES from a chmod, EPERM from /sys
 
 
-def test_tour_out_dir_under_a_file_or_read_only_says_so(file_in_the_way, tmp_path):
-    result = run_cli("tour", "--out-dir", str(file_in_the_way / "graphs"))
+def test_tour_out_dir_under_a_file_or_read_only_says_so(file_in_the_way, tmp_path, command_line):
+    result = command_line.process("tour", "--out-dir", str(file_in_the_way / "graphs"))
     one_line_error(result, "tour: error: --out-dir", "a file is in the way")
     with read_only(tmp_path / "locked") as folder:
-        result = run_cli("tour", "--out-dir", str(folder / "graphs"))
+        result = command_line.process("tour", "--out-dir", str(folder / "graphs"))
     error = one_line_error(result, "tour: error: --out-dir", str(folder))
     assert "Permission denied" in error or "not permitted" in error
 
 
-def test_graph_without_the_dot_program_says_what_to_install(tmp_path):
+def test_graph_without_the_dot_program_says_what_to_install(tmp_path, command_line):
     env = {**os.environ, "PATH": str(tmp_path)}                         # a PATH with no `dot` on it
-    result = run_cli("graph", "--preset", "tiny", "--depth", "1", "--out", str(tmp_path / "block.svg"), env=env)
+    result = command_line.process("graph", "--preset", "tiny", "--depth", "1", "--out", tmp_path / "block.svg", env=env)
     one_line_error(result, "graph: error: --out", "`dot` program was not found", "apt-get install graphviz")
     assert not (tmp_path / "block.svg").exists()
-    result = run_cli("graph", "--preset", "tiny", "--depth", "1", "--out", str(tmp_path / "block.dot"), env=env)
+    result = command_line.process("graph", "--preset", "tiny", "--depth", "1", "--out", tmp_path / "block.dot", env=env)
     assert result.returncode == 0 and (tmp_path / "block.dot").read_text().startswith("digraph")
 
 
-def test_graph_without_the_graphviz_package_says_what_to_install(tmp_path):
+def test_graph_without_the_graphviz_package_says_what_to_install(tmp_path, command_line):
     hide = "sys.modules['graphviz'] = None"                             # `import graphviz` fails
-    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.png"), prelude=hide)
+    result = command_line.process("graph", "--preset", "tiny", "--out", str(tmp_path / "block.png"), prelude=hide)
     one_line_error(result, "graph: error: --out", "graphviz Python package is missing", "tinygrad_block[viz]")
-    result = run_cli("graph", "--preset", "tiny", "--out", str(tmp_path / "block.dot"), prelude=hide)
+    result = command_line.process("graph", "--preset", "tiny", "--out", str(tmp_path / "block.dot"), prelude=hide)
     assert result.returncode == 0 and (tmp_path / "block.dot").exists()
 
 
-def test_graph_values_refuses_a_run_too_big_for_memory_with_the_estimate(tmp_path):
+def test_graph_values_refuses_a_run_too_big_for_memory_with_the_estimate(tmp_path, command_line):
     """TinyLlama's block at B=8, L=2048 in float32: the scores alone are B H L^2 x 4 bytes = 4 GiB (and the
     softmax keeps as many again); the refusal names an estimate at least that, and writes nothing."""
     cfg = nn.preset("tinyllama-1.1b")
     argv = ["graph", "--preset", "tinyllama-1.1b", "--values", "--seq-len", "2048", "--batch", "8"]
-    error = one_line_error(run_cli(*argv, "--out", str(tmp_path / "g.dot")), "--values", "over the limit of 2.00 GiB")
+    result = command_line.process(*argv, "--out", tmp_path / "g.dot")
+    error = one_line_error(result, "--values", "over the limit of 2.00 GiB")
     estimate = float(re.search(r"about ([\d.,]+) GiB", error).group(1).replace(",", ""))
     assert estimate >= 2 * 8 * cfg.n_heads * 2048**2 * 4 / 2**30
     assert not (tmp_path / "g.dot").exists() and "lower --seq-len and --batch" in error
 
 
-def test_graph_values_on_a_model_too_big_at_any_length_says_to_choose_a_smaller_preset(tmp_path):
+def test_graph_values_on_a_model_too_big_at_any_length_says_to_choose_a_smaller_preset(tmp_path, command_line):
     """Llama-2-70B's parameters alone are 68,976,648,192 x 4 bytes = 257 GiB: fewer tokens cannot help."""
-    error = one_line_error(run_cli("graph", "--preset", "llama2-70b", "--model", "--values", "--out",
+    error = one_line_error(command_line.process("graph", "--preset", "llama2-70b", "--model", "--values", "--out",
                                    str(tmp_path / "g.dot")), "choose a smaller preset", "even at B=1, L=1")
     assert "lower --seq-len" not in error
     at_one = float(re.search(r"it needs ([\d.,]+) GiB", error).group(1).replace(",", ""))
@@ -547,9 +523,9 @@ def test_record_bytes_is_what_the_recording_holds():
         assert graph.nodes and 0.95 * held <= estimate <= 1.2 * held, (name, estimate, held)
 
 
-def test_graph_values_still_draws_a_small_preset(capsys, tmp_path):
+def test_graph_values_still_draws_a_small_preset(tmp_path, command_line):
     out = tmp_path / "tiny.dot"
-    run(capsys, "graph", "--preset", "tiny", "--model", "--values", "--backward", "--out", str(out))
+    command_line.out("graph", "--preset", "tiny", "--model", "--values", "--backward", "--out", str(out))
     assert out.read_text().count("value mean") > 300                    # every op of the gradient flow
 
 

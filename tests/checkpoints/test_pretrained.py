@@ -4,7 +4,7 @@ same float64 logits (1e-10) and the same greedy generation; our save_pretrained 
 the same tensors and logits; inspect counts parameters from the headers alone; each bad input names its problem.
 
 transformers' Llama-family modules keep float32 islands in float64 (RMSNorm, the RoPE tables): the oracle fixture
-computes them in float64 with the same formulas, as tests/test_nn_block_torch.py explains."""
+computes them in float64 with the same formulas, as tests/nn/test_nn_block_torch.py explains."""
 from __future__ import annotations
 
 import json

@@ -15,7 +15,7 @@ import tinygrad_block as tb
 from tinygrad_block import function as F
 from tinygrad_block import nn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tinygrad_block"
 # the only files that may touch numpy: the backends (the seam, the GPU's, the strict arrays) and host-side
 # checking (finite differences, the tour's comparison tables)
@@ -130,13 +130,8 @@ def test_line_counter_ignores_comments_blanks_and_docstrings():
     assert budget.code_lines(source) == 3  # def, return, continuation
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "tinygrad_block", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-
-
-def test_tour_runs_and_checks_itself(tmp_path):
-    result = run_cli("tour", "--out-dir", str(tmp_path))
+def test_tour_runs_and_checks_itself(tmp_path, command_line):
+    result = command_line.process("tour", "--out-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "autograd, hand-derived and finite differences agree" in result.stdout
     assert "ffn.down_proj.weight" in result.stdout and "backward:" in result.stdout
@@ -165,8 +160,8 @@ def test_tour_numbers(tmp_path, device):
 @pytest.mark.parametrize("device, fragments", [("tpu", ["unknown device 'tpu'", "'cuda:N'"]),
                                                ("meta", ["'meta' holds shapes but no values"]),
                                                ("cuda:7", ["'cuda:7'"])])
-def test_tour_on_a_device_it_cannot_use_says_why_in_one_line(device, fragments):
-    result = run_cli("tour", "--device", device)
+def test_tour_on_a_device_it_cannot_use_says_why_in_one_line(device, fragments, command_line):
+    result = command_line.process("tour", "--device", device)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("python -m tinygrad_block tour: error: argument --device:")
@@ -175,11 +170,11 @@ def test_tour_on_a_device_it_cannot_use_says_why_in_one_line(device, fragments):
         assert CUDA_MISSING.replace("cuda:0", "cuda:7").split(";")[0] in error
 
 
-def test_cli_without_a_command_prints_help_and_fails():
-    result = run_cli()
+def test_cli_without_a_command_prints_help_and_fails(command_line):
+    result = command_line.process()
     assert result.returncode == 2 and "tour" in result.stdout
-    assert run_cli("--help").returncode == 0
-    assert run_cli("nonsense").returncode == 2
+    assert command_line.process("--help").returncode == 0
+    assert command_line.process("nonsense").returncode == 2
 
 
 def test_ruff_is_clean():

@@ -1,10 +1,7 @@
 """The architecture calculator, `calc` (cli.py): any shape, counted on the meta device, equal to the preset
 commands (`params`, `flops`, `memory`), to accounting's closed forms and to counts derived here by hand; the
 training-time sanity check; every bad argument exits 2 with a message, never a traceback."""
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -15,23 +12,18 @@ LLAMA2_7B = ["--d-model", "4096", "--n-layers", "32", "--n-heads", "32", "--n-kv
              "--vocab", "32000"]
 
 
-def run_json(capsys, *argv) -> dict:
-    assert cli.main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def llama_params_by_hand(d: int, layers: int, d_kv: int, d_ff: int, V: int, tied: bool) -> int:
     """W_Q, W_O d^2; W_K, W_V d d_kv; gate, up, down d d_ff; two RMSNorm gains; embedding, final norm, head."""
     block = 2 * d * d + 2 * d * d_kv + 3 * d * d_ff + 2 * d
     return layers * block + V * d + d + (0 if tied else V * d)
 
 
-def test_calc_of_llama2_7b_numbers_equals_the_preset_commands_and_the_closed_forms(capsys):
+def test_calc_of_llama2_7b_numbers_equals_the_preset_commands_and_the_closed_forms(command_line):
     cfg, L, B = nn.preset("llama2-7b"), 512, 2
-    calc = run_json(capsys, "calc", *LLAMA2_7B, "--seq-len", str(L), "--batch", str(B), "--dtype", "fp32")
-    params = run_json(capsys, "params", "--preset", "llama2-7b")
-    flops = run_json(capsys, "flops", "--preset", "llama2-7b", "--seq-len", str(L), "--batch", str(B))
-    memory = run_json(capsys, "memory", "--preset", "llama2-7b", "--seq-len", str(L), "--batch", str(B),
+    calc = command_line.json("calc", *LLAMA2_7B, "--seq-len", str(L), "--batch", str(B), "--dtype", "fp32")
+    params = command_line.json("params", "--preset", "llama2-7b")
+    flops = command_line.json("flops", "--preset", "llama2-7b", "--seq-len", str(L), "--batch", str(B))
+    memory = command_line.json("memory", "--preset", "llama2-7b", "--seq-len", str(L), "--batch", str(B),
                       "--dtype", "fp32")
     p = calc["parameters"]
     assert p["total"] == params["total"] == accounting.total_params(cfg) == 6_738_415_616
@@ -51,14 +43,14 @@ def test_calc_of_llama2_7b_numbers_equals_the_preset_commands_and_the_closed_for
     assert calc["preset"] == "custom" and calc["from_preset"] is None
 
 
-def test_calc_of_a_preset_without_changes_keeps_its_name(capsys):
-    data = run_json(capsys, "calc", "--preset", "llama2-7b", "--seq-len", "128")
+def test_calc_of_a_preset_without_changes_keeps_its_name(command_line):
+    data = command_line.json("calc", "--preset", "llama2-7b", "--seq-len", "128")
     assert data["preset"] == "llama2-7b" and data["config"]["context"] == 4096
 
 
-def test_a_non_preset_architecture_counts_equal_the_closed_forms_and_the_hand_derivation(capsys):
+def test_a_non_preset_architecture_counts_equal_the_closed_forms_and_the_hand_derivation(command_line):
     d, layers, H, H_kv, d_ff, V, L = 5120, 48, 40, 8, 13824, 100_000, 1024
-    data = run_json(capsys, "calc", "--d-model", str(d), "--n-layers", str(layers), "--n-heads", str(H),
+    data = command_line.json("calc", "--d-model", str(d), "--n-layers", str(layers), "--n-heads", str(H),
                     "--n-kv-heads", str(H_kv), "--d-ff", str(d_ff), "--vocab", str(V), "--seq-len", str(L))
     cfg = nn.BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=d_ff, n_layers=layers, vocab_size=V,
                          max_seq_len=L)
@@ -75,23 +67,23 @@ def test_a_non_preset_architecture_counts_equal_the_closed_forms_and_the_hand_de
     assert data["memory"]["kv_cache"] == 2 * layers * L * H_kv * (d // H) * 2
 
 
-def test_calc_changes_fields_of_a_preset(capsys):
-    data = run_json(capsys, "calc", "--preset", "llama2-70b", "--n-kv-heads", "64", "--seq-len", "64")
+def test_calc_changes_fields_of_a_preset(command_line):
+    data = command_line.json("calc", "--preset", "llama2-70b", "--n-kv-heads", "64", "--seq-len", "64")
     mha = nn.preset("llama2-70b").with_(n_kv_heads=64)
     assert data["preset"] == "custom" and data["from_preset"] == "llama2-70b"
     assert data["parameters"]["total"] == accounting.total_params(mha) == \
         llama_params_by_hand(8192, 80, 8192, 28672, 32000, tied=False)
-    tied = run_json(capsys, "calc", "--preset", "smollm-135m", "--seq-len", "64")["parameters"]["total"]
-    untied = run_json(capsys, "calc", "--preset", "smollm-135m", "--no-tied", "--seq-len", "64")["parameters"]["total"]
+    tied = command_line.json("calc", "--preset", "smollm-135m", "--seq-len", "64")["parameters"]["total"]
+    untied = command_line.json("calc", "--preset", "smollm-135m", "--no-tied", "--seq-len", "64")["parameters"]["total"]
     assert untied - tied == 49152 * 576                                       # the head's own V x d_model
 
 
-def test_a_seq_len_beyond_every_presets_context_works(capsys):
+def test_a_seq_len_beyond_every_presets_context_works(capsys, command_line):
     L = 2 * max(cfg.max_seq_len for cfg in nn.PRESETS.values())
     with pytest.raises(SystemExit):                                          # the preset commands refuse it
         cli.main(["flops", "--preset", "mistral-7b", "--seq-len", str(L)])
     capsys.readouterr()
-    data = run_json(capsys, "calc", "--preset", "mistral-7b", "--seq-len", str(L))
+    data = command_line.json("calc", "--preset", "mistral-7b", "--seq-len", str(L))
     cfg = nn.preset("mistral-7b").with_(max_seq_len=L)
     assert data["seq_len"] == data["config"]["context"] == L
     assert data["flops"]["measured"]["forward_matmul"] == accounting.model_forward_flops(cfg, L)
@@ -99,8 +91,8 @@ def test_a_seq_len_beyond_every_presets_context_works(capsys):
     assert data["memory"]["kv_cache"] == 2 * 32 * L * 8 * 128 * 2
 
 
-def test_70b_on_1000_gpus_at_16_4_percent_takes_six_weeks(capsys):
-    data = run_json(capsys, "calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu", "0.164")
+def test_70b_on_1000_gpus_at_16_4_percent_takes_six_weeks(command_line):
+    data = command_line.json("calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu", "0.164")
     N, t = data["parameters"]["total"], data["training"]
     seconds_per_day = 86400
     days = t["days"]["six_n"]
@@ -114,16 +106,16 @@ def test_70b_on_1000_gpus_at_16_4_percent_takes_six_weeks(capsys):
     assert t["flops"]["counted"] == counted * t["tokens"] // 4096
     assert math.isclose(t["days"]["counted"], t["flops"]["counted"] / (1000 * 990e12 * 0.164 * seconds_per_day),
                         rel_tol=1e-12)
-    given = run_json(capsys, "calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu",
+    given = command_line.json("calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu",
                      "0.164", "--tokens", "1.4e12", "--peak-tflops", "495")["training"]
     assert given["tokens"] == 1_400_000_000_000 and given["chinchilla"] is False
     assert math.isclose(given["days"]["six_n"], 6 * N * 1.4e12 / (1000 * 495e12 * 0.164 * seconds_per_day),
                         rel_tol=1e-12)
 
 
-def test_json_fields_and_the_table(capsys):
+def test_json_fields_and_the_table(capsys, command_line):
     argv = ["calc", "--preset", "tiny", "--seq-len", "16", "--batch", "3", "--gpus", "8", "--mfu", "0.5"]
-    data = run_json(capsys, *argv)
+    data = command_line.json(*argv)
     assert set(data) == {"command", "preset", "from_preset", "config", "seq_len", "batch", "dtype",
                          "bytes_per_element", "parameters", "flops", "per_token", "training", "memory"}
     assert set(data["config"]) == {"d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size",
@@ -183,7 +175,6 @@ def test_shapes_that_cannot_be_built_are_one_line_and_exit_2(capsys, argv, messa
     assert err.count("\n") == 1
 
 
-def test_a_bad_shape_as_a_module_is_one_line_and_no_traceback():
-    done = subprocess.run([sys.executable, "-m", "tinygrad_block", "calc", *LLAMA2_7B, "--n-heads", "30",
-                           "--seq-len", "64"], capture_output=True, text=True, timeout=60)
+def test_a_bad_shape_as_a_module_is_one_line_and_no_traceback(command_line):
+    done = command_line.process("calc", *LLAMA2_7B, "--n-heads", "30", "--seq-len", "64")
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from tinygrad_block import course
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 ids = [p.stem for p in LESSONS]
 

@@ -1,4 +1,4 @@
-"""Regenerate tests/golden/tiny_computation.dot (only when a change to the DOT output is intended)."""
+"""Regenerate tests/graph/golden/tiny_computation.dot (only when a change to the DOT output is intended)."""
 from pathlib import Path
 
 import tinygrad_block as tb

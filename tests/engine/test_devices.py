@@ -1,8 +1,8 @@
 """The same engine on every device: 'cpu' (numpy), 'strict' (arrays that refuse implicit host reads) and 'cuda'
 (CuPy, GPU-marked). What a device must not change: the weights a seed draws, the values (to rounding), the
-FLOP counts (tests/test_counting.py), the graphs (tests/test_graph.py), and the absence of reads back to the
-host in a forward and backward pass. And float16, whose sums
-and norm statistics accumulate in float32, against float64.
+FLOP counts (tests/measure/test_counting.py), the graphs (tests/graph/test_graph.py), and the absence of reads
+back to the host in a forward and backward pass. And float16, whose sums and norm statistics accumulate in
+float32, against float64.
 
 Oracles: the numpy run (itself held to finite differences, PyTorch and the hand-derived pairs elsewhere),
 float64 for float16, and values worked out by hand.

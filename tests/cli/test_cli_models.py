@@ -30,32 +30,27 @@ def run_folder(tmp_path_factory):
     return folder
 
 
-def run(capsys, *argv) -> str:
-    assert cli.main(list(argv)) == 0
-    return capsys.readouterr().out
-
-
-def test_inspect_counts_the_checkpoint_as_the_model_and_the_closed_form(capsys, checkpoint):
-    data = json.loads(run(capsys, "inspect", str(checkpoint), "--json"))
+def test_inspect_counts_the_checkpoint_as_the_model_and_the_closed_form(checkpoint, command_line):
+    data = json.loads(command_line.out("inspect", str(checkpoint), "--json"))
     model = nn.LM(nn.preset("tiny"), generator=tb.Generator(0))
     assert data["parameters"] == model.num_parameters() == accounting.total_params(nn.preset("tiny")) == 123_712
     assert data["matches"] is True and data["architecture"] == "LlamaForCausalLM"
-    text = run(capsys, "inspect", str(checkpoint))
+    text = command_line.out("inspect", str(checkpoint))
     assert "123,712 parameters" in text and "matches accounting.total_params" in text
 
 
-def test_inspect_reads_a_train_run_from_its_checkpoint_folder(capsys, run_folder):
-    data = json.loads(run(capsys, "inspect", str(run_folder), "--json"))
+def test_inspect_reads_a_train_run_from_its_checkpoint_folder(run_folder, command_line):
+    data = json.loads(command_line.out("inspect", str(run_folder), "--json"))
     cfg = nn.preset("tiny").with_(vocab_size=len(CHARS))
     assert data["parameters"] == accounting.total_params(cfg) and data["path"].endswith("checkpoint")
 
 
 @pytest.mark.parametrize("extra", [[], ["--no-cache"]])
 @pytest.mark.parametrize("temperature, top_k", [(0.0, None), (0.8, None), (1.3, 5)])
-def test_generate_writes_what_lm_generate_writes(capsys, checkpoint, extra, temperature, top_k):
+def test_generate_writes_what_lm_generate_writes(checkpoint, extra, temperature, top_k, command_line):
     argv = ["generate", str(checkpoint), "--ids", "5, 17 3", "--max-new-tokens", "12", "--temperature",
             str(temperature), "--seed", "7", *(["--top-k", str(top_k)] if top_k else []), *extra, "--json"]
-    data = json.loads(run(capsys, *argv))
+    data = json.loads(command_line.out(*argv))
     model = nn.LM.from_pretrained(checkpoint)
     want = model.generate(tb.tensor([[5, 17, 3]]), 12, temperature=temperature, top_k=top_k,
                           generator=tb.Generator(7)).numpy()[0].tolist()
@@ -63,15 +58,15 @@ def test_generate_writes_what_lm_generate_writes(capsys, checkpoint, extra, temp
     assert data["text"] is None and data["decode_tokens_per_s"] > 0
 
 
-def test_generate_from_a_train_run_continues_text(capsys, run_folder):
-    data = json.loads(run(capsys, "generate", str(run_folder), "--prompt", "abc", "--max-new-tokens", "20",
+def test_generate_from_a_train_run_continues_text(run_folder, command_line):
+    data = json.loads(command_line.out("generate", str(run_folder), "--prompt", "abc", "--max-new-tokens", "20",
                           "--json"))
     tokenizer = CharTokenizer.load(run_folder / "checkpoint" / "vocab.json")
     model = nn.LM.from_pretrained(run_folder / "checkpoint")
     want = model.generate(tb.tensor([tokenizer.encode("abc")]), 20, temperature=0.8, generator=tb.Generator(0))
     assert data["text"] == tokenizer.decode(want.numpy()[0]) and data["text"].startswith("abc")
     assert len(data["text"]) == 23 and data["checkpoint"] == str(run_folder / "checkpoint")
-    shown = run(capsys, "generate", str(run_folder), "--prompt", "abc", "--max-new-tokens", "20")
+    shown = command_line.out("generate", str(run_folder), "--prompt", "abc", "--max-new-tokens", "20")
     assert shown.startswith(data["text"]) and "3 prompt tokens + 20 new" in shown
 
 
@@ -93,14 +88,14 @@ def llama_folder(tmp_path_factory):
         return write_llama_folder(tmp_path_factory.mktemp("llama3"), steps=0)
 
 
-def test_a_text_prompt_on_a_transformers_folder(capsys, llama_folder, monkeypatch):
+def test_a_text_prompt_on_a_transformers_folder(llama_folder, monkeypatch, command_line):
     """--prompt goes through the folder's tokenizer.json: the ids AutoTokenizer gives (BOS first), continued as
     LM.generate continues them, decoded as AutoTokenizer decodes them. (Greedy tokens equal to transformers' are
     tested in float64, with the llama3 scaling, in test_pretrained.py.)"""
     import transformers
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     prompt = "The assert statement, then café ☕"
-    data = json.loads(run(capsys, "generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "12",
+    data = json.loads(command_line.out("generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "12",
                           "--temperature", "0", "--json"))
     auto = transformers.AutoTokenizer.from_pretrained(llama_folder)
     ids = auto(prompt)["input_ids"]
@@ -110,7 +105,7 @@ def test_a_text_prompt_on_a_transformers_folder(capsys, llama_folder, monkeypatc
     want = model.generate(tb.tensor([ids]), 12, temperature=0).numpy()[0].tolist()
     assert data["ids"] == want
     assert data["text"] == auto.decode(want, skip_special_tokens=True) and data["text"].startswith(prompt)
-    shown = run(capsys, "generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "5")
+    shown = command_line.out("generate", str(llama_folder), "--prompt", prompt, "--max-new-tokens", "5")
     assert shown.startswith(prompt) and f"{len(ids)} prompt tokens + 5 new" in shown
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("render_readme_graphs", ROOT / "tools" / "render_readme_graphs.py")
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)

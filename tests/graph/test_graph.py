@@ -203,7 +203,7 @@ def test_dot_is_deterministic_and_matches_the_golden_file():
         return graph.to_dot(title="tiny") + graph.to_dot(backward=True, title="tiny backward")
     first, second = tiny(), tiny()
     assert first == second
-    assert first == GOLDEN.read_text(), "regenerate with: python tests/golden/make_golden.py"
+    assert first == GOLDEN.read_text(), "regenerate with: python tests/graph/golden/make_golden.py"
 
 
 def test_same_graph_on_every_device_and_on_meta(device):

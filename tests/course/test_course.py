@@ -2,8 +2,6 @@
 and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ from tinygrad_block.cli import main
 
 from conftest import failures, solution
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "lessons" / "solutions"
 
 
@@ -55,21 +53,16 @@ def test_the_starter_fails_every_check_as_not_written_yet(tmp_path):
 
 
 # ---------------------------------------------------------------- the commands
-def run_cli(*argv, cwd):
-    return subprocess.run([sys.executable, "-m", "tinygrad_block", *argv], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-
-
-def test_exercise_then_check_from_the_command_line(tmp_path):
-    made = run_cli("exercise", "1", cwd=tmp_path)
+def test_exercise_then_check_from_the_command_line(tmp_path, command_line):
+    made = command_line.process("exercise", "1", cwd=tmp_path)
     assert made.returncode == 0 and (tmp_path / "exercise_01.py").is_file()
-    again = run_cli("exercise", "01", cwd=tmp_path)
+    again = command_line.process("exercise", "01", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
-    unfinished = run_cli("check", "01", cwd=tmp_path)
+    unfinished = command_line.process("check", "01", cwd=tmp_path)
     n = len(course.exercises(1).checks)
     assert unfinished.returncode == 1 and f"0 of {n} exercises pass" in unfinished.stdout
     (tmp_path / "mine.py").write_text((SOLUTIONS / "01.py").read_text())
-    done = run_cli("check", "1", "mine.py", cwd=tmp_path)
+    done = command_line.process("check", "1", "mine.py", cwd=tmp_path)
     assert done.returncode == 0 and f"{n} of {n} exercises pass" in done.stdout
 
 
@@ -83,22 +76,22 @@ def test_exercise_then_check_from_the_command_line(tmp_path):
     (["exercise", "1", "--out", "no_such_folder/ex.py"], ["cannot write no_such_folder/ex.py", "No such file"]),
     (["exercise", "1", "--out", ".", "--force"], ["is a folder", "exercise_01.py"]),
 ])
-def test_course_mistakes_are_one_line(tmp_path, argv, fragments):
+def test_course_mistakes_are_one_line(tmp_path, argv, fragments, command_line):
     (tmp_path / "notes.txt").write_text("def softplus(x):\n    return x\n")
-    result = run_cli(*argv, cwd=tmp_path)
+    result = command_line.process(*argv, cwd=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert all(f in lines[-1] for f in fragments), result.stderr
 
 
-def test_a_solution_that_does_not_import_is_one_line(tmp_path):
+def test_a_solution_that_does_not_import_is_one_line(tmp_path, command_line):
     (tmp_path / "broken.py").write_text("def softplus(x):\n    return (\n")
-    result = run_cli("check", "1", "broken.py", cwd=tmp_path)
+    result = command_line.process("check", "1", "broken.py", cwd=tmp_path)
     assert result.returncode == 2 and "broken.py does not run: SyntaxError" in result.stderr
 
 
-def test_lesson_runs_the_script(tmp_path):
-    result = run_cli("lesson", "1", cwd=tmp_path)
+def test_lesson_runs_the_script(tmp_path, command_line):
+    result = command_line.process("lesson", "1", cwd=tmp_path)
     assert result.returncode == 0 and "y = 10, dy/dx = 7" in result.stdout
 
 
@@ -114,8 +107,8 @@ def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
     assert f"wrote {path}" in printed
 
 
-def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path):
-    result = run_cli("lesson", "01", "--notebook", "--execute", "--out-dir", str(tmp_path), cwd=tmp_path)
+def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path, command_line):
+    result = command_line.process("lesson", "01", "--notebook", "--execute", "--out-dir", str(tmp_path), cwd=tmp_path)
     assert result.returncode == 0 and "its cells have run" in result.stdout, result.stderr
     assert result.stderr == "", "no kernel chatter on the terminal"
     notebook = json.loads((tmp_path / "01_tensors_and_the_graph.ipynb").read_text())
