@@ -2,10 +2,11 @@
 exercises as a starter file, and check a learner's solutions against the lesson's checker.
 
 A lesson is `lessons/NN_slug.py` in the repository (jupytext percent format: a script and a notebook at once).
-Its exercises live beside it, in `lessons/exercises/NN.py`: the starter text a learner fills in, and a list of
-checks, each a function that takes the learner's module and raises `CheckFailed` (lessons/exercises/common.py)
-saying precisely what is wrong. Reference solutions are kept apart, in `lessons/solutions/NN.py`. All of these
-are the repository's, loaded here by path: the installed package holds none of them, and says so.
+Its exercises live beside it: the starter a learner fills in, `lessons/exercises/starters/NN.py`, and the
+grader `lessons/exercises/NN.py`, a list of checks, each a function that takes the learner's module and raises
+`CheckFailed` (lessons/exercises/common.py) saying precisely what is wrong. Reference solutions are kept apart,
+in `lessons/solutions/NN.py`. All of these are the repository's, loaded here by path: the installed package
+holds none of them, and says so.
 
 Lessons draw their pictures through `out_dir`, `figure` and `show`: each picture is saved under
 lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, shown inline.
@@ -156,7 +157,7 @@ def _checkers_common() -> ModuleType:
 
 
 def exercises_module(number: int) -> ModuleType:
-    """lessons/exercises/NN.py (STARTER, CHECKS and the checkers' helpers), loaded by path, or a CourseError
+    """lessons/exercises/NN.py (CHECKS and the checkers' helpers), loaded by path, or a CourseError
     naming the lessons that have exercises."""
     folder = Path(_checkers_common().__file__).parent
     path = folder / f"{number:02d}.py"
@@ -175,9 +176,11 @@ class Exercises:
 
 
 def exercises(number: int) -> Exercises:
-    """The exercises of lesson `number`, or a CourseError naming the lessons that have some."""
+    """The exercises of lesson `number`: the starter, lessons/exercises/starters/NN.py, and the grader's CHECKS;
+    or a CourseError naming the lessons that have some."""
     module = exercises_module(number)
-    return Exercises(number, module.STARTER, module.CHECKS)
+    starter = Path(module.__file__).parent / "starters" / f"{number:02d}.py"
+    return Exercises(number, starter.read_text(), module.CHECKS)
 
 
 def write_starter(number: int, path: Path, force: bool = False) -> Path:

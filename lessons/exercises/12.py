@@ -12,28 +12,6 @@ from tinygrad_block.measure import meta_ids, meta_lm
 
 from .common import CheckFailed
 
-STARTER = '''"""Lesson 12 exercises. Fill in each function, then run:  python -m tinygrad_block check 12"""
-from tinygrad_block import nn
-
-
-def forward_flops_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
-    """Forward matmul FLOPs per token of the whole Llama-style model cfg (SwiGLU FFN, no biases) reading one
-    sequence of seq_len tokens, as this engine computes it: in each of the n_layers blocks the weight matmuls
-    (W_Q, W_K, W_V, W_O, W_gate, W_up, W_down: 2 FLOPs per weight per token), plus the scores q k^T and the
-    weighted sum of V over the whole seq_len x seq_len square (no saving from the causal mask); then the LM head.
-    A matmul (M, K) @ (K, N) costs 2 M K N. Fields: cfg.d_model, n_heads, n_kv_heads, d_head, d_ff, n_layers,
-    vocab_size."""
-    raise NotImplementedError
-
-
-def mfu_needed(n_params: float, n_tokens: float, n_gpus: int, peak_flops_per_gpu: float, days: float) -> float:
-    """The model FLOPs utilisation (a fraction, 0.35 for 35 %) at which training n_params parameters on n_tokens
-    tokens takes `days` days on n_gpus GPUs of peak_flops_per_gpu FLOP/s each, with the 6 N D rule for the
-    training FLOPs."""
-    raise NotImplementedError
-'''
-
-
 def _counted_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
     """The oracle: the model's forward on ids (1, seq_len) run on meta, its matmul FLOPs per token."""
     with count_flops() as fc:

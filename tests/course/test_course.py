@@ -46,9 +46,12 @@ def test_without_the_repository_the_course_says_where_it_lives(tmp_path, monkeyp
     assert "lives in the repository's lessons/ folder" in lines[0] and "Clone the repository" in lines[0]
 
 
-def test_the_starter_fails_every_check_as_not_written_yet(tmp_path):
-    path = course.write_starter(1, tmp_path / "exercise_01.py")
-    results = course.check(1, course.load_solution(path, 1))
+@pytest.mark.parametrize("number", range(1, 17))
+def test_each_starter_is_a_file_beside_its_grader_and_fails_every_check_as_not_written_yet(tmp_path, number):
+    starter = course.LESSONS / "exercises" / "starters" / f"{number:02d}.py"
+    path = course.write_starter(number, tmp_path / f"exercise_{number:02d}.py")
+    assert path.read_text() == starter.read_text()
+    results = course.check(number, course.load_solution(path, number))
     assert results and all(why == "not written yet (it still raises NotImplementedError)" for _, why in results)
 
 
