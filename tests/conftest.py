@@ -30,8 +30,9 @@ if str(ROOT) not in sys.path:
 
 
 class CommandLine:
-    """The one way tests run the command line: in this process, `out(*argv)` (status 0 asserted; its stdout) and
-    `json(*argv)` (the same with --json, parsed), or, where a fresh interpreter is the point (exit status, no
+    """The one way tests run the command line: in this process, `out(*argv)` (status 0 asserted; its stdout),
+    `json(*argv)` (the same with --json, parsed), `status(*argv)` (status, stdout, stderr) and `mistake(*argv)`
+    (status 2 asserted; its stderr), or, where a fresh interpreter is the point (exit status, no
     traceback, a hidden package, another folder), `process(*argv)`: `python -m tinygrad_block ARGV`."""
 
     def __init__(self, capsys):
@@ -44,6 +45,22 @@ class CommandLine:
 
     def json(self, *argv) -> dict:
         return json.loads(self.out(*argv, "--json"))
+
+    def status(self, *argv) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr) of a run in this process, whatever the status."""
+        from tinygrad_block import cli
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as stop:
+            code = stop.code
+        printed = self.capsys.readouterr()
+        return code, printed.out, printed.err
+
+    def mistake(self, *argv) -> str:
+        """A user's mistake, run in this process: status 2 and no traceback asserted; stderr back."""
+        code, _, err = self.status(*argv)
+        assert code == 2 and "Traceback" not in err, (code, err)
+        return err
 
     @staticmethod
     def process(*argv, cwd=ROOT, env=None, prelude: str = "", timeout: int = 300) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ from conftest import ROOT, msg
 from safetensors.numpy import load_file, save_file
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, cli, nn
+from tinygrad_block import accounting, nn
 from tinygrad_block import hf_folder
 from tinygrad_block.nn import pretrained
 
@@ -426,7 +426,7 @@ def test_a_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path):
 
 # ---------------------------------------------------------------- the command line: one line, status 2
 @pytest.mark.parametrize("break_it", ["truncate", "escape", "config_list", "string_size"])
-def test_the_command_line_says_one_line_for_a_hostile_folder(ckpt, capsys, break_it):
+def test_the_command_line_says_one_line_for_a_hostile_folder(ckpt, break_it, command_line):
     if break_it == "truncate":
         (ckpt / "model.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes()[:-7])
     elif break_it == "escape":
@@ -439,11 +439,7 @@ def test_the_command_line_says_one_line_for_a_hostile_folder(ckpt, capsys, break
         edit_config(ckpt, hidden_size="64")
     commands = [["generate", str(ckpt), "--ids", "1 2"], ["inspect", str(ckpt)]]
     if break_it == "string_size":                       # inspect still counts the headers, and says what is wrong
-        assert cli.main(commands.pop()) == 0
-        assert "no closed form: inspect: config.json's 'hidden_size' is '64' (str)" in capsys.readouterr().out
+        assert "no closed form: inspect: config.json's 'hidden_size' is '64' (str)" in command_line.out(*commands.pop())
     for command in commands:
-        with pytest.raises(SystemExit) as exit_:
-            cli.main(command)
-        assert exit_.value.code == 2
-        err = capsys.readouterr().err
+        err = command_line.mistake(*command)
         assert err.count("\n") == 1 and "Traceback" not in err and "error:" in err, err

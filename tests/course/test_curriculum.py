@@ -1,5 +1,4 @@
 """The curriculum's differing figures: each exact value pinned (by hand arithmetic), and printed by the CLI."""
-import json
 import re
 
 import pytest
@@ -39,13 +38,11 @@ def test_the_hand_values_are_the_known_ones():
 
 
 @pytest.mark.parametrize("note", curriculum.NOTES, ids=lambda n: f"{n.preset}-{n.what}")
-def test_the_command_prints_the_note(capsys, note):
+def test_the_command_prints_the_note(command_line, note):
     argv = [note.command, "--preset", note.preset] + (["--seq-len", "16"] if note.command != "params" else [])
-    assert cli.main(argv) == 0
-    text = capsys.readouterr().out
+    text = command_line.out(*argv)
     assert "where commonly quoted figures differ" in text and note.quoted in text and note.exact() in text
-    assert cli.main([*argv, "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = command_line.json(*argv)
     assert {"what": note.what, "quoted": note.quoted, "exact": note.exact(), "why": note.why} in data["curriculum"]
 
 

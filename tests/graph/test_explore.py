@@ -10,7 +10,7 @@ import re
 import pytest
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, cli, nn
+from tinygrad_block import accounting, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import Explorer, explorer
 from tinygrad_block.graph import record_graph
@@ -149,17 +149,16 @@ def test_the_page_is_one_self_contained_file(tiny, tmp_path):
         explorer(None, depth=-1)
 
 
-def test_the_graph_command_writes_the_explorer(tmp_path, capsys):
+def test_the_graph_command_writes_the_explorer(tmp_path, command_line):
     out = tmp_path / "model.html"
-    assert cli.main(["graph", "--preset", "llama2-70b", "--model", "--out", str(out), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = command_line.json("graph", "--preset", "llama2-70b", "--model", "--out", out)
     assert data["format"] == "html" and data["bytes"] == out.stat().st_size < 5 * 2**20
     page = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
                                 re.S).group(1))
     assert page["modules"]["model.layers.0"]["repeat"] == 80 and page["show"] == ["forward", "backward"]
     assert page["modules"]["model"]["total"]["parameters"] == accounting.total_params(nn.preset("llama2-70b"))
-    assert cli.main(["graph", "--preset", "tiny", "--backward", "--depth", "2", "--out", str(out)]) == 0
-    assert "wrote the explorer" in capsys.readouterr().out
+    wrote = command_line.out("graph", "--preset", "tiny", "--backward", "--depth", "2", "--out", out)
+    assert "wrote the explorer" in wrote
     page = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
                                 re.S).group(1))
     assert page["show"] == ["backward"] and page["depth"] == 2

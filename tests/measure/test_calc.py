@@ -78,11 +78,9 @@ def test_calc_changes_fields_of_a_preset(command_line):
     assert untied - tied == 49152 * 576                                       # the head's own V x d_model
 
 
-def test_a_seq_len_beyond_every_presets_context_works(capsys, command_line):
+def test_a_seq_len_beyond_every_presets_context_works(command_line):
     L = 2 * max(cfg.max_seq_len for cfg in nn.PRESETS.values())
-    with pytest.raises(SystemExit):                                          # the preset commands refuse it
-        cli.main(["flops", "--preset", "mistral-7b", "--seq-len", str(L)])
-    capsys.readouterr()
+    command_line.mistake("flops", "--preset", "mistral-7b", "--seq-len", L)    # the preset commands refuse it
     data = command_line.json("calc", "--preset", "mistral-7b", "--seq-len", str(L))
     cfg = nn.preset("mistral-7b").with_(max_seq_len=L)
     assert data["seq_len"] == data["config"]["context"] == L
@@ -151,11 +149,9 @@ def test_json_fields_and_the_table(capsys, command_line):
     (["--preset", "llama9"], "unknown preset 'llama9'"),
     (["--batch", "0"], "--batch: must be a positive integer"),
 ])
-def test_bad_arguments_print_the_usage_and_exit_2(capsys, argv, message):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["calc", *LLAMA2_7B, "--seq-len", "64", *argv])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and "usage: python -m tinygrad_block calc" in err
+def test_bad_arguments_print_the_usage_and_exit_2(command_line, argv, message):
+    err = command_line.mistake("calc", *LLAMA2_7B, "--seq-len", "64", *argv)
+    assert message in err and "usage: python -m tinygrad_block calc" in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -167,11 +163,9 @@ def test_bad_arguments_print_the_usage_and_exit_2(capsys, argv, message):
      "d_head = --d-model 4096 / --n-heads 4096 = 1 is odd, but RoPE rotates pairs"),
     (["--preset", "llama2-70b", "--n-kv-heads", "128"], "--n-kv-heads 128 does not divide --n-heads 64"),
 ])
-def test_shapes_that_cannot_be_built_are_one_line_and_exit_2(capsys, argv, message):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["calc", *argv, "--seq-len", "64"])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.startswith(f"python -m tinygrad_block calc: error: {message}")
+def test_shapes_that_cannot_be_built_are_one_line_and_exit_2(command_line, argv, message):
+    err = command_line.mistake("calc", *argv, "--seq-len", "64")
+    assert err.startswith(f"python -m tinygrad_block calc: error: {message}")
     assert err.count("\n") == 1
 
 

@@ -11,7 +11,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import tinygrad_block as tb
-from tinygrad_block import cli, nn
+from tinygrad_block import nn
 from tinygrad_block.data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from tinygrad_block.nn.attention import apply_rope
 from tinygrad_block.train import (INDUCTION_THRESHOLD, attention_weights, evaluate_lm, generate_long,
@@ -191,14 +191,13 @@ def test_text_demo_loss_falls_below_its_stated_value(tmp_path):
 
 
 # ---------------------------------------------------------------- the command
-def test_train_command_prints_where_the_run_went(tmp_path, capsys):
-    assert cli.main(["train", "induction", "--steps", "120", "--out", str(tmp_path), "--no-plots", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+def test_train_command_prints_where_the_run_went(tmp_path, command_line):
+    data = command_line.json("train", "induction", "--steps", "120", "--out", tmp_path, "--no-plots")
     assert data["command"] == "train" and data["passed"] and data["accuracy"] >= 0.99
     assert (tmp_path / "checkpoint" / "model.safetensors").exists() and "loss_curve" not in data["paths"]
-    assert cli.main(["train", "induction", "--steps", "2", "--seed", "3", "--out", str(tmp_path),
-                     "--no-plots"]) == 1                           # too few steps: threshold missed, status 1
-    text = capsys.readouterr().out
+    status, text, _ = command_line.status("train", "induction", "--steps", "2", "--seed", "3", "--out", tmp_path,
+                                          "--no-plots")
+    assert status == 1                                                   # too few steps: threshold missed
     assert "threshold 99%: NOT reached" in text and f"checkpoint: {tmp_path / 'checkpoint'}" in text
 
 
@@ -208,35 +207,28 @@ def test_train_command_prints_where_the_run_went(tmp_path, capsys):
     (["train", "text", "--seed", "-1"], "a seed is an integer >= 0, got '-1'"),
     (["train", "text", "--device", "meta"], "'meta' holds shapes but no values"),
 ])
-def test_train_command_refuses_bad_arguments(capsys, argv, message):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(argv)
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+def test_train_command_refuses_bad_arguments(command_line, argv, message):
+    assert message in command_line.mistake(*argv)
 
 
-def test_train_command_mistakes_found_later_are_one_line(tmp_path, capsys, monkeypatch):
+def test_train_command_mistakes_found_later_are_one_line(tmp_path, monkeypatch, command_line):
     blocker = tmp_path / "blocker"
     blocker.write_text("a file, not a folder")
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["train", "induction", "--out", str(blocker / "run")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and len(err) == 1 and "a file is in the way" in err[0]
+    err = command_line.mistake("train", "induction", "--out", blocker / "run").strip().splitlines()
+    assert len(err) == 1 and "a file is in the way" in err[0]
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)        # as if matplotlib were missing
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["train", "induction", "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and len(err) == 1 and "install the 'viz' extra" in err[0] and "--no-plots" in err[0]
+    err = command_line.mistake("train", "induction", "--out", tmp_path / "run").strip().splitlines()
+    assert len(err) == 1 and "install the 'viz' extra" in err[0] and "--no-plots" in err[0]
 
 
-def test_train_text_on_a_file_of_your_own(tmp_path, capsys):
+def test_train_text_on_a_file_of_your_own(tmp_path, command_line):
     """--text-file: the vocabulary is that text's characters, the prompt falls back to its first four characters
     when it lacks "The ", and the checkpoint continues exactly what was trained."""
     words = "a cat sat on a mat; a dog ran to a park. " * 60                    # no 'T': the prompt falls back
     source = tmp_path / "mine.txt"
     source.write_text(words, encoding="utf-8")
-    assert cli.main(["train", "text", "--text-file", str(source), "--steps", "20", "--out", str(tmp_path / "run"),
-                     "--no-plots", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = command_line.json("train", "text", "--text-file", source, "--steps", "20", "--out", tmp_path / "run",
+                             "--no-plots")
     assert data["source"] == str(source) and data["prompt"] == "a ca" and data["sample"].startswith("a ca")
     assert data["vocab_size"] == len(set(words)) == 15 and data["train_chars"] + data["held_out_chars"] == len(words)
     tok = CharTokenizer.load(tmp_path / "run" / "checkpoint" / "vocab.json")
@@ -249,13 +241,12 @@ def test_train_text_on_a_file_of_your_own(tmp_path, capsys):
     (b"\xda\xff\xfe", ["text"], "cannot read it as UTF-8 text ('utf-8' codec can't decode"),
     ("x" * 2000, ["induction"], "--text-file is for `train text`; `train induction` makes its own data"),
 ])
-def test_train_text_file_mistakes_are_one_line(tmp_path, capsys, content, argv, message):
+def test_train_text_file_mistakes_are_one_line(tmp_path, content, argv, message, command_line):
     source = tmp_path / "mine.txt"
     if isinstance(content, str):
         source.write_text(content)
     elif content is not None:
         source.write_bytes(content)
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["train", *argv, "--text-file", str(source), "--out", str(tmp_path / "run"), "--no-plots"])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and len(err) == 1 and message in err[0]
+    err = command_line.mistake("train", *argv, "--text-file", source, "--out", tmp_path / "run", "--no-plots")
+    err = err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

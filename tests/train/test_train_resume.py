@@ -154,8 +154,7 @@ def test_ctrl_c_from_the_command_line_saves_says_one_line_and_resume_ends_identi
     assert cut["losses"] == whole["losses"] and len(cut["losses"]) == 40 and cut["evals"] == whole["evals"]
 
 
-def test_the_command_line_says_one_line_when_a_run_diverges(tmp_path, monkeypatch, capsys):
-    from tinygrad_block import cli
+def test_the_command_line_says_one_line_when_a_run_diverges(tmp_path, monkeypatch, command_line):
     real, calls = train_mod.lm_loss, [0]
 
     def poisoned(model, ids, targets):
@@ -163,9 +162,8 @@ def test_the_command_line_says_one_line_when_a_run_diverges(tmp_path, monkeypatc
         loss = real(model, ids, targets)
         return loss * float("inf") if calls[0] == 9 else loss
     monkeypatch.setattr(train_mod, "lm_loss", poisoned)
-    status = cli.main(["train", "induction", "--steps", "20", "--save-every", "4", "--no-plots", "--out",
-                       str(tmp_path / "run")])
-    err = capsys.readouterr().err
+    status, _, err = command_line.status("train", "induction", "--steps", "20", "--save-every", "4", "--no-plots",
+                                         "--out", tmp_path / "run")
     last = [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
     assert status == 1 and "Traceback" not in err
     assert last.startswith("python -m tinygrad_block train: step 9: the loss is inf at learning rate ")
