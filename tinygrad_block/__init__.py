@@ -10,12 +10,13 @@ from .tensor import (Tensor, arange, cat, concat, eye, full, maximum, minimum, o
                      randn, stack, tensor, where, zeros, zeros_like)
 
 from . import nn, optim          # tb.nn.LM, tb.optim.AdamW: reachable from `import tinygrad_block as tb`
+from .compiled import JitError, jit
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BACKENDS", "Event", "Function", "Generator", "GradcheckError", "Tensor", "arange", "bool_", "cat", "concat",
-    "enable_grad", "explore", "eye", "float16", "float32", "float64", "full", "get_backend", "gradcheck", "int32",
-    "int64", "maximum", "minimum", "nn", "no_grad", "observe", "optim", "ones", "ones_like", "rand", "randint",
-    "randn", "stack", "step", "tensor", "where", "zeros", "zeros_like",
+    "BACKENDS", "Event", "Function", "Generator", "GradcheckError", "JitError", "Tensor", "arange", "bool_",
+    "cat", "concat", "enable_grad", "explore", "eye", "float16", "float32", "float64", "full", "get_backend",
+    "gradcheck", "int32", "int64", "jit", "maximum", "minimum", "nn", "no_grad", "observe", "optim", "ones",
+    "ones_like", "rand", "randint", "randn", "stack", "step", "tensor", "where", "zeros", "zeros_like",
 ]

@@ -69,7 +69,7 @@ class Function:
             if fn.saves_output:
                 fn.out = out._make(data, fn.backend)  # its own Tensor object: no cycle out -> fn -> out
         if state.observers:
-            emit(fn, inputs, out, state)
+            emit(fn, inputs, out, state, params)
         return out
 
     def saved(self):

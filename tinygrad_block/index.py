@@ -12,11 +12,12 @@ import numbers
 
 from .dtypes import int64
 from .function import Gather, Slice, is_tensor
+from .trace import derive
 
 
 def _index_array(t, k, axis: int):
     """An integer index (Tensor, list or array) as a backend int64 array, bounds-checked, negatives wrapped."""
-    backend, size = t.backend, t.shape[axis]
+    backend = t.backend
     if is_tensor(k):
         if k.backend is not backend:
             raise RuntimeError(f"getitem: index on {k.device} for a tensor on {t.device}")
@@ -26,10 +27,16 @@ def _index_array(t, k, axis: int):
     if arr.dtype.kind not in "iu":
         raise TypeError(f"getitem: index arrays must hold integers, got {arr.dtype} for axis {axis}; "
                         "boolean masks are not supported (use tb.where)")
+    return derive(_checked_index, arr, backend=backend, axis=axis, shape=t.shape)
+
+
+def _checked_index(arr, backend, axis: int, shape: tuple):
+    """`arr` bounds-checked for an axis of size shape[axis], negatives wrapped, as int64."""
+    size = shape[axis]
     bounds = backend.index_range(arr)
     if bounds is not None and (bounds[0] < -size or bounds[1] >= size):
         bad = bounds[0] if bounds[0] < -size else bounds[1]
-        raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {size} (shape {t.shape})")
+        raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {size} (shape {shape})")
     return backend.index_wrap(backend.cast(arr, int64), size)
 
 
@@ -104,9 +111,14 @@ def _gather_arrays(t, arrays: list):
         axes = list(range(len(axes)))
     first, dims = axes[0], [t.shape[a] for a in axes]
     try:
-        flat = t.backend.index_flat([i for _, i in arrays], dims)
+        flat = derive(_flat_index, *[i for _, i in arrays], backend=t.backend, dims=tuple(dims))
     except ValueError:
         shapes = " ".join(str(i.shape) for _, i in arrays)
         raise IndexError(f"getitem: index arrays could not be broadcast together with shapes {shapes}") from None
     merged = t.reshape(t.shape[:first] + (math.prod(dims),) + t.shape[first + len(dims):])  # indexed axes as one
     return Gather.apply(merged, idx=flat, axis=first)
+
+
+def _flat_index(*arrays, backend, dims: tuple):
+    """Several index arrays (broadcast together) as one index into their axes merged into one."""
+    return backend.index_flat(list(arrays), list(dims))

@@ -21,7 +21,7 @@ from .device import get_backend
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Log, Matmul, Max, Maximum, Mul, Neg,
                        Pad, Permute, Pow, Reciprocal, Reshape, Sin, Sqrt, Sub, Sum, Transfer, Where)
 from .index import getitem
-from .trace import no_grad
+from .trace import no_grad, read_value
 
 
 def _torch_names(method):
@@ -141,6 +141,7 @@ class Tensor:
     # ---- leaving the graph ----
     def numpy(self):
         """The values as a read-only numpy array (a copy from the GPU; an error on 'meta')."""
+        read_value(self)
         return self.backend.to_numpy(self.data)
 
     def item(self):

@@ -25,6 +25,7 @@ class State:
     step: str = ""          # the named step inside that module: 'rope', 'scores', 'softmax', 'residual', ...
     origin: str = ""        # in backward: the forward op being differentiated ('accumulate' where gradients sum)
     source: object = None   # in backward: that forward Function; for a sum, the Function or leaf whose gradient it is
+    capture: object = None  # a jit capture in progress (compiled.py): told when a tensor's values are read
 
 
 STATE: ContextVar[State] = ContextVar("tinygrad_block.trace", default=State())   # noqa: B039 (frozen)
@@ -52,6 +53,7 @@ class Event:
     step: str           # named step in that module ('' where the module names none)
     origin: str         # backward: the forward op differentiated, or 'accumulate'; '' in forward
     source: object = None   # backward: the Function differentiated; for 'accumulate', whose gradient is summed
+    params: dict = None     # the primitive's keyword arguments (shape=, axes=, exponent=, ...)
 
     @property
     def flops(self) -> int:
@@ -59,10 +61,10 @@ class Event:
         return self.op.flops(self.output.shape, *[t.shape for t in self.inputs])
 
 
-def emit(op, inputs: tuple, output, state: State | None = None) -> None:
+def emit(op, inputs: tuple, output, state: State | None = None, params: dict | None = None) -> None:
     """Tell every observer that `op` ran (called by Function.apply when there are observers)."""
     s = state or STATE.get()
-    event = Event(op, inputs, output, s.phase, s.scope, s.step, s.origin, s.source)
+    event = Event(op, inputs, output, s.phase, s.scope, s.step, s.origin, s.source, params or {})
     for observer in s.observers:
         observer(event)
 
@@ -121,6 +123,29 @@ def step(name: str) -> _Set:
     """Name the step the ops inside belong to ('rope', 'scores', 'mask', ...), within the current module.
     The walk, the graphs and the FLOP tables group by these names."""
     return _Set(step=name)
+
+
+def capturing(capture) -> _Set:
+    """Record every primitive for `capture` (compiled.py): it observes them, and hears of every value read."""
+    return _Set(capture, observers=STATE.get().observers + (capture.observe,), capture=capture)
+
+
+def read_value(tensor) -> None:
+    """A tensor's values are about to leave the graph (.numpy(), .item(), bool()): a capture in progress must
+    know, since Python code that reads values can take another path on the next call."""
+    capture = STATE.get().capture
+    if capture is not None:
+        capture.read_value(tensor)
+
+
+def derive(fn, *arrays, **params):
+    """fn(*arrays, **params): an array computed from arrays outside the primitives (an index bounds-checked and
+    wrapped). A capture in progress records it, so that a replay computes it again from that call's arrays."""
+    out = fn(*arrays, **params)
+    capture = STATE.get().capture
+    if capture is not None:
+        capture.derive(fn, arrays, params, out)
+    return out
 
 
 def differentiating(fn) -> _Set | _Nothing:

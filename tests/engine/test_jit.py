@@ -1,0 +1,182 @@
+"""tb.jit: a replay equals eager bit for bit (unfused), on new inputs each call; a capture is refused or taken
+again whenever a replay could be stale. Oracle: the same function run eagerly on the same inputs and weights."""
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import nn, optim
+from tinygrad_block.counting import count_flops
+
+CFG = nn.preset("tiny")
+LM_CFG = CFG.with_(n_layers=2, vocab_size=40, max_seq_len=16)
+
+
+def block_and_inputs(seed=0, n=5, dtype=tb.float64, shape=(2, 8)):
+    blk = nn.TransformerBlock(CFG, generator=tb.Generator(seed), dtype=dtype)
+    g = tb.Generator(seed + 1)
+    xs = [tb.randn(*shape, CFG.d_model, generator=g, dtype=dtype) for _ in range(n)]
+    douts = [tb.randn(*shape, CFG.d_model, generator=g, dtype=dtype) for _ in range(n)]
+    return blk, xs, douts
+
+
+def forward_backward(blk):
+    def step(x, dout):
+        out = blk(x)
+        out.backward(dout)
+        return out
+    return step
+
+
+def results(blk, x):
+    return [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in blk.parameters()]
+
+
+def test_a_replay_of_forward_and_backward_equals_eager_bit_for_bit_on_new_inputs():
+    blk, xs, douts = block_and_inputs()
+    step, compiled = forward_backward(blk), tb.jit(forward_backward(blk), fuse=False)
+    for x, dout in zip(xs, douts):
+        blk.zero_grad()
+        xe, xc = x.detach().requires_grad_(), x.detach().requires_grad_()
+        want = step(xe, dout).numpy().copy(), results(blk, xe)
+        blk.zero_grad()
+        got = compiled(xc, dout).numpy(), results(blk, xc)
+        np.testing.assert_array_equal(got[0], want[0])
+        for g, w in zip(got[1], want[1]):
+            np.testing.assert_array_equal(g, w)
+    assert (compiled.captures, compiled.replays) == (2, 3)
+    assert compiled.program is not None and len(compiled.program.plain) == len(compiled.program.kernels)
+
+
+def lm_and_batches(n=6):
+    r = np.random.default_rng(0)
+    batches = [tb.tensor(r.integers(0, LM_CFG.vocab_size, (2, 9))) for _ in range(n)]
+    return [(b[:, :-1], b[:, 1:]) for b in batches]
+
+
+def sgd_run(compile_it: bool):
+    model = nn.LM(LM_CFG, generator=tb.Generator(0))
+    opt = optim.SGD(model.parameters(), lr=0.1)
+
+    def train_step(ids, targets):
+        opt.zero_grad()
+        loss = model(ids).reshape(-1, LM_CFG.vocab_size).cross_entropy(targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+    step = tb.jit(train_step, fuse=False) if compile_it else train_step
+    losses = [step(ids, targets).item() for ids, targets in lm_and_batches()]
+    return losses, [p.numpy().copy() for p in model.parameters()], step
+
+
+def test_a_compiled_training_step_writes_back_the_parameters_as_eager_does():
+    eager, compiled = sgd_run(False), sgd_run(True)
+    assert compiled[0] == eager[0]                                     # the losses, every step
+    for got, want in zip(compiled[1], eager[1]):
+        np.testing.assert_array_equal(got, want)
+    # the first call starts with no gradients, the later ones with the last call's (zeroed inside): the second
+    # and third captures agree, and the three calls after them replay
+    assert (compiled[2].captures, compiled[2].replays) == (3, 3)
+
+
+def test_new_shapes_capture_again_and_each_shape_replays():
+    blk, xs, douts = block_and_inputs(n=3)
+    _, longer, dlonger = block_and_inputs(n=3, shape=(2, 12))
+    compiled = tb.jit(forward_backward(blk), fuse=False)
+    for x, dout, y, dy in zip(xs, douts, longer, dlonger):
+        for a, da in ((x, dout), (y, dy)):
+            blk.zero_grad()
+            got = compiled(a, da).numpy()
+            blk.zero_grad()
+            np.testing.assert_array_equal(got, blk(a).numpy())
+    assert (compiled.captures, compiled.replays) == (4, 2)
+
+
+def test_a_value_read_inside_is_refused_while_capturing():
+    blk, xs, _ = block_and_inputs(n=1)
+
+    def branchy(x):
+        out = blk(x)
+        return out * 2.0 if out.sum().item() > 0 else out
+    with pytest.raises(tb.JitError, match=r"reads a tensor's values \(\.item\(\)"):
+        tb.jit(branchy)(xs[0])
+
+
+def test_a_python_number_that_changes_between_calls_is_refused():
+    blk, xs, _ = block_and_inputs(n=3)
+    calls = []
+
+    def scaled(x):
+        calls.append(1)
+        return blk(x) * float(len(calls))                               # a new constant every call
+    compiled = tb.jit(scaled)
+    compiled(xs[0])
+    compiled(xs[1])
+    with pytest.raises(tb.JitError, match="a constant read by mul .* changed between calls"):
+        compiled(xs[2])
+
+
+def test_a_replaced_parameter_is_seen_and_captured_again():
+    blk, xs, _ = block_and_inputs(n=4)
+    compiled = tb.jit(lambda x: blk(x), fuse=False)
+    for x in xs[:3]:
+        compiled(x)
+    assert compiled.replays == 1
+    blk.norm1.weight = nn.Parameter(tb.full((CFG.d_model,), 3.0, dtype=tb.float64))
+    got = compiled(xs[3]).numpy()
+    np.testing.assert_array_equal(got, blk(xs[3]).numpy())
+    assert compiled.captures == 3 and compiled.replays == 1
+
+
+def test_gradients_left_from_the_last_call_are_refused_by_name():
+    blk, xs, douts = block_and_inputs(n=3)
+    compiled = tb.jit(forward_backward(blk), fuse=False)
+    compiled(xs[0], douts[0])
+    with pytest.raises(tb.JitError, match="zero the gradients"):
+        compiled(xs[1], douts[1])
+
+
+def test_counting_a_replay_counts_what_eager_counts():
+    blk, xs, douts = block_and_inputs(n=3)
+    compiled = tb.jit(forward_backward(blk))
+    for x, dout in zip(xs[:2], douts[:2]):
+        blk.zero_grad()
+        compiled(x, dout)
+    blk.zero_grad()
+    with count_flops() as replayed:
+        compiled(xs[2], douts[2])
+    assert compiled.replays == 1
+    blk.zero_grad()
+    with count_flops() as eager:
+        forward_backward(blk)(xs[2], douts[2])
+    for phase in ("forward", "backward"):
+        for scope in ("block", "block.attn", "block.ffn"):
+            assert replayed.total(phase, scope=scope) == eager.total(phase, scope=scope) > 0
+
+
+def test_an_index_out_of_range_is_still_refused_on_a_replay():
+    model = nn.LM(LM_CFG, generator=tb.Generator(0))
+    compiled = tb.jit(lambda ids: model(ids))
+    good = tb.tensor(np.arange(8).reshape(1, 8))
+    compiled(good)
+    compiled(good)
+    with pytest.raises(IndexError, match="index 40 is out of bounds for axis 0 with size 40"):
+        compiled(tb.tensor(np.array([[1, 2, 3, 4, 5, 6, 7, 40]])))
+
+
+def test_the_program_prints_its_kernels():
+    blk, xs, douts = block_and_inputs(n=2)
+    compiled = tb.jit(forward_backward(blk), fuse=False)
+    for x, dout in zip(xs, douts):
+        blk.zero_grad()
+        compiled(x, dout)
+    text = str(compiled.program)
+    assert text.splitlines()[0].startswith(f"program: {len(compiled.program.plain)} kernels")
+    assert "matmul" in text and "block.attn" in text
+
+
+def test_what_cannot_be_compiled_says_so():
+    with pytest.raises(TypeError, match="expected a function"):
+        tb.jit(3)
+    blk, xs, _ = block_and_inputs(n=1)
+    with pytest.raises(tb.JitError, match="hashable"):
+        tb.jit(lambda x, extra: blk(x))(xs[0], np.zeros(3))

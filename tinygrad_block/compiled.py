@@ -1,0 +1,454 @@
+"""Compiled execution: capture a function's primitives once, then replay them straight on the backend's arrays.
+
+    step = tb.jit(train_step)      # train_step(x, y) runs forward, backward and the optimizer's update
+    step(x, y); step(x, y)         # captured: run eagerly while the trace records every primitive
+    step(x, y)                     # replayed: no Tensor, Function or graph objects; just the kernels
+    print(step.program)            # the kernels, as a learner reads them
+
+A capture records, for each primitive call, which arrays it read and wrote. An array an op produced is a slot of
+the program; any other array is read from where it came: an argument of `fn`, a tensor that outlives the call
+(a parameter, a RoPE table, an optimizer's state: read afresh at every replay), or a constant (a Python number
+turned into a tensor, a causal mask). When the call ends, a tensor whose `.data` or `.grad` the call set (the
+optimizer's update, backward's gradients) is written back from its slot at every replay.
+
+Replaying is only right if the next call would have run the same primitives on the same constants. So the first
+calls run eagerly and are captured until two captures in a row agree (same ops, same shapes, same constants); a
+value read inside `fn` (`.item()`, `.numpy()`, `bool(t)`) is refused while capturing, since Python may branch on
+it; and every replay first checks that the arguments' shapes, dtypes and devices are those of a capture (other
+shapes capture again, a few kept), that the parameters of the modules `fn` uses are the same tensors, and that
+the gradients it would set start empty. Never a stale replay that gives a wrong answer.
+
+Fusion (fuse.py) then turns each chain of elementwise primitives whose intermediate results nothing else reads
+into one kernel. Under an observer (a FLOP count, a graph) a replay runs the unfused kernels and tells the
+observer of each primitive, so a count of a replay equals eager's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass, field
+
+from . import trace
+from .function import is_tensor
+from .nn.module import Module
+from .optim import Optimizer
+from .tensor import Tensor
+
+MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
+MAX_CAPTURES = 3          # eager captures tried before two in a row must agree
+
+
+class JitError(RuntimeError):
+    """A function cannot be compiled as it is written: the message says why, and what to change."""
+
+
+# ---------------------------------------------------------------- what one capture records
+@dataclass
+class Source:
+    """An array the captured ops read but did not produce: an argument, a live tensor's `.data`, or a constant."""
+    array: object
+    owner: object = None          # weakref to the Tensor that carried it
+    arg: int | None = None        # position among fn's tensor arguments
+    grad_was_none: bool = True    # the owner's .grad when it was first read
+
+    def live(self):
+        """The tensor it is read from at each replay, if that tensor outlived the capture."""
+        return self.owner() if self.owner is not None and self.arg is None else None
+
+
+@dataclass
+class Step:
+    """One primitive call: op(*ins, **params) -> out. `ins` and array-valued params name slots ('s', k) or
+    sources ('x', j). phase, scope, step and origin are what an observer of a replay is told."""
+    op: type
+    ins: tuple
+    params: dict
+    array_params: tuple
+    out: int
+    shape: tuple
+    dtype: object
+    phase: str
+    scope: tuple
+    step: str
+    origin: str
+
+
+@dataclass
+class Capture:
+    """One eager call, recorded."""
+    backend: object = None
+    steps: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    produced: dict = field(default_factory=dict)       # id(array) -> slot
+    known: dict = field(default_factory=dict)          # id(array) -> source index
+    arrays: list = field(default_factory=list)         # every array seen, held so that no id is reused
+    writes: list = field(default_factory=list)         # (source index, 'data' | 'grad', slot, starts empty)
+    outputs: object = None
+    read: str = ""
+
+    def ref(self, array, owner=None) -> tuple:
+        """('s', slot) for an array an op produced, else ('x', j) for source j (found or added)."""
+        key = id(array)
+        if key in self.produced:
+            return ("s", self.produced[key])
+        if key not in self.known:
+            self.arrays.append(array)
+            self.known[key] = len(self.sources)
+            self.sources.append(Source(array, None if owner is None else weakref.ref(owner),
+                                       grad_was_none=owner is None or owner.grad is None))
+        return ("x", self.known[key])
+
+    def observe(self, event) -> None:
+        if self.backend is None:
+            self.backend = event.op.backend
+        ins = tuple(self.ref(t.data, t) for t in event.inputs)
+        params, array_params = {}, []
+        for name, value in event.params.items():
+            if is_tensor(value) or _is_array(value):
+                array_params.append((name, self.ref(value.data if is_tensor(value) else value)))
+            else:
+                params[name] = value
+        out = event.output.data
+        self.arrays.append(out)
+        self.produced[id(out)] = slot = len(self.steps)
+        self.steps.append(Step(type(event.op), ins, params, tuple(array_params), slot, out.shape, out.dtype,
+                               event.phase, event.scope, event.step, event.origin))
+
+    def derive(self, fn, arrays: tuple, params: dict, out) -> None:
+        """An array computed outside the primitives (trace.derive): a step of its own, redone at each replay."""
+        ins = tuple(self.ref(a) for a in arrays)
+        self.arrays.append(out)
+        self.produced[id(out)] = slot = len(self.steps)
+        self.steps.append(Step(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "", (), "", ""))
+
+    def read_value(self, tensor) -> None:
+        raise JitError(f"jit: the function reads a tensor's values (.item(), .numpy(), .tolist() or bool(), of a "
+                       f"{tensor.dtype} {tensor.shape} tensor) while it is captured, after {len(self.steps)} "
+                       "primitives: Python code that reads values may take another path on the next call, so a "
+                       "replay could be wrong. Read the values outside the compiled function (return the tensor "
+                       "instead), or run it uncompiled")
+
+
+def _is_array(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (type, str))
+
+
+def _flatten(value, tensors: list):
+    """The structure of `value` with each Tensor replaced by its index in `tensors` (appended)."""
+    if is_tensor(value):
+        tensors.append(value)
+        return ("T", len(tensors) - 1)
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_flatten(v, tensors) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple((k, _flatten(v, tensors)) for k, v in value.items()))
+    return ("V", value)
+
+
+def _unflatten(spec, tensors: list):
+    kind, body = spec
+    if kind == "T":
+        return tensors[body]
+    if kind == "V":
+        return body
+    if kind is dict:
+        return {k: _unflatten(v, tensors) for k, v in body}
+    return kind(_unflatten(v, tensors) for v in body)
+
+
+def capture(fn, args: tuple, kwargs: dict, owners: list = ()) -> tuple[Capture, object]:
+    """Run fn(*args, **kwargs) eagerly, recording every primitive. Returns (the capture, fn's result).
+    owners: the modules and optimizers fn uses, whose gradients are looked at before the call."""
+    rec, arg_tensors = Capture(), []
+    _flatten((args, kwargs), arg_tensors)
+    empty = {id(t): t.grad is None for t in _tensors(owners) + arg_tensors}     # gradients when the call begins
+    for i, t in enumerate(arg_tensors):
+        _, j = rec.ref(t.data, t)
+        if rec.sources[j].arg is None:
+            rec.sources[j].arg = i
+    with trace.capturing(rec):
+        result = fn(*args, **kwargs)
+    outs = []
+    spec = _flatten(result, outs)
+    rec.outputs = (spec, tuple(rec.ref(t.data) for t in outs))
+    for j, src in enumerate(rec.sources):
+        owner = src.owner() if src.owner is not None else None
+        if owner is None:
+            continue
+        if owner.data is not src.array and src.arg is None:   # fn rebound .data: the optimizer's update
+            rec.writes.append((j, "data", _produced(rec, owner.data, "its .data"), False))
+        if owner.grad is not None and id(owner.grad.data) in rec.produced:
+            if not src.grad_was_none:
+                raise JitError("jit: the function adds to a gradient that was already there (a leaf's .grad was "
+                               "not None when the call began); zero the gradients (opt.zero_grad()) before each "
+                               "call, or inside the function before backward()")
+            # a gradient empty when the call began must be empty at each replay (eager would add to it);
+            # one that fn emptied itself (zero_grad inside) may be anything
+            rec.writes.append((j, "grad", rec.produced[id(owner.grad.data)], empty.get(id(owner), True)))
+    return rec, result
+
+
+def _produced(rec: Capture, array, what: str) -> int:
+    if id(array) not in rec.produced:
+        raise JitError(f"jit: the function sets a tensor's {what} to an array made outside the recorded ops "
+                       "(a tensor built from Python data or numpy inside the function); build it from the "
+                       "arguments with tensor ops, or pass it in as an argument")
+    return rec.produced[id(array)]
+
+
+# ---------------------------------------------------------------- two captures must agree
+def difference(a: Capture, b: Capture) -> str:
+    """'' if replaying capture `a` would do what capture `b` did; else what differs, in words."""
+    if len(a.steps) != len(b.steps):
+        return f"the first call ran {len(a.steps)} primitives and the next {len(b.steps)}"
+    for i, (s, t) in enumerate(zip(a.steps, b.steps)):
+        if (s.op, s.ins, s.params, s.array_params, s.shape, s.dtype) != \
+                (t.op, t.ins, t.params, t.array_params, t.shape, t.dtype):
+            return f"primitive {i} was {s.op.name} {s.shape} and then {t.op.name} {t.shape}"
+    if len(a.sources) != len(b.sources):
+        return "the calls read different numbers of tensors from outside"
+    for j, (x, y) in enumerate(zip(a.sources, b.sources)):
+        if x.arg != y.arg or x.array.shape != y.array.shape or x.array.dtype != y.array.dtype:
+            return f"input {j} changed from {x.array.dtype} {x.array.shape} to {y.array.dtype} {y.array.shape}"
+        if x.arg is None and (x.live() is None or x.live() is not y.live()) and not _equal(a.backend, x, y):
+            user = next((f"{s.op.name} (primitive {i}, in {'.'.join(s.scope) or 'the function'})"
+                         for i, s in enumerate(b.steps) if ("x", j) in s.ins + tuple(r for _, r in s.array_params)),
+                        "an op")
+            return (f"a constant read by {user} changed between calls ({x.array.dtype} {x.array.shape}): a value "
+                    "that changes from call to call (a learning rate, a position, a random draw) must reach the "
+                    "function as a tensor argument or a tensor that lives across calls, not as a Python number")
+    if a.writes != b.writes or a.outputs != b.outputs:
+        return "the calls set different tensors' .data or .grad, or returned different things"
+    return ""
+
+
+def _equal(backend, x: Source, y: Source) -> bool:
+    return bool((backend.to_numpy(x.array) == backend.to_numpy(y.array)).all()) if x.array.size else True
+
+
+# ---------------------------------------------------------------- the program a capture becomes
+class Derived:
+    """A replay's stand-in for trace.derive: fn(*arrays, **params), no primitive and no FLOPs."""
+    name = "derived"
+
+    def forward(self, *ins, fn, **params):
+        return fn(*(t.data for t in ins), **params)
+
+    def flops(self, out_shape, *in_shapes) -> int:
+        return 0
+
+
+class Kernel:
+    """One step of a program: `run()` computes its output array from the program's current arrays."""
+    __slots__ = ("fn", "ins", "params", "array_params", "out", "step")
+
+    def __init__(self, step: Step, slots: list, backend):
+        fn = step.op()
+        fn.backend, fn.needs_grad = backend, (False,) * len(step.ins)
+        self.fn, self.step, self.out = fn, step, slots[step.out]
+        self.ins = tuple(slots[k] for k in step.ins)
+        self.params, self.array_params = dict(step.params), tuple((n, slots[k]) for n, k in step.array_params)
+
+    def run(self):
+        for name, slot in self.array_params:
+            self.params[name] = slot.data
+        self.out.data = self.fn.forward(*self.ins, **self.params)
+
+
+class Program:
+    """A verified capture as a list of kernels over slots: each slot a Tensor object made once, whose `.data` is
+    the array of the current replay (sources are slots too, filled from their tensors at the start)."""
+
+    def __init__(self, rec: Capture, fuse: bool):
+        backend = self.backend = rec.backend
+        self.slots = [Tensor._make(None, backend) for _ in rec.steps]            # slot k: made by step k
+        self.source_slots = [Tensor._make(src.array, backend) for src in rec.sources]
+        self.all = self.slots + self.source_slots                               # what a step's index names
+        named = lambda ref: self.all[_index(ref, rec)]  # noqa: E731
+        self.steps = [dataclasses.replace(s, ins=tuple(_index(r, rec) for r in s.ins),
+                                          array_params=tuple((n, _index(r, rec)) for n, r in s.array_params))
+                      for s in rec.steps]
+        self.plain = [Kernel(s, self.all, backend) for s in self.steps]
+        self.args = [(src.arg, self.source_slots[j]) for j, src in enumerate(rec.sources) if src.arg is not None]
+        self.live = [(src.owner, self.source_slots[j], src.array.shape, src.array.dtype)
+                     for j, src in enumerate(rec.sources) if src.arg is None and src.live() is not None]
+        self.writes = [(rec.sources[j].owner, rec.sources[j].arg, attr, self.slots[k], starts_empty)
+                       for j, attr, k, starts_empty in rec.writes]
+        spec, refs = rec.outputs
+        self.outputs = (spec, tuple(named(r) for r in refs))
+        self.kernels = self.plain
+        self.fused = []
+        if fuse:
+            from .fuse import fuse_program
+            self.kernels, self.fused = fuse_program(self, rec)
+
+    def run(self, arg_tensors: list):
+        for i, slot in self.args:
+            slot.data = arg_tensors[i].data
+        for owner, slot, shape, dtype in self.live:
+            t = owner()
+            if t is None:                    # gone since: nothing can change it now, so its last value holds
+                continue
+            if t.data.shape != shape or t.data.dtype != dtype:
+                raise _Stale("a tensor the capture read has changed shape or dtype")
+            slot.data = t.data
+        if trace.STATE.get().observers:
+            self._run_observed()
+        else:
+            for kernel in self.kernels:
+                kernel.run()
+        for owner, arg, attr, slot, _ in self.writes:
+            t = owner() if arg is None else arg_tensors[arg]
+            if attr == "data":
+                t.data = slot.data
+            else:
+                t.grad = Tensor._make(slot.data, self.backend)
+        spec, slots = self.outputs
+        return _unflatten(spec, [Tensor._make(s.data, self.backend) for s in slots])
+
+    def _run_observed(self):
+        """Every primitive, unfused, each told to the observers as eager would have told it."""
+        state = trace.STATE.get()
+        for kernel in self.plain:
+            kernel.run()
+            s = kernel.step
+            if s.op is not Derived:
+                trace.emit(kernel.fn, kernel.ins, kernel.out,
+                           dataclasses.replace(state, phase=s.phase, scope=s.scope, step=s.step, origin=s.origin),
+                           kernel.params)
+
+    def __str__(self):
+        from .fuse import describe
+        return describe(self)
+
+
+def _index(ref: tuple, rec: Capture) -> int:
+    """A ref as an index into Program.all: slots first, then sources."""
+    return ref[1] if ref[0] == "s" else len(rec.steps) + ref[1]
+
+
+class _Stale(Exception):
+    """A guard failed: capture again."""
+
+
+# ---------------------------------------------------------------- the compiled function
+def _modules_of(fn) -> list:
+    """The modules (and optimizers) a function reaches: itself, its bound object, its closure and the globals
+    its code names. Their parameters are checked before every replay."""
+    found = []
+    candidates = [fn, getattr(fn, "__self__", None)]
+    code = getattr(fn, "__code__", None)
+    candidates += [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    if code is not None:
+        candidates += [getattr(fn, "__globals__", {}).get(name) for name in code.co_names]
+    for c in candidates:
+        if isinstance(c, (Module, Optimizer)) and all(c is not f for f in found):
+            found.append(c)
+    return found
+
+
+def _filled(cell) -> bool:
+    """Whether a closure cell holds a value yet (a name the function assigns later does not)."""
+    try:
+        return cell.cell_contents is not None
+    except ValueError:
+        return False
+
+
+def _tensors(owners) -> list:
+    """Every tensor attribute of the modules (parameters and buffers) and the parameters of the optimizers."""
+    found = []
+    for owner in owners:
+        found += ([v for _, m in owner.named_modules() for v in vars(m).values() if isinstance(v, Tensor)]
+                  if isinstance(owner, Module) else owner.params)
+    return found
+
+
+def _parameter_ids(owners: list) -> tuple:
+    return tuple(map(id, _tensors(owners)))
+
+
+class Compiled:
+    """`tb.jit(fn)`: call it as fn. `program` is the last replayed (or ready) program; `captures` counts the
+    eager captures so far; `replays` the replays."""
+
+    def __init__(self, fn, fuse: bool = True, modules=None):
+        if not callable(fn):
+            raise TypeError(f"jit: expected a function (or a module) to compile, got {type(fn).__name__}")
+        self.fn, self.fuse = fn, fuse
+        self.owners = list(modules) if modules is not None else _modules_of(fn)
+        self.cache: dict = {}            # argument key -> (Program, parameter ids)
+        self.pending: dict = {}          # argument key -> the last capture, not yet confirmed
+        self.tries: dict = {}
+        self.captures = self.replays = 0
+        self.program = None
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        arg_tensors = []
+        spec = _flatten((args, kwargs), arg_tensors)
+        key = (_key(spec), tuple((t.shape, t.dtype, t.device) for t in arg_tensors))
+        entry = self.cache.get(key)
+        if entry is not None:
+            program, ids = entry
+            if ids == _parameter_ids(self.owners) and self._grads_empty(program, arg_tensors):
+                try:
+                    out = program.run(arg_tensors)
+                    self.replays += 1
+                    self.program = program
+                    return out
+                except _Stale:
+                    pass
+            del self.cache[key]                          # the model changed under the program: capture again
+            self.tries.pop(key, None)
+        return self._capture(key, args, kwargs)
+
+    @staticmethod
+    def _grads_empty(program: Program, arg_tensors: list) -> bool:
+        """Every gradient the program sets, and that was empty when captured, is empty (eager would add to it)."""
+        for owner, arg, attr, _, starts_empty in program.writes:
+            t = owner() if arg is None else arg_tensors[arg]
+            if starts_empty and t is not None and t.grad is not None:
+                return False
+        return True
+
+    def _capture(self, key, args, kwargs):
+        rec, result = capture(self.fn, args, kwargs, self.owners)
+        self.captures += 1
+        last = self.pending.get(key)
+        self.pending[key] = rec
+        self.tries[key] = self.tries.get(key, 0) + 1
+        if last is not None:
+            why = difference(last, rec)
+            if not why:
+                if len(self.cache) >= MAX_SHAPES:
+                    self.cache.pop(next(iter(self.cache)))
+                self.program = Program(rec, self.fuse) if rec.backend is not None else None
+                if self.program is not None:
+                    self.cache[key] = (self.program, _parameter_ids(self.owners))
+                del self.pending[key]
+            elif self.tries[key] >= MAX_CAPTURES:
+                raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')} does not repeat itself, so it "
+                               f"cannot be replayed: {why}")
+        return result
+
+
+def _key(spec):
+    """A hashable key for the non-tensor parts of the arguments (their values matter to the trace)."""
+    try:
+        hash(spec)
+    except TypeError:
+        raise JitError("jit: the function's arguments must be tensors, or hashable Python values (numbers, "
+                       "strings, tuples) that select what it computes; got an unhashable one") from None
+    return spec
+
+
+def jit(fn=None, *, fuse: bool = True, modules=None):
+    """Compile `fn` (a function of tensors, or a module): its calls capture, verify, then replay its primitives.
+    fuse: merge chains of elementwise primitives into one kernel each. modules: the modules and optimizers whose
+    parameters it uses (found from `fn` itself, its closure and its globals when not given)."""
+    if fn is None:
+        return lambda f: Compiled(f, fuse, modules)
+    return Compiled(fn, fuse, modules)
+
+
