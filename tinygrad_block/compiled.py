@@ -406,7 +406,7 @@ class Compiled:
     @staticmethod
     def _grads_empty(program: Program, arg_tensors: list) -> bool:
         """Every gradient the program sets, and that was empty when captured, is empty (eager would add to it)."""
-        for owner, arg, attr, _, starts_empty in program.writes:
+        for owner, arg, _, _, starts_empty in program.writes:
             t = owner() if arg is None else arg_tensors[arg]
             if starts_empty and t is not None and t.grad is not None:
                 return False
