@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from . import trace
 from .function import is_tensor
+from .fuse import describe, fuse_program, to_dot
 from .nn.module import Module
 from .optim import Optimizer
 from .tensor import Tensor
@@ -71,6 +72,7 @@ class Step:
     scope: tuple
     step: str
     origin: str
+    flops: int = 0
 
 
 @dataclass
@@ -112,7 +114,7 @@ class Capture:
         self.arrays.append(out)
         self.produced[id(out)] = slot = len(self.steps)
         self.steps.append(Step(type(event.op), ins, params, tuple(array_params), slot, out.shape, out.dtype,
-                               event.phase, event.scope, event.step, event.origin))
+                               event.phase, event.scope, event.step, event.origin, event.flops))
 
     def derive(self, fn, arrays: tuple, params: dict, out) -> None:
         """An array computed outside the primitives (trace.derive): a step of its own, redone at each replay."""
@@ -276,11 +278,7 @@ class Program:
                        for j, attr, k, starts_empty in rec.writes]
         spec, refs = rec.outputs
         self.outputs = (spec, tuple(named(r) for r in refs))
-        self.kernels = self.plain
-        self.fused = []
-        if fuse:
-            from .fuse import fuse_program
-            self.kernels, self.fused = fuse_program(self, rec)
+        self.kernels = fuse_program(self) if fuse else self.plain
 
     def run(self, arg_tensors: list):
         for i, slot in self.args:
@@ -317,9 +315,17 @@ class Program:
                            dataclasses.replace(state, phase=s.phase, scope=s.scope, step=s.step, origin=s.origin),
                            kernel.params)
 
+    def escaping(self) -> set:
+        """The steps whose arrays outlive a replay: returned, or written back into a tensor."""
+        kept = {slot for *_, slot, _ in self.writes} | set(self.outputs[1])
+        return {k for k, slot in enumerate(self.slots) if slot in kept}
+
     def __str__(self):
-        from .fuse import describe
         return describe(self)
+
+    def to_dot(self, title: str = "compiled program") -> str:
+        """The kernels as a DOT graph (graphviz draws it): a fused chain is one box listing its primitives."""
+        return to_dot(self, title)
 
 
 def _index(ref: tuple, rec: Capture) -> int:
@@ -355,6 +361,32 @@ def _filled(cell) -> bool:
         return False
 
 
+def fingerprint(owners) -> tuple:
+    """What the program's validity rests on in the modules and optimizers fn uses, cheap to take at every call:
+    each module's attributes (a tensor or submodule by identity, with requires_grad; a list of modules by its
+    items; a number, flag or name by value) and each optimizer's parameters. A parameter replaced, added or frozen, a
+    layer appended, a flag flipped: the fingerprint changes, and the next call captures again."""
+    parts = []
+    for owner in owners:
+        if isinstance(owner, Module):
+            for _, m in owner.named_modules():
+                parts.append(tuple(_mark(v) for v in m.__dict__.values()))
+        else:
+            parts.append(tuple(map(id, owner.params)))
+    return tuple(parts)
+
+
+def _mark(v):
+    """A module attribute as the fingerprint sees it (a memo such as a cached mask is left out: None)."""
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Tensor):
+        return id(v), v._requires_grad
+    if isinstance(v, Module) or isinstance(v, (list, tuple)) and v and all(isinstance(m, Module) for m in v):
+        return id(v) if isinstance(v, Module) else tuple(map(id, v))
+    return None
+
+
 def _tensors(owners) -> list:
     """Every tensor attribute of the modules (parameters and buffers) and the parameters of the optimizers."""
     found = []
@@ -362,10 +394,6 @@ def _tensors(owners) -> list:
         found += ([v for _, m in owner.named_modules() for v in vars(m).values() if isinstance(v, Tensor)]
                   if isinstance(owner, Module) else owner.params)
     return found
-
-
-def _parameter_ids(owners: list) -> tuple:
-    return tuple(map(id, _tensors(owners)))
 
 
 class Compiled:
@@ -391,7 +419,7 @@ class Compiled:
         entry = self.cache.get(key)
         if entry is not None:
             program, ids = entry
-            if ids == _parameter_ids(self.owners) and self._grads_empty(program, arg_tensors):
+            if ids == fingerprint(self.owners) and self._grads_empty(program, arg_tensors):
                 try:
                     out = program.run(arg_tensors)
                     self.replays += 1
@@ -425,7 +453,7 @@ class Compiled:
                     self.cache.pop(next(iter(self.cache)))
                 self.program = Program(rec, self.fuse) if rec.backend is not None else None
                 if self.program is not None:
-                    self.cache[key] = (self.program, _parameter_ids(self.owners))
+                    self.cache[key] = (self.program, fingerprint(self.owners))
                 del self.pending[key]
             elif self.tries[key] >= MAX_CAPTURES:
                 raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')} does not repeat itself, so it "

@@ -47,12 +47,27 @@ class Case:
         self.x = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.dout = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.params = {name: p.data for name, p in self.block.named_parameters()}   # the device's own arrays
+        self.programs = {}                                                          # phase -> tb.jit
 
     def autograd(self, backward: bool):
         x = self.x.detach().requires_grad_()
         out = self.block(x)
         if backward:
             out.backward(self.dout)
+            self.block.zero_grad()
+
+    def compiled(self, backward: bool):
+        """The autograd run through tb.jit: captured on the first calls, replayed after (one program per phase)."""
+        if backward not in self.programs:
+            def run(x):
+                out = self.block(x)
+                if backward:
+                    out.backward(self.dout)
+                return out
+            self.programs[backward] = tb.jit(run)
+        x = self.x.detach().requires_grad_()
+        self.programs[backward](x)
+        if backward:
             self.block.zero_grad()
 
     def manual(self, backward: bool):
@@ -109,10 +124,12 @@ def synchronizer(device: str):
 
 
 def rounds(runners: dict, backward: bool, n: int, sync) -> dict[str, list[float]]:
-    """Seconds per call of each runner, n rounds after one warm-up each, the order rotating per round."""
+    """Seconds per call of each runner, n rounds after three warm-up calls each (the compiled engine captures on
+    its first calls), the order rotating per round."""
     names, times = list(runners), {name: [] for name in runners}
     for name in names:
-        runners[name](backward)
+        for _ in range(3):
+            runners[name](backward)
     for r in range(n):
         for name in names[r % len(names):] + names[:r % len(names)]:
             gc.collect()
@@ -175,8 +192,8 @@ def main(argv=None):
     p.add_argument("--sizes", nargs="+", choices=list(SIZES))
     p.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16"])
     p.add_argument("--phases", nargs="+", default=["forward", "both"], choices=["forward", "both"])
-    p.add_argument("--engines", nargs="+", default=["autograd", "manual", "pytorch"],
-                   choices=["autograd", "manual", "pytorch"])
+    p.add_argument("--engines", nargs="+", default=["autograd", "compiled", "manual", "pytorch"],
+                   choices=["autograd", "compiled", "manual", "pytorch"])
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     gpu = args.device.startswith("cuda")
@@ -194,7 +211,7 @@ def main(argv=None):
         for dtype in dtypes:
             case = Case(size, dtype, args.device)
             flops = case.flops()
-            runners = {"autograd": case.autograd, "manual": case.manual}
+            runners = {"autograd": case.autograd, "compiled": case.compiled, "manual": case.manual}
             if (run := torch_runner(case)) is not None:
                 runners["pytorch"] = run
             runners = {k: v for k, v in runners.items() if k in args.engines}

@@ -6,6 +6,7 @@ import pytest
 import tinygrad_block as tb
 from tinygrad_block import nn, optim
 from tinygrad_block.counting import count_flops
+from tinygrad_block.gradcheck import central_difference, rel_err
 
 CFG = nn.preset("tiny")
 LM_CFG = CFG.with_(n_layers=2, vocab_size=40, max_seq_len=16)
@@ -180,3 +181,86 @@ def test_what_cannot_be_compiled_says_so():
     blk, xs, _ = block_and_inputs(n=1)
     with pytest.raises(tb.JitError, match="hashable"):
         tb.jit(lambda x, extra: blk(x))(xs[0], np.zeros(3))
+
+
+def test_a_fused_replay_equals_eager_on_new_inputs_and_its_program_says_what_fused():
+    blk, xs, douts = block_and_inputs(dtype=tb.float32)
+    step, compiled = forward_backward(blk), tb.jit(forward_backward(blk))
+    for x, dout in zip(xs, douts):
+        blk.zero_grad()
+        xe, xc = x.detach().requires_grad_(), x.detach().requires_grad_()
+        want = step(xe, dout).numpy().copy(), results(blk, xe)
+        blk.zero_grad()
+        got = compiled(xc, dout).numpy(), results(blk, xc)
+        np.testing.assert_array_equal(got[0], want[0])                 # in place is the same arithmetic
+        for g, w in zip(got[1], want[1]):
+            np.testing.assert_array_equal(g, w)
+    program = compiled.program
+    assert len(program.kernels) < len(program.plain)
+    text = str(program)
+    assert "fused" in text and " > " in text and f"for {len(program.plain)} primitives" in text
+    flops = sum(s.flops for s in program.steps)
+    assert f"{flops:,} FLOPs" in text.splitlines()[0]
+
+
+def test_gradients_of_a_fused_replay_match_finite_differences_in_float64():
+    blk, xs, _ = block_and_inputs(n=4)
+
+    def loss_and_backward(x):
+        loss = (blk(x) * blk(x)).sum()
+        loss.backward()
+        return loss
+    compiled = tb.jit(loss_and_backward)
+    for x in xs:                                                        # two captures, then two replays
+        xc = x.detach().requires_grad_()
+        blk.zero_grad()
+        compiled(xc)
+    assert compiled.replays == 2 and len(compiled.program.kernels) < len(compiled.program.plain)
+    x0 = xs[-1].numpy()
+
+    def loss_at(values):
+        with tb.no_grad():
+            y = blk(tb.tensor(values))
+            return float((y * y).sum().item())
+    picked = [(0, 0, 0), (1, 7, 63), (0, 3, 17), (1, 5, 40)]
+    numeric = central_difference(loss_at, x0, elements=picked)
+    for idx in picked:
+        assert rel_err(xc.grad.numpy()[idx], numeric[idx]) <= 1e-8, idx
+
+
+def test_a_parameter_added_or_frozen_is_seen_and_captured_again():
+    blk, xs, douts = block_and_inputs(n=6)
+    compiled = tb.jit(forward_backward(blk), fuse=False)
+    for x, dout in zip(xs[:3], douts[:3]):
+        blk.zero_grad()
+        compiled(x, dout)
+    assert (compiled.captures, compiled.replays) == (2, 1)
+    blk.ffn.down_proj.weight.requires_grad = False                     # frozen: no gradient may be written
+    blk.zero_grad()
+    compiled(xs[3], douts[3])
+    assert compiled.captures == 3 and blk.ffn.down_proj.weight.grad is None
+    blk.extra = nn.Parameter(tb.zeros(3, dtype=tb.float64))            # added
+    blk.zero_grad()
+    compiled(xs[4], douts[4])
+    assert compiled.captures == 4
+
+
+def test_on_the_strict_device_a_replay_runs_primitive_by_primitive_and_equals_eager():
+    blk = nn.TransformerBlock(CFG, generator=tb.Generator(0), device="strict")
+    g = tb.Generator(1)
+    xs = [tb.randn(2, 8, CFG.d_model, generator=g, device="strict") for _ in range(3)]
+    compiled = tb.jit(lambda x: blk(x))
+    outs = [compiled(x) for x in xs]
+    assert compiled.replays == 1 and compiled.program.kernels is compiled.program.plain
+    np.testing.assert_array_equal(outs[2].numpy(), blk(xs[2]).numpy())
+
+
+def test_the_program_draws_as_a_graph():
+    blk, xs, douts = block_and_inputs(n=2, dtype=tb.float32)
+    compiled = tb.jit(forward_backward(blk))
+    for x, dout in zip(xs, douts):
+        blk.zero_grad()
+        compiled(x, dout)
+    dot = compiled.program.to_dot()
+    assert dot.startswith("digraph program") and dot.count("->") > len(compiled.program.kernels) // 2
+    assert dot.count("[label=") == len(compiled.program.kernels) and "FLOPs" in dot
