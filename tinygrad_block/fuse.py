@@ -29,14 +29,25 @@ BACKEND_CALLS = {Reshape: ("reshape", ("shape",)), Permute: ("permute", ("order"
 
 
 class Direct:
-    """A primitive calling its array function straight: out = f(*ins, *extra)."""
-    __slots__ = ("f", "ins", "extra", "out", "steps")
+    """A primitive calling its array function straight: out = f(*ins, *extra). With `reuse` (an array function
+    that writes into `out=`, and a result nobody keeps after the call) the array made by the first replay is
+    written again by every later one: no allocation."""
+    __slots__ = ("f", "ins", "extra", "out", "steps", "reuse", "buffer")
 
-    def __init__(self, f, ins, out, steps, extra: tuple = ()):
+    def __init__(self, f, ins, out, steps, extra: tuple = (), reuse: bool = False):
         self.f, self.ins, self.out, self.steps, self.extra = f, ins, out, steps, extra
+        self.reuse, self.buffer = reuse, None
 
     def run(self):
-        self.out.data = self.f(*[t.data for t in self.ins], *self.extra)
+        self.out.data = self.compute()
+
+    def compute(self):
+        if self.buffer is not None:
+            return self.f(*[t.data for t in self.ins], out=self.buffer)
+        r = self.f(*[t.data for t in self.ins], *self.extra)
+        if self.reuse:
+            self.buffer = r
+        return r
 
 
 class Chain:
@@ -48,7 +59,7 @@ class Chain:
         self.first, self.links, self.out, self.steps = first, links, out, steps
 
     def run(self):
-        r = self.first.f(*[t.data for t in self.first.ins])
+        r = self.first.compute()
         for f, operands in self.links:
             f(*[r if t is None else t.data for t in operands], out=r)
         self.out.data = r
@@ -83,6 +94,7 @@ def fuse_program(program) -> list:
         return program.plain                       # the strict and shape-only devices replay primitive by primitive
     steps, slots = program.steps, program.all
     escapes = program.escaping()
+    kept = _kept(steps, escapes)
     readers = {}
     for i, s in enumerate(steps):
         for k in set(s.ins + tuple(k for _, k in s.array_params)):
@@ -95,8 +107,11 @@ def fuse_program(program) -> list:
             continue
         ufunc = getattr(xp, UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
         if ufunc is None:
-            chain = _close(chain, kernels)
-            kernels.append(_lowered(s, plain, program.backend, name))
+            chain = _close(chain, kernels, kept)
+            if s.op is Matmul and s.dtype != xp.float16:
+                kernels.append(Direct(xp.matmul, [name(k) for k in s.ins], name(s.out), [s], reuse=i not in kept))
+            else:
+                kernels.append(_lowered(s, plain, program.backend, name))
             continue
         ins = [name(k) for k in s.ins]
         if chain is not None and _extends(chain, s, i, readers, escapes):
@@ -105,15 +120,27 @@ def fuse_program(program) -> list:
             chain.steps.append(s)
             chain.out = name(s.out)
         else:
-            chain = _close(chain, kernels)
+            chain = _close(chain, kernels, kept)
             chain = Chain(Direct(ufunc, ins, None, [s]), [], name(s.out), [s])
-    _close(chain, kernels)
+    _close(chain, kernels, kept)
     return kernels
 
 
-def _close(chain, kernels: list):
+def _kept(steps, escapes: set) -> set:
+    """The steps whose arrays outlive a replay: those returned or written back, and any that one of them views
+    (a reshape, permute, expand or slice of a kept array keeps its input's buffer too)."""
+    kept = set(escapes)
+    for i in range(len(steps) - 1, -1, -1):
+        if i in kept and getattr(steps[i].op, "may_alias", False):
+            kept.update(k for k in steps[i].ins if k < len(steps))
+    return kept
+
+
+def _close(chain, kernels: list, kept: set):
+    """Finish a chain: one kernel (a lone op stays a Direct); its buffer is reused unless its result is kept."""
     if chain is not None:
         kernels.append(chain.first if not chain.links else chain)
+        chain.first.reuse = chain.steps[-1].out not in kept
         if not chain.links:
             chain.first.out, chain.first.steps = chain.out, chain.steps
     return None

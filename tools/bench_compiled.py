@@ -1,0 +1,148 @@
+"""What compiling costs and what fusing buys: tb.jit's capture cost, and the fused chains of a block's program
+run three ways (numpy one op at a time, numpy in place as fuse.py runs them, and numexpr when installed).
+
+Capture: the first two calls of a compiled forward+backward run eagerly while recorded (the second also builds
+the program); their times are set against one eager call, medians over fresh compilations. Fusion: every chain
+of the compiled block's program is timed on its real arrays, interleaved round by round, and the table gives the
+summed time of all chains per engine with the median ratio to numpy's op-at-a-time and its spread.
+
+    python tools/bench_compiled.py [--sizes tiny small medium] [--rounds 9]
+
+Pin threads for a fair comparison on a small machine:
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1 python tools/bench_compiled.py
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import tinygrad_block as tb
+from tinygrad_block import nn
+from tinygrad_block.fuse import UFUNCS, Chain, kernel_steps
+
+SIZES = {"tiny": (2, 16, 64, 4, 2, 172), "small": (4, 128, 256, 8, 4, 688), "medium": (2, 256, 512, 8, 2, 1376)}
+NUMEXPR = {"add": "({} + {})", "subtract": "({} - {})", "multiply": "({} * {})", "divide": "({} / {})",
+           "negative": "(-{})", "exp": "exp({})", "log": "log({})", "sqrt": "sqrt({})", "sin": "sin({})",
+           "cos": "cos({})", "reciprocal": "(1 / {})", "maximum": "where({0} > {1}, {0}, {1})"}
+
+
+def block_case(size: str):
+    B, L, d, H, H_kv, d_ff = SIZES[size]
+    cfg = nn.BlockConfig(d, H, H_kv, d_ff, max_seq_len=L)
+    block = nn.TransformerBlock(cfg, generator=tb.Generator(0))
+    x = tb.randn(B, L, d, generator=tb.Generator(1))
+    dout = tb.randn(B, L, d, generator=tb.Generator(2))
+
+    def step(x):
+        out = block(x)
+        out.backward(dout)
+        return out
+    return block, x, step
+
+
+def capture_cost(size: str, rounds: int) -> tuple[float, float, float]:
+    """Medians of (one eager call, the first compiled call, the second compiled call), in seconds."""
+    eager, first, second = [], [], []
+    for _ in range(rounds):
+        block, x, step = block_case(size)
+        compiled = tb.jit(step)
+        for times, run in ((eager, step), (first, compiled), (second, compiled)):
+            block.zero_grad()
+            t0 = time.perf_counter()
+            run(x.detach().requires_grad_())
+            times.append(time.perf_counter() - t0)
+    return statistics.median(eager), statistics.median(first), statistics.median(second)
+
+
+def chain_runners(chain: Chain) -> dict:
+    """The chain as numpy op at a time, as fuse.py runs it (in place), and as one numexpr expression."""
+    first, links = chain.first, chain.links
+    args = [t.data for t in first.ins]
+    others = [[None if t is None else t.data for t in operands] for _, operands in links]
+
+    def separate():
+        r = first.f(*args)
+        for (f, _), ops in zip(links, others):
+            r = f(*[r if a is None else a for a in ops])
+        return r
+
+    def in_place():
+        r = first.f(*args)
+        for (f, _), ops in zip(links, others):
+            f(*[r if a is None else a for a in ops], out=r)
+        return r
+    runners = {"numpy, op at a time": separate, "numpy in place (fuse.py)": in_place}
+    try:
+        import numexpr
+    except ImportError:
+        return runners
+    names, env = {}, {}
+
+    def var(a):
+        key = id(a)
+        if key not in names:
+            names[key] = f"v{len(names)}"
+            env[names[key]] = a
+        return names[key]
+    expr = NUMEXPR[first.f.__name__].format(*[var(a) for a in args])
+    for (f, _), ops in zip(links, others):
+        expr = NUMEXPR[f.__name__].format(*[expr if a is None else var(a) for a in ops])
+    compiled = numexpr.NumExpr(expr, signature=[(n, float if a.dtype == np.float32 else np.float64)
+                                                for n, a in env.items()])
+    values = list(env.values())
+    runners["numexpr"] = lambda: compiled(*values)
+    return runners
+
+
+def fusion(size: str, rounds: int) -> dict:
+    """Summed seconds per engine over every chain of the block's compiled program, per round."""
+    block, x, step = block_case(size)
+    compiled = tb.jit(step)
+    for _ in range(3):
+        block.zero_grad()
+        compiled(x.detach().requires_grad_())
+    program = compiled.program
+    for kernel in program.plain:               # fill every slot with this replay's arrays, unfused
+        kernel.run()
+    chains = [k for k in program.kernels if isinstance(k, Chain)
+              and all(s.op in UFUNCS for s in kernel_steps(k))]
+    runners = [chain_runners(c) for c in chains]
+    engines = list(runners[0]) if runners else []
+    times = {e: [] for e in engines}
+    for r in range(rounds):
+        for e in engines[r % len(engines):] + engines[:r % len(engines)]:
+            t0 = time.perf_counter()
+            for run in runners:
+                for _ in range(20):
+                    run[e]()
+            times[e].append((time.perf_counter() - t0) / 20)
+    return {"chains": len(chains), "times": times}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    p.add_argument("--rounds", type=int, default=9)
+    args = p.parse_args(argv)
+    print("capture cost: one eager forward+backward, then the first two calls of tb.jit (recorded; the second "
+          "builds the program)")
+    for size in args.sizes:
+        eager, first, second = capture_cost(size, args.rounds)
+        print(f"  {size:<7} eager {eager * 1e3:8.2f} ms   first {first * 1e3:8.2f} ms ({first / eager:.2f}x)   "
+              f"second {second * 1e3:8.2f} ms ({second / eager:.2f}x)")
+    print("fused chains of the block's forward+backward, all of them, per engine (median, ratio to op at a time)")
+    for size in args.sizes:
+        result = fusion(size, args.rounds)
+        times = result["times"]
+        base = times["numpy, op at a time"]
+        for engine, ts in times.items():
+            ratios = [t / b for t, b in zip(ts, base)]
+            print(f"  {size:<7} {result['chains']:3d} chains  {engine:<26} {statistics.median(ts) * 1e6:9.1f} us  "
+                  f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+
+
+if __name__ == "__main__":
+    main()
