@@ -279,6 +279,7 @@ class Program:
         spec, refs = rec.outputs
         self.outputs = (spec, tuple(named(r) for r in refs))
         self.kernels = fuse_program(self) if fuse else self.plain
+        self.runs = [kernel.run for kernel in self.kernels]
 
     def run(self, arg_tensors: list):
         for i, slot in self.args:
@@ -293,8 +294,8 @@ class Program:
         if trace.STATE.get().observers:
             self._run_observed()
         else:
-            for kernel in self.kernels:
-                kernel.run()
+            for run in self.runs:
+                run()
         for owner, arg, attr, slot, _ in self.writes:
             t = owner() if arg is None else arg_tensors[arg]
             if attr == "data":

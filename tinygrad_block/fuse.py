@@ -39,7 +39,10 @@ class Direct:
         self.reuse, self.buffer = reuse, None
 
     def run(self):
-        self.out.data = self.compute()
+        if self.buffer is not None:
+            self.out.data = self.f(*[t.data for t in self.ins], out=self.buffer)
+        else:
+            self.out.data = self.compute()
 
     def compute(self):
         if self.buffer is not None:
@@ -164,6 +167,9 @@ def _lowered(s, plain, backend, name):
     if reduce and s.dtype != xp.float16 and hasattr(getattr(xp, reduce), "reduce"):
         return Reduced(getattr(xp, reduce).reduce, name(s.ins[0]), s.params["axes"], s.params["keepdims"],
                        name(s.out), [s])
+    if s.op in (Reshape, Permute) and isinstance(xp.ndarray, type):      # the array's own method, unbound
+        f = xp.ndarray.reshape if s.op is Reshape else xp.ndarray.transpose
+        return Direct(f, [name(s.ins[0])], name(s.out), [s], (s.params["shape" if s.op is Reshape else "order"],))
     if s.op in BACKEND_CALLS and not s.array_params:
         method, params = BACKEND_CALLS[s.op]
         return Direct(getattr(backend, method), [name(k) for k in s.ins], name(s.out), [s],
