@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .accounting import total_params
+from .compiled import jit
 from .dtypes import float16, float32, int64
 from .generator import Generator
 from .counting import FlopCounter, count_flops, count_saved_bytes
@@ -166,6 +167,25 @@ def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: boo
         if backward:
             out.backward(ones_like(out))
     return graph
+
+
+def compiled_program(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool):
+    """The program tb.jit makes of one block's (or the whole model's) forward, or forward and backward, run on
+    the CPU with real values at these sizes (compiled.Program: print it, or draw it with .to_dot())."""
+    g = Generator(0)
+    module = LM(cfg, generator=g) if whole_model else TransformerBlock(cfg, generator=g)
+    x = zeros(B, L, dtype=int64) if whole_model else randn(B, L, cfg.d_model, generator=g)
+
+    def run(x):
+        out = module(x)
+        if backward:
+            out.backward(ones_like(out))
+        return out
+    compiled = jit(run, modules=[module])
+    while compiled.program is None:                 # two captures that agree, then the program is built
+        module.zero_grad()
+        compiled(x if whole_model else x.detach().requires_grad_())
+    return compiled.program
 
 
 def is_movement(name: str, *, aliasing: bool = False) -> bool:

@@ -264,3 +264,14 @@ def test_the_program_draws_as_a_graph():
     dot = compiled.program.to_dot()
     assert dot.startswith("digraph program") and dot.count("->") > len(compiled.program.kernels) // 2
     assert dot.count("[label=") == len(compiled.program.kernels) and "FLOPs" in dot
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward+backward"])
+def test_a_compiled_programs_flops_equal_the_closed_form(backward):
+    from tinygrad_block import accounting, measure
+    program = measure.compiled_program(CFG, whole_model=False, B=2, L=16, backward=backward)
+    want = accounting.block_forward_flops(CFG, 16, 2, matmul_only=False)
+    if backward:
+        want += accounting.block_backward_flops(CFG, 16, 2, matmul_only=False)
+    assert sum(s.flops for s in program.steps) == want
+    assert f"{want:,} FLOPs" in str(program).splitlines()[0]
