@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from . import trace
 from .function import is_tensor
 from .fuse import describe, fuse_program, to_dot
-from .nn.module import Module
-from .optim import Optimizer
 from .tensor import Tensor
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
@@ -349,9 +347,20 @@ def _modules_of(fn) -> list:
     if code is not None:
         candidates += [getattr(fn, "__globals__", {}).get(name) for name in code.co_names]
     for c in candidates:
-        if isinstance(c, (Module, Optimizer)) and all(c is not f for f in found):
+        if (_is_module(c) or _is_optimizer(c)) and all(c is not f for f in found):
             found.append(c)
     return found
+
+
+def _is_module(value) -> bool:
+    """An nn.Module, known by what it does (nn builds on this file, so this file never imports nn)."""
+    return hasattr(value, "named_modules") and hasattr(value, "named_parameters") and not isinstance(value, type)
+
+
+def _is_optimizer(value) -> bool:
+    """An optim.Optimizer, known by its parameter list and its step (optim builds on nn)."""
+    return isinstance(getattr(value, "params", None), list) and callable(getattr(value, "step", None)) \
+        and not isinstance(value, type)
 
 
 def _filled(cell) -> bool:
@@ -369,7 +378,7 @@ def fingerprint(owners) -> tuple:
     layer appended, a flag flipped: the fingerprint changes, and the next call captures again."""
     parts = []
     for owner in owners:
-        if isinstance(owner, Module):
+        if _is_module(owner):
             for _, m in owner.named_modules():
                 parts.append(tuple(_mark(v) for v in m.__dict__.values()))
         else:
@@ -383,8 +392,8 @@ def _mark(v):
         return v
     if isinstance(v, Tensor):
         return id(v), v._requires_grad
-    if isinstance(v, Module) or isinstance(v, (list, tuple)) and v and all(isinstance(m, Module) for m in v):
-        return id(v) if isinstance(v, Module) else tuple(map(id, v))
+    if _is_module(v) or isinstance(v, (list, tuple)) and v and all(map(_is_module, v)):
+        return id(v) if _is_module(v) else tuple(map(id, v))
     return None
 
 
@@ -393,7 +402,7 @@ def _tensors(owners) -> list:
     found = []
     for owner in owners:
         found += ([v for _, m in owner.named_modules() for v in vars(m).values() if isinstance(v, Tensor)]
-                  if isinstance(owner, Module) else owner.params)
+                  if _is_module(owner) else owner.params)
     return found
 
 
