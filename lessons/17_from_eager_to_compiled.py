@@ -1,0 +1,559 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Lesson 17 — From eager to compiled
+#
+# Everything so far ran *eagerly*: each `a + b` computed its result at once, built a `Tensor` for it, and
+# wrote down how it was made, so that `backward()` could walk back later. That bookkeeping is what makes the
+# engine easy to read and to debug, and on a small model it costs more than the arithmetic. This lesson
+# measures that cost, then removes it: `tb.jit(fn)` watches `fn` run, keeps the list of primitives it
+# called, and from then on runs only that list, straight on the arrays. Along the way it merges chains of
+# elementwise ops into single kernels. We read the program it builds, draw it, time it against eager and
+# against PyTorch, and watch the guards that stop it from ever replaying something that would be wrong.
+#
+# **What you will learn**
+# - what one primitive call costs eagerly, and how much of it is arithmetic;
+# - capture and replay: the first calls run eagerly while an observer at the choke point (the one that
+#   counts FLOPs and draws graphs) records every primitive; later calls replay the kernels on the backend's
+#   arrays, and the answers equal eager's bit for bit;
+# - the compiled program as text: kernels against primitives, fused chains such as `div > add > sqrt`, FLOPs
+#   per kernel, the module each came from;
+# - the fusion rule (one shape, each result read only by the next op, nothing kept), traced back to the line of
+#   RMSNorm that made a chain, and why backward shortens that chain;
+# - the program drawn, one box per kernel;
+# - eager, compiled and PyTorch eager timed on your machine;
+# - the guards: a value read inside, a Python number that changes, a new shape, leftover gradients, a replaced
+#   parameter.
+#
+# Run it as a script, `python -m tinygrad_block lesson 17`, or as a notebook,
+# `python -m tinygrad_block lesson 17 --notebook --execute` (it lands in `lessons/out/17/`). The reference for
+# the compiler itself is `docs/compiled.md`.
+
+# %%
+import importlib.util
+import shutil
+import statistics
+import textwrap
+import time
+from collections import Counter
+
+import numpy as np
+
+import tinygrad_block as tb
+from tinygrad_block import manual, nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.course import LESSONS, out_dir, show
+from tinygrad_block.fuse import kernel_steps
+from tinygrad_block.graph import render
+
+OUT = out_dir(17)         # lessons/out/17/: this lesson's pictures
+HAVE_GRAPHVIZ = shutil.which("dot") is not None and importlib.util.find_spec("graphviz") is not None
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+CFG = nn.preset("tiny")   # d_model 64, 4 query heads sharing 2 key/value heads, d_ff 172
+B, L = 2, 16
+g = tb.Generator(0)
+block = nn.TransformerBlock(CFG, generator=g)                              # float32
+x = tb.randn(B, L, CFG.d_model, generator=g)                               # (B, L, d_model)
+dout = tb.randn(B, L, CFG.d_model, generator=g)                            # the upstream gradient
+
+
+def step(x: tb.Tensor, dout: tb.Tensor) -> tb.Tensor:
+    """One forward and backward of the block: the function this lesson compiles."""
+    out = block(x)
+    out.backward(dout)
+    return out
+
+
+def results(x: tb.Tensor, out: tb.Tensor) -> list[np.ndarray]:
+    """The output, the input's gradient and every parameter's gradient, as arrays (copies)."""
+    return [out.numpy().copy(), x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in block.parameters()]
+
+
+print(f"pictures go to lessons/out/17/; graphviz {'found' if HAVE_GRAPHVIZ else 'missing'}; "
+      f"PyTorch {'found' if HAVE_TORCH else 'missing (its timings are left out)'}")
+assert OUT.is_dir() and OUT.name == "17" and len(block.parameters()) == 9
+
+# %% [markdown]
+# ## 1. What an eager primitive call costs
+#
+# When you write `a + b` with `a` needing a gradient, the engine does much more than add. `Tensor.__add__`
+# checks the two shapes and inserts an `expand` if they broadcast. `Function.apply`, the choke point, checks
+# the devices and the dtype, makes an `Add` object, runs its `forward` (one `np.add`), wraps the result in a
+# new `Tensor`, links that tensor to the `Add` object and the `Add` object to its inputs' tensors (the graph
+# `backward()` will walk), and asks whether any observer (a FLOP counter, a graph recorder) is listening.
+# Under `tb.no_grad()` the graph links are skipped; everything else still happens.
+#
+# Below, one add of two (2, 16, 64) float32 tensors is timed three ways, each the median of 7 runs of 500
+# calls: with the graph, under `no_grad`, and `np.add` on the same two arrays, which is the arithmetic alone.
+# On the machine this course was written on, the eager add took four to five times as long as `np.add`:
+# about three quarters of it was bookkeeping. Your numbers will differ; the assertion only holds that the eager add
+# costs more than the arithmetic inside it.
+
+# %%
+def per_call(fn, calls: int = 500, runs: int = 7) -> float:
+    """Seconds per call of fn(): the median over `runs` runs of `calls` calls each."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return statistics.median(times)
+
+
+a = tb.randn(B, L, CFG.d_model, generator=g, requires_grad=True)             # (2, 16, 64)
+b = tb.randn(B, L, CFG.d_model, generator=g)
+add_graph = per_call(lambda: a + b)
+with tb.no_grad():
+    add_no_grad = per_call(lambda: a + b)
+add_array = per_call(lambda: np.add(a.data, b.data))
+print(f"one add of (2, 16, 64) float32: eager {add_graph * 1e6:.2f} us, under no_grad {add_no_grad * 1e6:.2f} us, "
+      f"np.add {add_array * 1e6:.2f} us")
+print(f"eager / np.add = {add_graph / add_array:.1f}: {1 - add_array / add_graph:.0%} of the eager call is bookkeeping")
+assert np.array_equal((a + b).numpy(), np.add(a.data, b.data))                  # the same arithmetic
+assert add_graph > add_array and add_no_grad > add_array
+
+# %% [markdown]
+# A block is made of such calls. Counted by `count_flops`, the tiny block's forward on $(B, L) = (2, 16)$
+# makes 118 primitive calls and its backward 164: 282 in all. Only 154 of them do arithmetic; the other 128 are
+# reshapes (46), permutes (42), expands (20), slices (14), pads (4) and concats (2), which compute nothing: they
+# give a new view of the numbers, or copy them. A matmul of the tiny
+# block is a $(32 \times 64) \cdot (64 \times 172)$ product at most, a few microseconds of arithmetic, so here
+# the fixed cost of each call is a large part of the whole. Lesson 16 saw the same thing from the other side:
+# a small block reaches almost nothing of the machine's peak.
+
+# %%
+block.zero_grad()
+with count_flops() as fc:
+    step(x.detach().requires_grad_(), dout)
+calls = {phase: sum(n for (ph, *_), n in fc.calls.items() if ph == phase) for phase in ("forward", "backward")}
+by_op = Counter()
+for (_, _, _, op), n in fc.calls.items():                 # key: (phase, scope, step, op)
+    by_op[op] += n
+moving = {op: by_op[op] for op in ("reshape", "permute", "expand", "slice", "concat", "pad") if by_op[op]}
+arithmetic = sum(by_op.values()) - sum(moving.values())
+print(f"primitive calls: forward {calls['forward']}, backward {calls['backward']}, in all "
+      f"{sum(calls.values())}; {arithmetic} of them do arithmetic; {fc.total():,} FLOPs")
+print(f"the others move or copy numbers: {moving}")
+assert calls == {"forward": 118, "backward": 164} and arithmetic == 154 and fc.total() == 9_365_760
+assert moving == {"reshape": 46, "permute": 42, "expand": 20, "slice": 14, "concat": 2, "pad": 4}
+
+# %% [markdown]
+# ## 2. Capture, then replay
+#
+# `tb.jit(step)` returns a function that you call like `step`. What it does depends on the call:
+#
+# - **calls 1 and 2 are captured.** They run eagerly, exactly as `step` would, while an observer at the
+#   choke point writes down each primitive: which op, its parameters, which arrays it read and which it
+#   produced. An array that no recorded op produced is a *source*: an argument (read anew at each call), a
+#   tensor that outlives the call, like a weight or the RoPE tables (its `.data` is read at each call, so a
+#   weight an optimizer changed is seen), or a constant such as the causal mask. Two captures are needed
+#   because one proves nothing about the next call: only if two calls in a row run the same primitives on the
+#   same shapes and constants is the list trusted.
+# - **later calls are replayed.** No `Tensor`, `Function` or graph object is made: the program runs its kernels
+#   on the arrays, then writes back what the eager call would have left behind: here, each parameter's `.grad`
+#   and `x.grad`.
+#
+# `captures` and `replays` count the two kinds of call. Below, four calls on four different inputs are
+# compared, array by array, with eager runs of `step` on the same inputs: the output, `x.grad` and the nine
+# parameter gradients are **equal bit for bit**, at every call. Fusion changes where results are written, not
+# how they are computed: the same numpy functions run on the same numbers in the same order.
+#
+# A FLOP counter still sees every primitive of a replay: under `count_flops()`, the program runs its kernels
+# unfused and tells the counter about each primitive as the eager call would, so the replay counts the same
+# 9,365,760 FLOPs in the same 282 calls.
+
+# %%
+compiled = tb.jit(step)
+inputs = [tb.randn(B, L, CFG.d_model, generator=tb.Generator(10 + i)) for i in range(4)]
+progress, equal = [], []
+for xi in inputs:
+    block.zero_grad()
+    xe = xi.detach().requires_grad_()
+    want = results(xe, step(xe, dout))                           # eager
+    block.zero_grad()
+    xc = xi.detach().requires_grad_()
+    got = results(xc, compiled(xc, dout))                        # captured, or replayed
+    progress.append((compiled.captures, compiled.replays))
+    equal.append(all(np.array_equal(w, v) for w, v in zip(want, got)))
+block.zero_grad()
+with count_flops() as replayed:
+    compiled(x.detach().requires_grad_(), dout)
+print("after each call (captures, replays):", progress)
+print(f"bit for bit equal to eager, output and 10 gradients, at each call: {equal}")
+print(f"a counted replay: {replayed.total():,} FLOPs in {sum(replayed.calls.values())} primitive calls")
+assert progress == [(1, 0), (2, 0), (2, 1), (2, 2)] and equal == [True] * 4 and compiled.replays == 3
+assert replayed.total() == fc.total() and replayed.calls == fc.calls
+
+# %% [markdown]
+# ## 3. The program
+#
+# `print(compiled.program)` lists the kernels, one per line: what runs (a fused chain lists its primitives,
+# joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, and the module and step the
+# primitives came from. The first line sums it up. For the block's forward and backward: **235 kernels for 282
+# primitives**, with 24 fused chains. The 47 missing kernels are 32 primitives folded into chains (24 chains
+# holding 56 primitives) and 15 `expand`s dropped. An `expand` is dropped when every op that reads it is an
+# elementwise op whose other operand already has the full shape: numpy broadcasts the small array on the fly,
+# as the expand's view would have. The compiler knows the shapes of the arrays its own ops produce, not those
+# of the arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (line 4 below);
+# in `norm2`, whose input comes out of the residual add, it is dropped.
+#
+# Every other primitive is one `direct` kernel: it calls its array function (`np.matmul`, `np.add.reduce` for
+# a sum, an index for a slice) with no object of the engine in between. Only the 2 concats (in RoPE) still go
+# through their primitive's `forward`.
+#
+# The first 7 lines are `norm1`, the block's first RMSNorm, forward. Of the 24 chains, 7 are in the forward and
+# 17 in the backward: the backward of an elementwise op is made of elementwise ops of the same shape, which
+# chain well (RMSNorm's backward holds `mul > mul > neg` and `mul > div > div`; the two residual gradients meet
+# in `add > add`). They come in 12 patterns, most of them twice: once per RMSNorm, once for the queries and
+# once for the keys in RoPE, or once in softmax's backward and once in SiLU's.
+
+# %%
+program = compiled.program
+text = str(program)
+print("\n".join(text.splitlines()[:9]))
+chains = [kernel_steps(k) for k in program.kernels if len(kernel_steps(k)) > 1]
+dropped = len(program.plain) - sum(len(kernel_steps(k)) for k in program.kernels)
+own_forward = [k for k in program.kernels if hasattr(k, "fn")]
+patterns = Counter(" > ".join(s.op.name for s in c) for c in chains)
+chain_phases = Counter(c[0].phase for c in chains)
+print(f"... {len(program.kernels) - 8} more kernels; {len(chains)} chains hold {sum(map(len, chains))} primitives, "
+      f"{dropped} expands dropped, {len(own_forward)} kernels run their primitive's forward "
+      f"({', '.join(k.step.op.name for k in own_forward)})")
+print(f"chains: {dict(chain_phases)}; by pattern: {dict(patterns.most_common())}")
+assert text.splitlines()[0].startswith("program: 235 kernels for 282 primitives (24 fused chains, 47 primitives saved)")
+assert len(program.plain) == 282 and len(program.kernels) == 235 and len(chains) == 24
+assert sum(map(len, chains)) == 56 and dropped == 15 and 56 - 24 + 15 == 47
+assert [k.step.op.name for k in own_forward] == ["concat", "concat"]
+assert chain_phases == {"forward": 7, "backward": 17}
+assert len(patterns) == 12 and patterns["mul > add"] == 4 and sorted(patterns.values()) == [1, 1] + [2] * 9 + [4]
+assert [line.split()[1] for line in text.splitlines()[1:9]] == ["mul", "sum", "div", "reciprocal", "expand", "mul",
+                                                                "mul", "permute"]
+
+# %% [markdown]
+# ## 4. Which ops fuse, and why
+#
+# A **fused chain** is a run of elementwise primitives (add, sub, mul, div, maximum, neg, exp, log, sqrt,
+# reciprocal, sin, cos) that the program runs as one kernel: the first op makes the result array and every
+# later op overwrites it in place (`np.add(r, eps, out=r)`). The intermediate results are never allocated, and
+# the data is still in the cache when the next op reads it. Overwriting is only safe when nobody else needs the
+# value being overwritten, so, walking the program in order, an op joins the chain before it only if:
+#
+# 1. it is elementwise and has the chain's shape (and dtype): the buffer fits it exactly;
+# 2. it reads the chain's current result once, and **no other op reads that result**;
+# 3. that result is not kept after the call (returned, or written back as a gradient).
+#
+# Any other op in between (a reduction, a matmul, a reshape) ends the chain.
+#
+# **One chain, traced back to its code.** `nn.RMSNorm.forward` computes
+# `rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()`. In primitives: `mul` (x·x), `sum` and
+# `div` (the mean is a sum divided by d), `add` (+ ε), then `sqrt` and `reciprocal` (`rsqrt` is written as
+# 1/√·). The `mul` stays alone: its only reader, `sum`, is a reduction, and its result (2, 16, 64) is wider than
+# what follows. From `div` on, everything has shape (2, 16, 1) and each result has one reader, so compiling
+# **the forward alone** gives the chain `div > add > sqrt > reciprocal`.
+#
+# In the program of **forward and backward**, the same code gives `div > add > sqrt`, and `reciprocal` is a
+# kernel of its own. The reason is backward: the derivative of $\sqrt{u}$ is $1 / (2\sqrt{u})$, so
+# `sqrt`'s backward reads `sqrt`'s output. That output now has two readers, `reciprocal` in the forward and a
+# `mul` in the backward, and overwriting it in place would hand the backward the wrong numbers. What backward
+# saves limits what the forward may fuse. The cell below finds the readers of each result in the chain.
+
+# %%
+forward_only = tb.jit(lambda x: block(x))
+for xi in inputs[:3]:
+    forward_only(xi)
+fwd_program = forward_only.program
+
+
+def first_chain(prog, scope: str) -> list:
+    """The steps of the first fused chain of module `scope` in a program."""
+    return next(steps for k in prog.kernels if len(steps := kernel_steps(k)) > 1 and ".".join(steps[0].scope) == scope)
+
+
+def readers(prog, slot: int) -> list:
+    """(op, phase) of every step of the program that reads the array in `slot`."""
+    return [(s.op.name, s.phase) for s in prog.steps if slot in s.ins + tuple(k for _, k in s.array_params)]
+
+
+for name, prog in (("forward only", fwd_program), ("forward + backward", program)):
+    chain = first_chain(prog, "block.norm1")
+    print(f"{name:18}: norm1's chain {' > '.join(s.op.name for s in chain)}; {str(prog).splitlines()[0]}")
+sqrt_slot = next(s.out for s in first_chain(program, "block.norm1") if s.op.name == "sqrt")
+print(f"readers of sqrt's output, forward + backward: {readers(program, sqrt_slot)}")
+assert [s.op.name for s in first_chain(fwd_program, "block.norm1")] == ["div", "add", "sqrt", "reciprocal"]
+assert [s.op.name for s in first_chain(program, "block.norm1")] == ["div", "add", "sqrt"]
+assert readers(program, sqrt_slot) == [("reciprocal", "forward"), ("mul", "backward")]
+assert str(fwd_program).splitlines()[0].startswith("program: 89 kernels for 118 primitives (10 fused chains")
+
+# %% [markdown]
+# The order of the program matters too. SwiGLU computes `silu(gate(x)) * up(x)`. In the forward's program,
+# SiLU ends in the chain `add > div > mul`, and the final `* up(x)` is another `mul` of the same shape that
+# reads SiLU's result once. Yet it is a kernel of its own: between the two, the program runs `up_proj` (a
+# permute, a reshape, a matmul, a reshape), and those end the chain. The next cell shows the kernels between
+# the two multiplications.
+#
+# What does fusion save? A chain of $n$ primitives passes its $n - 1$ intermediate results through its one
+# buffer instead of giving each an array of its own. Over the 24 chains of the forward and backward, that is
+# 32 arrays, 169,472 bytes of float32, that a replay never allocates: little at this size, but it is the same
+# count that lesson 15 made for the memory traffic of a real block.
+
+# %%
+names = [" > ".join(s.op.name for s in kernel_steps(k)) for k in fwd_program.kernels]     # the forward alone
+silu_end = names.index("add > div > mul")
+between = names[silu_end:silu_end + 6]
+print(f"kernels {silu_end}..{silu_end + 5}: {between}")
+saved_bytes = sum(s.dtype.itemsize * int(np.prod(s.shape)) for c in chains for s in c[:-1])
+print(f"intermediates a fused replay never allocates: {sum(len(c) - 1 for c in chains)} arrays, {saved_bytes:,} bytes")
+assert between == ["add > div > mul", "permute", "reshape", "matmul", "reshape", "mul"]
+assert sum(len(c) - 1 for c in chains) == 32 and saved_bytes == 169_472
+
+# %% [markdown]
+# ## 5. The program, drawn
+#
+# `program.to_dot(title)` writes the kernels as a graph for graphviz: one box per kernel, with its shape,
+# dtype, FLOPs and the size of its result in bytes (a reshape, permute or expand makes a view, so nothing is
+# copied there), and an arrow from the kernel that wrote an array to each kernel that reads it. **Orange**
+# boxes are fused chains (they list their primitives, top to bottom), **blue** ones a single elementwise op,
+# **grey** everything else. Arrays that come from outside the program (the argument, the weights) have no box
+# of their own.
+#
+# The block's whole program is 235 boxes, and even its forward (89) is too tall to read on a screen, so we
+# draw the block's second half, forward: `h + FFN(RMSNorm(h))`, 25 kernels for 32 primitives. Read it top to
+# bottom. RMSNorm: `mul` and `sum`, the chain `div > add > sqrt > reciprocal`, its `expand` (kept, because the
+# other operand is the argument `h`, section 3) and `mul > mul` (h · rstd · g). The gate and up projections,
+# side by side. SiLU: `compare`, `neg`, `where`, `exp`, `where` and the chain `add > div > mul`; it is computed
+# from $e^{-|x|}$ so that it never overflows, and `where` and `compare` are not among the ops a chain takes in,
+# so it costs 6 kernels (exercise 2 writes it in one). Last, the gating `mul`, the down projection and the
+# residual `add`.
+
+# %%
+def second_half(h: tb.Tensor) -> tb.Tensor:
+    """The block's second residual branch, forward: h + FFN(RMSNorm(h))."""
+    return h + block.ffn(block.norm2(h))
+
+
+half = tb.jit(second_half)
+for xi in inputs[:3]:
+    half(xi)
+half_text = str(half.program)
+half_chains = [" > ".join(s.op.name for s in kernel_steps(k)) for k in half.program.kernels if len(kernel_steps(k)) > 1]
+print(half_text.splitlines()[0])
+print(f"its chains: {half_chains}")
+assert half_text.splitlines()[0].startswith("program: 25 kernels for 32 primitives (3 fused chains")
+assert half_chains == ["div > add > sqrt > reciprocal", "mul > mul", "add > div > mul"]
+dot = half.program.to_dot("h + FFN(RMSNorm(h)), forward, compiled: 25 kernels for 32 primitives")
+if HAVE_GRAPHVIZ:
+    show(render(dot, OUT / "compiled_ffn_half.png"))
+else:
+    print("graphviz is missing, so the drawing is skipped (apt-get install graphviz; pip install -e '.[viz]')")
+
+# %% [markdown]
+# ## 6. Timing: eager, compiled, PyTorch
+#
+# Timing on a shared machine is noisy, so every engine runs once per **round**, in an order that rotates from
+# round to round, and we compare medians: a slow spell hits every engine alike. The engines, all computing the
+# block's forward and backward in float32 on the same input:
+#
+# - **eager**: `step` as written;
+# - **replayed, unfused**: `tb.jit(step, fuse=False)`, each primitive's own `forward` on the arrays;
+# - **compiled**: `tb.jit(step)`, fused and lowered;
+# - **manual**: lesson 09's hand-derived pairs (`manual.block_forward` and `block_backward`), plain numpy code;
+# - **PyTorch eager**, if it is installed: the same block written in PyTorch from its equations
+#   (`tools/torch_block.py`, the oracle the tests compare with), held to one thread
+#   (`torch.set_num_threads(1)`) so that it does not compete with numpy for the cores.
+#
+# On the quiet 2-core machine this course was written on, the compiled step took under a third of eager's
+# time and about 0.6× PyTorch eager's, while eager took about twice PyTorch's. Per call, eager spent about 8 µs
+# on each primitive, the replay about 3 µs on each kernel, arithmetic included. The hand-written pairs were
+# faster still: they do fewer operations, since a derivation by hand merges steps that autograd takes one by
+# one. At bigger sizes the 282 calls stay 282 while their arithmetic grows, so the fixed cost weighs less and
+# the engines draw closer (`python tools/bench_block.py --engines autograd compiled manual pytorch` times four
+# sizes). The numbers below are your machine's, and a busy machine scatters them; the assertion holds only
+# that the compiled step is faster than the eager one.
+
+# %%
+if HAVE_TORCH:
+    import torch
+    spec = importlib.util.spec_from_file_location("torch_block", LESSONS.parent / "tools" / "torch_block.py")
+    torch_block = importlib.util.module_from_spec(spec)      # the repository's tools/torch_block.py, by path
+    spec.loader.exec_module(torch_block)
+    block_forward, rope_cos_sin = torch_block.block_forward, torch_block.rope_cos_sin
+    torch.set_num_threads(1)
+
+
+def engines(cfg: nn.BlockConfig, B: int, L: int) -> tuple[dict, int]:
+    """{name: a function running one forward + backward}, and the compiled program's number of kernels."""
+    gen = tb.Generator(0)
+    blk = nn.TransformerBlock(cfg, generator=gen)
+    x0, d0 = (tb.randn(B, L, cfg.d_model, generator=gen) for _ in range(2))     # (B, L, d_model)
+
+    def fwd_bwd(x):
+        blk(x).backward(d0)
+    jitted = {"replayed, unfused": tb.jit(fwd_bwd, fuse=False), "compiled": tb.jit(fwd_bwd)}
+    run = {"eager": fwd_bwd} | jitted
+    runners = {name: (lambda f=f: (blk.zero_grad(), f(x0.detach().requires_grad_()))) for name, f in run.items()}
+    arrays = {n: p.data for n, p in blk.named_parameters()}
+    runners["manual"] = lambda: manual.block_backward(d0.data, manual.block_forward(x0.data, arrays, cfg)[1])
+    if HAVE_TORCH:
+        params = {n: torch.tensor(p.numpy(), requires_grad=True) for n, p in blk.named_parameters()}
+        xt, dt = torch.tensor(x0.numpy()), torch.tensor(d0.numpy())
+        cos, sin = rope_cos_sin(L, cfg.d_head, cfg.rope_theta, torch.float32)
+
+        def pytorch():
+            block_forward(xt.clone().requires_grad_(), params, cfg, cos, sin).backward(dt)
+            for p in params.values():
+                p.grad = None
+        runners["PyTorch eager"] = pytorch
+    for f in runners.values():                                # warm up; the compiled ones capture here
+        for _ in range(3):
+            f()
+    return runners, len(jitted["compiled"].program.kernels)
+
+
+def rounds(runners: dict, n: int = 15, calls: int = 3) -> dict[str, float]:
+    """Median seconds per call of each runner over n rounds (`calls` calls each per round), the order rotating."""
+    names, times = list(runners), {name: [] for name in runners}
+    for r in range(n):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            for _ in range(calls):
+                runners[name]()
+            times[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+runners, n_kernels = engines(CFG, B, L)
+timed = rounds(runners)
+base = timed.get("PyTorch eager")
+print(f"tiny block, (B, L, d_model) = ({B}, {L}, {CFG.d_model}), forward + backward, float32, median of 15 rounds:")
+for name, t in timed.items():
+    print(f"  {name:18} {t * 1e3:7.3f} ms   {t / timed['eager']:5.2f} x eager" +
+          (f"   {t / base:5.2f} x PyTorch" if base else ""))
+print(f"eager {timed['eager'] / 282 * 1e6:.2f} us per primitive call; replayed unfused "
+      f"{timed['replayed, unfused'] / 282 * 1e6:.2f} us per primitive; compiled "
+      f"{timed['compiled'] / n_kernels * 1e6:.2f} us per kernel ({n_kernels} kernels)")
+assert n_kernels == 235 and timed["compiled"] < timed["eager"]
+
+# %% [markdown]
+# ## 7. The guards: never a stale replay
+#
+# A replay repeats the captured primitives without running your Python. That is only right if your Python
+# would have made the same calls again. `tb.jit` refuses, or captures again, wherever that might not hold,
+# and each case below fires once:
+#
+# 1. **A value read inside.** `if out.sum().item() > 0:` lets a number decide which primitives run, and the
+#    next call might take the other branch. Reading a value (`.item()`, `.numpy()`, `bool(t)`) while capturing
+#    raises `tb.JitError`, naming the read. Read values outside the compiled function.
+# 2. **A Python number that changes.** A number used in an op becomes a constant of the program. If it differs
+#    between calls, the captures disagree, and after three that do, `JitError` names the op that read it. The fix
+#    is to pass the number as a 0-d tensor argument: then it is an input, read anew at every replay. Exercise 3
+#    does this with a learning rate.
+# 3. **A new shape.** The arguments' shapes, dtypes and devices are checked at every call; a new shape is
+#    captured on its own (twice, as always), and the old shape keeps its program: coming back to it replays.
+# 4. **Leftover gradients.** Eager `backward()` *adds* to a `.grad` that is already there. A replay writes
+#    gradients; it does not add. So a call that finds last call's gradients still set is refused: zero them
+#    before each call, or inside the function.
+# 5. **A replaced parameter.** Each call compares a fingerprint of the modules the function uses (found in its
+#    closure and globals): a parameter replaced, added or frozen means a new capture.
+
+# %%
+def branchy(x):
+    out = block(x)
+    return out * 2.0 if out.sum().item() > 0 else out
+
+
+def say(number: int, err: Exception) -> None:
+    """Print a JitError's message, wrapped."""
+    print(textwrap.fill(str(err), 116, initial_indent=f"{number}. ", subsequent_indent="   "))
+
+
+try:
+    tb.jit(branchy)(x)
+    value_read = None
+except tb.JitError as err:
+    value_read = err
+say(1, value_read)
+
+scale = 1.0
+
+
+def scaled(x):
+    return block(x) * scale                          # `scale`: a Python number, read as a constant
+
+
+scaled_jit, number_changed = tb.jit(scaled), None
+try:
+    for value in (1.0, 2.0, 3.0):
+        scale = value
+        scaled_jit(x)
+except tb.JitError as err:
+    number_changed = err
+say(2, number_changed)
+
+
+def scaled_by(x, s):
+    return block(x) * s                              # s: a 0-d tensor argument
+
+
+scaled_by_jit, scales = tb.jit(scaled_by), (1.0, 2.0, 3.0, 0.5, -4.0)
+fixed = [np.array_equal(scaled_by_jit(x, tb.tensor(s)).numpy(), (block(x) * s).numpy()) for s in scales]
+print(f"   fixed: {len(scales)} scales as 0-d tensors: equal to eager {fixed}; captures {scaled_by_jit.captures}, "
+      f"replays {scaled_by_jit.replays}")
+assert "reads a tensor's values" in str(value_read) and "a constant read by mul" in str(number_changed)
+assert "must reach the function as a tensor argument" in str(number_changed)
+assert all(fixed) and (scaled_by_jit.captures, scaled_by_jit.replays) == (2, 3)
+
+# %%
+shapes = tb.jit(step)
+seen = []
+for shape in [(2, 16)] * 3 + [(1, 8)] * 3 + [(2, 16)]:
+    block.zero_grad()
+    shapes(tb.randn(*shape, CFG.d_model, generator=g).requires_grad_(), tb.randn(*shape, CFG.d_model, generator=g))
+    seen.append((shape, shapes.captures, shapes.replays))
+print("3. after each call, shape: captures/replays  " + "  ".join(f"{b_}x{l_}: {c}/{r}" for (b_, l_), c, r in seen))
+leftover = None
+try:
+    shapes(x.detach().requires_grad_(), dout)                 # the last call's gradients are still there
+except tb.JitError as err:
+    leftover = err
+say(4, leftover)
+block.zero_grad()
+kept = block.norm1.weight
+block.norm1.weight = nn.Parameter(tb.full((CFG.d_model,), 2.0))
+for _ in range(3):
+    block.zero_grad()
+    out = shapes(x.detach().requires_grad_(), dout)
+replaced = (shapes.captures, shapes.replays)
+with tb.no_grad():
+    new_weight_equal = np.array_equal(out.numpy(), block(x).numpy())            # eager, with the new weight
+    block.norm1.weight = kept
+    old_weight_equal = np.array_equal(out.numpy(), block(x).numpy())
+block.zero_grad()
+print(f"5. norm1.weight replaced: after three more calls, captures {replaced[0]}, replays {replaced[1]}; the output "
+      f"equals eager with the new weight: {new_weight_equal}")
+assert [c for _, c, _ in seen] == [1, 2, 2, 3, 4, 4, 4] and [r for *_, r in seen] == [0, 0, 1, 1, 1, 2, 3]
+assert "zero the gradients" in str(leftover) and replaced == (6, 4)
+assert new_weight_equal and not old_weight_equal
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. `fused_chains`: the fusion rule of section 4, written by you. Given a program's steps (each an op name,
+#    what it reads and its shape) and the steps whose results are kept, return the fused chains. The checker
+#    takes the steps from real compiled programs (small elementwise functions, RMSNorm, the tiny block's forward
+#    and backward) and compares with the chains `tb.jit` made, naming the rule you missed.
+# 2. `silu_in_one_kernel`: SiLU, $x \cdot \sigma(x) = x / (1 + e^{-x})$, written so that `tb.jit` compiles it
+#    into a single fused kernel (the library's version takes 6, section 5). Checked against `Tensor.silu`, with
+#    the compiled program printed when it has more than one kernel.
+# 3. `make_sgd_step`: a compiled SGD step, `step(x, y, lr)`, whose learning rate changes at every call and
+#    reaches it as a 0-d tensor. Checked against the same steps run eagerly (losses and weights bit for bit)
+#    and for really replaying.
+#
+# `python -m tinygrad_block exercise 17` writes `exercise_17.py` with the functions to fill in;
+# `python -m tinygrad_block check 17` checks them and says what is wrong.
