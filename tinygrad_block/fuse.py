@@ -102,8 +102,9 @@ def fuse_program(program) -> list:
     for i, s in enumerate(steps):
         for k in set(s.ins + tuple(k for _, k in s.array_params)):
             readers.setdefault(k, []).append(i)
-    alias = _elided_expands(steps, readers, escapes)
+    alias = program.alias = _elided_expands(steps, readers, escapes)
     name = lambda k: slots[alias.get(k, k)]  # noqa: E731
+    shape = lambda k: steps[k].shape if k < len(steps) else program.all[k].data.shape  # noqa: E731
     kernels, chain = [], None
     for i, (s, plain) in enumerate(zip(steps, program.plain)):
         if i in alias:
@@ -112,9 +113,10 @@ def fuse_program(program) -> list:
         if ufunc is None:
             chain = _close(chain, kernels, kept)
             if s.op is Matmul and s.dtype != xp.float16:
-                kernels.append(Direct(xp.matmul, [name(k) for k in s.ins], name(s.out), [s], reuse=i not in kept))
+                reuse = i not in kept and s.shape != ()
+                kernels.append(Direct(xp.matmul, [name(k) for k in s.ins], name(s.out), [s], reuse=reuse))
             else:
-                kernels.append(_lowered(s, plain, program.backend, name))
+                kernels.append(_lowered(s, plain, program.backend, name, shape))
             continue
         ins = [name(k) for k in s.ins]
         if chain is not None and _extends(chain, s, i, readers, escapes):
@@ -143,7 +145,7 @@ def _close(chain, kernels: list, kept: set):
     """Finish a chain: one kernel (a lone op stays a Direct); its buffer is reused unless its result is kept."""
     if chain is not None:
         kernels.append(chain.first if not chain.links else chain)
-        chain.first.reuse = chain.steps[-1].out not in kept
+        chain.first.reuse = chain.steps[-1].out not in kept and chain.steps[-1].shape != ()
         if not chain.links:
             chain.first.out, chain.first.steps = chain.out, chain.steps
     return None
@@ -154,10 +156,10 @@ def _extends(chain: Chain, s, i: int, readers: dict, escapes: set) -> bool:
     reads that result or keeps it, and it has the chain's shape and dtype."""
     last, first = chain.steps[-1], chain.steps[0]
     return (s.ins.count(last.out) == 1 and readers.get(last.out) == [i] and last.out not in escapes
-            and (s.shape, s.dtype) == (first.shape, first.dtype))
+            and (s.shape, s.dtype) == (first.shape, first.dtype) and s.shape != ())   # 0-d: numpy's scalars
 
 
-def _lowered(s, plain, backend, name):
+def _lowered(s, plain, backend, name, shape):
     """A direct kernel: a slice by its key, a sum by add.reduce (not float16's, which sums in float32), a
     primitive that is one backend call by that call; else the primitive's own forward."""
     xp = backend.xp
@@ -167,7 +169,7 @@ def _lowered(s, plain, backend, name):
     if reduce and s.dtype != xp.float16 and hasattr(getattr(xp, reduce), "reduce"):
         return Reduced(getattr(xp, reduce).reduce, name(s.ins[0]), s.params["axes"], s.params["keepdims"],
                        name(s.out), [s])
-    if s.op in (Reshape, Permute) and isinstance(xp.ndarray, type):      # the array's own method, unbound
+    if s.op in (Reshape, Permute) and shape(s.ins[0]) != ():      # the array's own method (a 0-d result is a scalar)
         f = xp.ndarray.reshape if s.op is Reshape else xp.ndarray.transpose
         return Direct(f, [name(s.ins[0])], name(s.out), [s], (s.params["shape" if s.op is Reshape else "order"],))
     if s.op in BACKEND_CALLS and not s.array_params:
@@ -245,7 +247,9 @@ def to_dot(program, title: str = "compiled program") -> str:
     for i, k in enumerate(program.kernels):
         steps = kernel_steps(k)
         inside = {s.out for s in steps}
-        sources = {index_of[j] for s in steps for j in s.ins if j in index_of and j not in inside}
+        alias = getattr(program, "alias", {})
+        sources = {index_of[alias.get(j, j)] for s in steps for j in s.ins
+                   if alias.get(j, j) in index_of and j not in inside}
         lines += [f"  k{j} -> k{i};" for j in sorted(sources) if j != i]
     return "\n".join(lines + ["}"]) + "\n"
 

@@ -275,3 +275,23 @@ def test_a_compiled_programs_flops_equal_the_closed_form(backward):
         want += accounting.block_backward_flops(CFG, 16, 2, matmul_only=False)
     assert sum(s.flops for s in program.steps) == want
     assert f"{want:,} FLOPs" in str(program).splitlines()[0]
+
+
+def test_zero_dimensional_results_replay():
+    """A mean over every axis and ops on it make 0-d results (numpy gives scalars there): replayed exactly."""
+    blk, xs, _ = block_and_inputs(n=4, dtype=tb.float32)
+
+    def loss_step(x):
+        loss = (blk(x) * blk(x)).mean() * 2.0 + 1.0
+        loss.backward()
+        return loss
+    compiled = tb.jit(loss_step)
+    for x in xs:
+        blk.zero_grad()
+        got = compiled(x).item()
+        grads = [p.grad.numpy().copy() for p in blk.parameters()]
+        blk.zero_grad()
+        assert got == loss_step(x).item()
+        for g, p in zip(grads, blk.parameters()):
+            np.testing.assert_array_equal(g, p.grad.numpy())
+    assert compiled.replays == 2
