@@ -230,8 +230,8 @@ def describe(program) -> str:
 def to_dot(program, title: str = "compiled program") -> str:
     """The kernels as a graph: one box per kernel (a fused chain lists its primitives, with FLOPs and bytes
     written), arrows from the kernel that wrote an array to each kernel that reads it."""
-    index_of, lines = {}, [f'digraph program {{ label="{title}"; labelloc=t; rankdir=TB; '
-                           'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+    index_of, lines = {}, ["digraph program {", f'  label="{title}"; labelloc=t; rankdir=TB;',
+                           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
     for i, k in enumerate(program.kernels):
         steps = kernel_steps(k)
         for s in steps:
