@@ -1,9 +1,11 @@
-"""Generation with a KV cache (nn/cache.py, LM.forward(ids, cache), LM.generate) and its accounting.
+"""Generation with a KV cache (nn/cache.py, LM.forward(ids, cache), LM.generate, nn/decode.py) and its accounting.
 
 Oracles: the uncached model recomputing the whole sequence at every step (logits to 1e-12, greedy tokens equal);
 numpy's argmax over those logits; the Gumbel-max draw and the top-k threshold written again in numpy and torch;
 the softmax itself for sampling frequencies; the tensors actually held for cache bytes; the model's own matmul
-parameter shapes (2 x parameters + attention term) and accounting.decode_flops for FLOPs counted by running."""
+parameter shapes (2 x parameters + attention term) and accounting.decode_flops for FLOPs counted by running.
+The static cache: the dynamic KVCache's keys and values (the first layer's exactly); its compiled decode steps:
+the same function run eagerly (logits bit for bit without fusion, tokens equal)."""
 import math
 
 import numpy as np
@@ -14,7 +16,8 @@ from conftest import msg, rel_err
 import tinygrad_block as tb
 from tinygrad_block import accounting, measure, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.nn.cache import KVCache
+from tinygrad_block.nn.cache import KVCache, StaticKVCache
+from tinygrad_block.nn.decode import Decoder
 from tinygrad_block.nn.model import keep_top_k, next_token
 
 TINY = nn.preset("tiny")                                               # Llama layout, GQA: 4 query heads, 2 KV heads
@@ -280,3 +283,120 @@ def test_on_token_sees_each_new_token_as_it_is_chosen(use_cache):
     assert [i for i, _ in seen] == list(range(6))
     assert np.array_equal(np.array([new for _, new in seen]).T, out.numpy()[:, 3:]) and np.array_equal(out.numpy(),
                                                                                                            again)
+
+
+# ---------------------------------------------------------------- the static cache and compiled decoding
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_static_cache_holds_the_dynamic_caches_keys_and_values(name):
+    """Prefill 5 tokens, then decode 4, into both caches: the static buffers' first 9 slots hold the same K and V
+    (the first layer's bit for bit: the same ops on the same inputs; later layers to 1e-12, their inputs having
+    passed attention over max_len slots), the rest stay zero, and the logits agree to 1e-12."""
+    cfg = CONFIGS[name]
+    model, ids = model_and_ids(cfg, L=9)
+    dynamic, static = KVCache(model, 2), StaticKVCache(model, 2, 14)
+    with tb.no_grad():
+        for chunk in [ids[:, :5]] + [ids[:, i:i + 1] for i in range(5, 9)]:
+            assert rel_err(model(chunk, cache=static).numpy(), model(chunk, cache=dynamic).numpy()) <= 1e-12
+    assert static.position.numpy().tolist() == [9] and dynamic.length == 9
+    for i, (d, s) in enumerate(zip(dynamic.layers, static.layers)):
+        for want, buffer in ((d.k, s.k), (d.v, s.v)):
+            assert buffer.shape == (2, cfg.n_kv_heads, 14, cfg.d_head)
+            filled, rest = buffer.numpy()[:, :, :9], buffer.numpy()[:, :, 9:]
+            assert (np.array_equal(filled, want.numpy()) if i == 0 else rel_err(filled, want.numpy()) <= 1e-12)
+            assert not rest.any()
+    assert static.nbytes == accounting.kv_cache_bytes(cfg, 14, 2, 8)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("prompt_len", [1, 4])
+def test_compiled_greedy_generation_writes_the_eager_and_the_uncached_tokens(name, prompt_len):
+    """GQA (tiny), MQA in a parallel block, tied embeddings with learned positions (gpt2), post-norm; prompts of
+    1 and 4 tokens, so the decode steps run at other positions."""
+    cfg = CONFIGS[name]
+    model, ids = model_and_ids(cfg, L=prompt_len)
+    compiled = model.generate(ids, 10, temperature=0)
+    steps = model.last_decoder.compiled
+    assert (steps.captures, steps.replays) == (2, 7)                    # 9 decode steps: 2 captured, 7 replayed
+    np.testing.assert_array_equal(compiled.numpy(), model.generate(ids, 10, temperature=0, jit=False).numpy())
+    np.testing.assert_array_equal(compiled.numpy(), model.generate(ids, 10, temperature=0, use_cache=False).numpy())
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2", "mqa-parallel"])
+def test_each_decode_steps_logits_equal_eager_bit_for_bit_without_fusion(name):
+    cfg = CONFIGS[name]
+    model, ids = model_and_ids(cfg, L=3)
+    compiled, eager = (Decoder(model, 2, 12, jit=jit, fuse=False) for jit in (True, False))
+    with tb.no_grad():
+        (a, la), (b, lb) = compiled.prefill(ids), eager.prefill(ids)
+        for _ in range(8):
+            np.testing.assert_array_equal(la.numpy(), lb.numpy())
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+            (a, la), (b, lb) = compiled.step(a), eager.step(b)
+    assert compiled.compiled.replays == 6 and compiled.compiled.fuse is False
+
+
+def test_compiled_sampling_draws_what_eager_sampling_draws():
+    """The uniform draws are made outside the step and passed in: the same seed, the same tokens."""
+    model, ids = model_and_ids(TINY, L=4)
+    run = lambda **kw: model.generate(ids, 12, temperature=0.9, top_k=7, generator=tb.Generator(5), **kw).numpy()  # noqa: E731
+    compiled = run()
+    assert model.last_decoder.compiled.replays == 9
+    np.testing.assert_array_equal(compiled, run(jit=False))
+    np.testing.assert_array_equal(compiled, run(use_cache=False))
+
+
+def test_a_second_generate_replays_from_its_first_step_and_other_settings_make_another_decoder():
+    model, ids = model_and_ids(TINY, L=4)
+    first = model.generate(ids, 8, temperature=0).numpy()
+    decoder = model.last_decoder
+    np.testing.assert_array_equal(model.generate(ids, 8, temperature=0).numpy(), first)
+    assert model.last_decoder is decoder and (decoder.compiled.captures, decoder.compiled.replays) == (2, 12)
+    model.generate(ids, 9, temperature=0)                                    # another max_len: another cache
+    assert model.last_decoder is not decoder and model.last_decoder.cache.max_len == 13
+
+
+def test_a_decode_step_counts_the_matmul_flops_of_every_slot_replayed_or_not():
+    """A static step attends to all max_len slots: accounting.decode_flops at context max_len, counted on the eager
+    step and on a replay alike (a replay tells the counter of every primitive)."""
+    model, ids = model_and_ids(TINY, L=3)
+    decoder = Decoder(model, 2, 16)
+    with tb.no_grad():
+        token, _ = decoder.prefill(ids)
+        for i in range(4):                                                  # 2 captures, then replays
+            with count_flops() as fc:
+                token, _ = decoder.step(token)
+            assert fc.total(matmul_only=True) == accounting.decode_flops(TINY, 16, 2), i
+    assert decoder.compiled.replays == 2
+
+
+def test_the_static_cache_refuses_what_does_not_fit():
+    model, ids = tiny_model()                                                # GPT2: max_seq_len 24
+    with pytest.raises(ValueError, match=msg("StaticKVCache", "max_len", "max_seq_len=24", "25")):
+        StaticKVCache(model, 2, 25)
+    with pytest.raises(ValueError, match=msg("StaticKVCache", "batch", "positive int", "0")):
+        StaticKVCache(model, 0, 8)
+    twin = nn.LM(GPT2, generator=tb.Generator(0), dtype=tb.float64)
+    with pytest.raises(ValueError, match=msg("LM", "another model", "StaticKVCache(model, batch, max_len)")):
+        model(ids, cache=StaticKVCache(twin, 2, 8))
+    with pytest.raises(ValueError, match=msg("LM", "StaticKVCache holds 3 sequences", "B=2")):
+        model(ids, cache=StaticKVCache(model, 3, 8))
+    with pytest.raises(ValueError, match=msg("StaticKVCache", "4 tokens", "max_len=3")):
+        model(tb.zeros(2, 4, dtype=tb.int64), cache=StaticKVCache(model, 2, 3))
+    with pytest.raises(ValueError, match=msg("Attention", "KV cache", "causal")):
+        causal = nn.LM(GPT2.with_(causal=False), generator=tb.Generator(0), dtype=tb.float64)
+        causal(ids, cache=StaticKVCache(causal, 2, 8))
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_a_position_past_the_static_cache_is_an_index_error_in_a_replay_too(jit):
+    """The position is data, so no Python check sees it: its lookup in the cache's max_len rows checks it, and a
+    replay redoes that check (never a write that silently falls off the end)."""
+    model, ids = model_and_ids(TINY, L=2)
+    decoder = Decoder(model, 2, 6, jit=jit)
+    with tb.no_grad():
+        token, _ = decoder.prefill(ids)
+        for _ in range(4):                                                   # positions 2..5: 2 captures, 2 replays
+            token, _ = decoder.step(token)
+        with pytest.raises(IndexError, match=msg("getitem", "index 6", "size 6")):
+            decoder.step(token)
+    assert decoder.compiled is None or decoder.compiled.replays == 2

@@ -8,6 +8,7 @@ import numbers
 from ..dtypes import float32, float64
 from ..tensor import Tensor, arange, concat, tensor, where, zeros
 from ..trace import constant, no_grad, step
+from .cache import LayerCache, StaticLayerCache
 from .config import BlockConfig
 from .layers import RMSNorm, projection
 from .module import Module
@@ -55,7 +56,7 @@ def rope_tables(n_positions: int, d_head: int, theta: float, dtype, device,
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate each pair (x1, x2) = (x_i, x_{i + d/2}) by its angle: (x1 cos - x2 sin, x2 cos + x1 sin), the
     half-split pairing of Hugging Face Llama (its x cos + rotate_half(x) sin). x: (B, H, L, d_head);
-    cos, sin: (L, d_head), whose two halves are equal."""
+    cos, sin: (L, d_head), whose two halves are equal, or their first halves alone, (L, d_head/2)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]                           # (B, H, L, d_head/2) each
     c, s = cos[..., :half], sin[..., :half]                         # (L, d_head/2)
@@ -129,9 +130,11 @@ class Attention(Module):
             self.rope_cos, self.rope_sin = rope_tables(cfg.max_seq_len, cfg.d_head, cfg.rope_theta, dtype, device,
                                                        cfg.rope_scaling)
 
-    def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:   # x: (B, L, d_model)
+    def forward(self, x: Tensor, offset: int | Tensor = 0, cache=None) -> Tensor:   # x: (B, L, d_model)
         """Positions offset .. offset + L - 1. With `cache` (a LayerCache holding the K, V of positions
-        0 .. offset - 1), this call's K and V join it, and the queries attend to all offset + L keys."""
+        0 .. offset - 1), this call's K and V join it, and the queries attend to all offset + L keys. With a
+        StaticLayerCache, `offset` is the tensor of the L positions (StaticKVCache.start): K and V are written into
+        its buffers, and the queries attend to all max_len slots, those after their position masked."""
         cfg = self.cfg
         B, L, _ = x.shape
         H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
@@ -141,10 +144,16 @@ class Attention(Module):
         q = self.split_heads(self.q_proj(x), H, q_norm)                    # (B, H, L, d_head)
         k = self.split_heads(self.k_proj(x), H_kv, k_norm)                 # (B, H_kv, L, d_head)
         v = self.split_heads(self.v_proj(x), H_kv)                         # (B, H_kv, L, d_head)
-        if cfg.rope:
+        if cfg.rope and isinstance(cache, StaticLayerCache):
+            with step("rope"):                                            # q and k rotated in one go
+                qk = apply_rope(concat([q, k], axis=1), *cache.rope)       # (B, H + H_kv, L, d_head)
+                q, k = qk[:, :H], qk[:, H:]
+        elif cfg.rope:
             with step("rope"):
-                cos, sin = self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]   # (L, d_head)
+                cos, sin = self.rope_at(offset, L)                         # (L, d_head)
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if isinstance(cache, StaticLayerCache):
+            return self.o_proj(self.attend_static(q, k, v, cache))
         if cache is not None:
             k, v = cache.append(k, v)                                     # (B, H_kv, offset + L, d_head)
         with step("repeat kv"):
@@ -153,6 +162,18 @@ class Attention(Module):
         out = sdpa(q, k, v, mask)                                         # (B, H, L, d_head)
         out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
         return self.o_proj(out)
+
+    def attend_static(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticLayerCache) -> Tensor:
+        """Attention over a static cache's buffers, once k and v (B, H_kv, L, d_head) are written into them. The
+        queries are grouped by KV head instead of the keys repeated per query head, so the max_len slots are never
+        copied: q (B, H, L, d_head) -> (B, H_kv, n_rep L, d_head) (query heads g n_rep .. g n_rep + n_rep - 1 use
+        KV head g). Returns (B, L, d_model), heads merged."""
+        B, H, L, d_head = q.shape
+        H_kv = self.cfg.n_kv_heads
+        k, v = cache.append(k, v)                                          # (B, H_kv, max_len, d_head)
+        grouped = q.reshape(B, H_kv, H // H_kv * L, d_head)                # (B, H_kv, n_rep L, d_head)
+        out = sdpa(grouped, k, v, cache.mask)                              # (B, H_kv, n_rep L, d_head)
+        return out.reshape(B, H, L, d_head).transpose(1, 2).reshape(B, L, H * d_head)   # (B, L, d_model)
 
     def split_heads(self, t: Tensor, n_heads: int, norm: RMSNorm | None = None) -> Tensor:
         """(B, L, n_heads * d_head) -> (B, n_heads, L, d_head); `norm` (q_norm or k_norm, Qwen3's QK-norm)
@@ -164,6 +185,13 @@ class Attention(Module):
                 t = norm(t)
         return t.transpose(1, 2)                                           # (B, n_heads, L, d_head)
 
+    def rope_at(self, offset: int | Tensor, L: int) -> tuple[Tensor, Tensor]:
+        """cos and sin of positions offset .. offset + L - 1, (L, d_head) each: rows sliced for an int offset,
+        looked up for a tensor of positions (the lookup is data, so a compiled step replays at any position)."""
+        if isinstance(offset, Tensor):
+            return self.rope_cos[offset], self.rope_sin[offset]
+        return self.rope_cos[offset:offset + L], self.rope_sin[offset:offset + L]
+
     def mask(self, L: int, like: Tensor, past: int = 0) -> Tensor:
         """The causal mask for L queries after `past` cached positions, in `like`'s dtype and device: built on
         first use, then reused while the shape stays the same (one mask is kept: a model run at many lengths
@@ -174,7 +202,13 @@ class Attention(Module):
         return self.last_mask[1]
 
     def _check_positions(self, offset, L: int) -> None:
-        """Positions offset .. offset + L - 1 must lie in the RoPE table (the context length)."""
+        """Positions offset .. offset + L - 1 must lie in the RoPE table (the context length). A tensor of
+        positions is checked by its lookup in the table, when it runs."""
+        if isinstance(offset, Tensor):
+            if offset.shape != (L,) or offset.dtype.kind not in "iu":
+                raise TypeError(f"Attention: a tensor offset holds the positions of the L={L} tokens, (L,) integers; "
+                                f"got {offset.dtype} {offset.shape}")
+            return
         if not isinstance(offset, numbers.Integral) or isinstance(offset, bool):
             raise TypeError(f"Attention: offset is the position of the first token, an int; got {offset!r}")
         if offset < 0 or offset + L > self.cfg.max_seq_len:
@@ -189,6 +223,10 @@ class Attention(Module):
         if not self.cfg.causal:
             raise ValueError("Attention: a KV cache needs causal attention (cfg.causal=True): without the mask, "
                              "earlier tokens would attend to later ones, which the cache has not seen")
-        if cache.length != offset:
+        if isinstance(cache, StaticLayerCache) != isinstance(offset, Tensor):
+            raise TypeError("Attention: a StaticLayerCache takes the tensor of positions that StaticKVCache.start "
+                            f"gives as its offset, and only it does; got {type(offset).__name__} with "
+                            f"{type(cache).__name__}")
+        if isinstance(cache, LayerCache) and cache.length != offset:
             raise ValueError(f"Attention: the KV cache holds {cache.length} positions, but this call starts at offset "
                              f"{offset}; the offset must equal the cached length")

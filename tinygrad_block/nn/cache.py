@@ -1,10 +1,13 @@
 """The KV cache: each layer's keys and values (after RoPE, one per KV head) of every position seen so far, so a
-decode step computes K and V for its one new token only and attends to the rest from memory."""
+decode step computes K and V for its one new token only and attends to the rest from memory. KVCache grows by
+concatenation (a Python offset, shapes that change every step); StaticKVCache writes into buffers of fixed
+shape at a position held as a tensor, so every decode step has the same shapes and a compiled step replays."""
 from __future__ import annotations
 
 import numbers
 
-from ..tensor import Tensor, concat
+from ..dtypes import int64
+from ..tensor import Tensor, arange, concat, where, zeros
 
 
 class LayerCache:
@@ -62,3 +65,120 @@ class KVCache:
 
     def __repr__(self):
         return f"KVCache(layers={len(self.layers)}, batch={self.batch}, length={self.length}, nbytes={self.nbytes})"
+
+
+
+class StaticLayerCache:
+    """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once: a call
+    writes its positions into them and attends to all max_len slots (the mask hides those not yet written)."""
+
+    def __init__(self, owner: StaticKVCache, shape: tuple, dtype, device):
+        self.owner = owner
+        self.k = zeros(*shape, dtype=dtype, device=device)     # (B, H_kv, max_len, d_head): slot j holds position j
+        self.v = zeros(*shape, dtype=dtype, device=device)
+
+    @property
+    def mask(self) -> Tensor:
+        """The current call's additive mask for its queries grouped by KV head, (n_rep L, max_len) (row r L + i for
+        query i of each group's r-th head; (max_len,) for one token): -inf where a slot lies after the query's
+        position."""
+        return self.owner.mask
+
+    @property
+    def rope(self) -> tuple[Tensor, Tensor]:
+        """cos and sin of the current call's positions, the first half of each row (L, d_head/2): apply_rope's."""
+        return self.owner.cos, self.owner.sin
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the current call's L positions (k, v: (B, H_kv, L, d_head)) into the buffers, each rebound to
+        where(slot is written, new, old); return both buffers, (B, H_kv, max_len, d_head)."""
+        B, H_kv, _, d_head = self.k.shape
+        for name, t in (("k", k), ("v", v)):
+            if t.ndim != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (B, H_kv, d_head):
+                raise ValueError(f"StaticKVCache: {name} of shape {t.shape} does not fit this cache of (B={B}, "
+                                 f"H_kv={H_kv}, L, d_head={d_head}): a cache serves one model and one batch size")
+        written, source = self.owner.written, self.owner.source          # (1, 1, max_len, 1); (max_len,) or None
+        for buf, new in ((self.k, k), (self.v, v)):
+            spread = new if source is None else new[:, :, source]        # (B, H_kv, 1 or max_len, d_head)
+            buf.data = where(written, spread, buf).data                  # the same Tensor, its array replaced
+        return self.k, self.v
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+
+class StaticKVCache:
+    """One StaticLayerCache per block of `model` (an nn.LM), for `batch` sequences of up to `max_len` positions,
+    and `position`, the next position to fill, as an int64 tensor (1,). Every call of the same L has the same
+    shapes and reads the position as data, not as a Python number, so a compiled decode step (tb.jit) replays
+    at every position. `model(ids, cache=cache)` runs positions position .. position + L - 1 and advances it.
+
+    What depends on the position is found once per call (`start`), for every layer: the mask, the slots written,
+    and with RoPE the rotation's cos and sin rows, looked up in a table of max_len rows (layer 0's tables, which
+    every layer shares), so a position past the cache raises IndexError, in a replay too."""
+
+    def __init__(self, model, batch: int, max_len: int):
+        cfg = model.cfg
+        for name, value, top in (("batch", batch, None), ("max_len", max_len, cfg.max_seq_len)):
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1 or \
+                    (top is not None and value > top):
+                limit = f" <= the context length max_seq_len={top}" if top is not None else ""
+                raise ValueError(f"StaticKVCache: {name} must be a positive int{limit}, got {value!r}")
+        weight = model.embed.weight
+        self.model, self.batch, self.max_len = model, int(batch), int(max_len)
+        shape = (self.batch, cfg.n_kv_heads, self.max_len, cfg.d_head)   # (B, H_kv, max_len, d_head)
+        self.layers = [StaticLayerCache(self, shape, weight.dtype, weight.device) for _ in range(cfg.n_layers)]
+        self.slots = arange(self.max_len, device=weight.device)          # (max_len,): slot j holds position j
+        self.rows = self.slots                                           # what a call looks its positions up in
+        if cfg.rope:
+            cos, sin = model.layers[0].attn.rope_cos, model.layers[0].attn.rope_sin   # (max_seq_len, d_head)
+            half = cfg.d_head // 2                                        # the two halves of a row are equal
+            self.rows = concat([cos[:self.max_len, :half], sin[:self.max_len, :half]], axis=-1)   # (max_len, d_head)
+        self.position = zeros(1, dtype=int64, device=weight.device)      # (1,): the next position to fill
+        self.zero = zeros((), dtype=weight.dtype, device=weight.device)
+        self.mask = self.written = self.source = self.cos = self.sin = None   # the current call's, set by start()
+
+    def reset(self) -> None:
+        """Empty the cache: position 0, every buffer zero (stale values would be masked anyway)."""
+        self.position.data = zeros(1, dtype=int64, device=self.position.device).data
+        for layer in self.layers:
+            layer.k.data = layer.k.zeros_like().data
+            layer.v.data = layer.v.zeros_like().data
+
+    def start(self, L: int) -> Tensor:
+        """Begin a call of L tokens: return their positions (L,) int64; set the call's mask (n_rep L, max_len;
+        (max_len,) for one token), the slots it writes (`written`, (1, 1, max_len, 1)), for L > 1 which of its L
+        positions each slot takes (`source`), and with RoPE the cos and sin rows (L, d_head/2); advance
+        `position` by L."""
+        if L > self.max_len:
+            raise ValueError(f"StaticKVCache: {L} tokens do not fit a cache of max_len={self.max_len} positions")
+        cfg, first = self.model.cfg, self.position
+        positions = first + arange(L, device=first.device)                                    # (L,)
+        rows = self.rows[positions]                             # (L, d_head) or (L,): IndexError past max_len
+        if cfg.rope:
+            self.cos, self.sin = rows[:, :cfg.d_head // 2], rows[:, cfg.d_head // 2:]          # (L, d_head/2) each
+        if L == 1:                                            # one token (a decode step): slot p alone is new
+            hidden, written, self.source = self.slots > first, self.slots == first, None       # (max_len,) each
+        else:
+            hidden = self.slots.reshape(1, self.max_len) > positions.reshape(L, 1)            # (L, max_len)
+            offset = self.slots - first                                                       # (max_len,): j - p
+            self.source = offset.maximum(0).minimum(L - 1)                                    # clipped to 0..L-1
+            written = self.source == offset                                                   # p <= j < p + L
+        self.written = written.reshape(1, 1, self.max_len, 1)
+        mask = where(hidden, float("-inf"), self.zero)                                        # (L, max_len)
+        n_rep = cfg.n_heads // cfg.n_kv_heads                 # query heads per KV head: grouped, see attend_static
+        if L > 1 and n_rep > 1:
+            mask = mask.reshape(1, L, self.max_len).expand(n_rep, L, self.max_len).reshape(n_rep * L, self.max_len)
+        self.mask = mask                                         # (n_rep L, max_len); (max_len,) for one token
+        self.position.data = (first + L).data
+        return positions
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every K and V buffer: 2 n_layers B max_len H_kv d_head bytes_per_element."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def __repr__(self):
+        return f"StaticKVCache(layers={len(self.layers)}, batch={self.batch}, max_len={self.max_len}, " \
+               f"nbytes={self.nbytes})"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..dtypes import float32, float64
+from ..dtypes import float32
 
 from ..generator import Generator
 from ..trace import no_grad, scope
-from ..tensor import Tensor, arange, concat, rand, where
+from ..tensor import Tensor, arange, concat
 from .block import make_block
-from .cache import KVCache
+from .cache import KVCache, StaticKVCache
+from .decode import Decoder, argmax, keep_top_k, next_token  # noqa: F401 (argmax, keep_top_k: their old home)
 from .config import BlockConfig
 from .layers import Embedding, Linear, norm
 from .module import Module
@@ -35,20 +36,21 @@ class LM(Module):
         if not cfg.tie_embeddings:
             self.lm_head = Linear(cfg.d_model, cfg.vocab_size, generator=generator, dtype=dtype, device=device)
 
-    def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:   # ids: (B, L) integers
+    def forward(self, ids: Tensor, cache: KVCache | StaticKVCache | None = None) -> Tensor:   # ids: (B, L) integers
         """Logits (B, L, vocab_size) for positions offset .. offset + L - 1, where offset = cache.length
         (0 without a cache). With a cache (KVCache(model, B)) the blocks attend to its keys and values and
-        append this call's: the prompt in one call (prefill), then one token per call (decode)."""
+        append this call's: the prompt in one call (prefill), then one token per call (decode). A StaticKVCache
+        holds its position as a tensor: the blocks get the tensor of the L positions instead of an int offset."""
         if ids.ndim != 2:
             raise ValueError(f"LM: expected token ids of shape (B, L), got {ids.shape}")
         B, L = ids.shape
-        offset = self._check_cache(cache, B)
-        if offset + L > self.cfg.max_seq_len:
+        offset = self._check_cache(cache, B, L)
+        if not isinstance(offset, Tensor) and offset + L > self.cfg.max_seq_len:
             raise ValueError(f"LM: positions {offset}..{offset + L - 1} ({L} tokens after {offset} cached) exceed "
                              f"the context length max_seq_len={self.cfg.max_seq_len}")
         h = self.embed(ids)                                          # (B, L, d_model)
         if not self.cfg.rope:
-            positions = arange(offset, offset + L, device=ids.backend)
+            positions = offset if isinstance(offset, Tensor) else arange(offset, offset + L, device=ids.backend)
             h = h + self.pos_embed(positions)                        # (L, d_model), broadcast over B
         for i, block in enumerate(self.layers):
             h = block(h, offset, None if cache is None else cache.layers[i])
@@ -58,37 +60,72 @@ class LM(Module):
                 return h @ self.embed.weight.T                       # (B, L, vocab_size)
         return self.lm_head(h)                                       # (B, L, vocab_size)
 
-    def _check_cache(self, cache, B: int) -> int:
-        """The cache's length (the first position of this call), once it is known to be this model's, for B rows."""
+    def _check_cache(self, cache, B: int, L: int) -> int | Tensor:
+        """The first position of this call, once the cache is known to be this model's, for B rows: a KVCache's
+        length, or the tensor of the L positions a StaticKVCache starts (StaticKVCache.start)."""
         if cache is None:
             return 0
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"LM: cache must be a KVCache (KVCache(model, batch)), got {type(cache).__name__}")
+        kind = type(cache).__name__
+        if not isinstance(cache, (KVCache, StaticKVCache)):
+            raise TypeError(f"LM: cache must be a KVCache (KVCache(model, batch)) or a StaticKVCache, got {kind}")
         if cache.model is not self:
-            raise ValueError("LM: this KVCache was made for another model; make one with KVCache(model, batch)")
+            make = "KVCache(model, batch)" if isinstance(cache, KVCache) else "StaticKVCache(model, batch, max_len)"
+            raise ValueError(f"LM: this {kind} was made for another model; make one with {make}")
         if cache.batch != B:
-            raise ValueError(f"LM: the KVCache holds {cache.batch} sequences, but ids has B={B} rows")
-        return cache.length
+            raise ValueError(f"LM: the {kind} holds {cache.batch} sequences, but ids has B={B} rows")
+        return cache.start(L) if isinstance(cache, StaticKVCache) else cache.length
 
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: Generator | None = None, use_cache: bool = True, on_token=None) -> Tensor:
+                 generator: Generator | None = None, use_cache: bool = True, on_token=None,
+                 jit: bool = True) -> Tensor:
         """ids (B, L) -> (B, L + max_new_tokens): the prompt followed by tokens chosen one at a time from the
         last position's logits: argmax at temperature 0, else drawn from softmax(logits / temperature) over the
-        top_k largest (all when None), from `generator`. With use_cache (the default) the prompt runs once and
-        fills a KVCache (prefill), then each step runs only the newest token (decode); without, each step
-        recomputes the whole sequence. Runs under no_grad. `on_token(i, new)`, when given, is called as each new
-        token is chosen (i = 0, 1, ...; new: (B,) ids), so a caller can show or time the tokens as they come."""
+        top_k largest (all when None), from `generator`. With use_cache (the default) the prompt runs once into
+        a StaticKVCache of L + max_new_tokens positions (prefill), then each step runs only the newest token
+        (decode): compiled with tb.jit when `jit` (the default; the first two steps run eagerly while they are
+        captured, the rest replay), eagerly otherwise. Without use_cache each step recomputes the whole sequence.
+        Runs under no_grad. `on_token(i, new)`, when given, is called as each new token is chosen (i = 0, 1, ...;
+        new: (B,) ids), so a caller can show or time the tokens as they come."""
         self._check_generate(ids, max_new_tokens, temperature, top_k, generator)
-        B = ids.shape[0]
+        B, L = ids.shape
+        if max_new_tokens == 0:
+            return ids
         with no_grad():
-            cache = KVCache(self, B) if use_cache else None
-            tokens, new = ids, ids
-            for _ in range(max_new_tokens):
-                logits = self(new if use_cache else tokens, cache=cache)[:, -1]    # (B, vocab_size)
-                new = next_token(logits, temperature, top_k, generator).reshape(B, 1)
-                tokens = concat([tokens, new], axis=1)                            # (B, L + steps so far)
+            if not use_cache:
+                return self._recompute(ids, max_new_tokens, temperature, top_k, generator, on_token)
+            decoder = self.decoder(B, L + max_new_tokens, temperature, top_k, jit=jit)
+            decoder.generator = generator
+            new, _ = decoder.prefill(ids)                                         # (B, 1): the first new tokens
+            chosen = [ids, new]
+            for i in range(max_new_tokens):
+                if i > 0:
+                    new, _ = decoder.step(new)                                    # (B, 1)
+                    chosen.append(new)
                 if on_token is not None:
-                    on_token(tokens.shape[1] - ids.shape[1] - 1, new.reshape(B))
+                    on_token(i, new.reshape(B))
+            return concat(chosen, axis=1)                                         # (B, L + max_new_tokens)
+
+    def decoder(self, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
+                jit: bool = True, fuse: bool = True) -> Decoder:
+        """A Decoder for these settings (nn/decode.py): the one made last, if it has them (its static cache and
+        compiled step reused, so a second generate replays from its first step), else a new one, then kept."""
+        want = (batch, max_len, temperature, top_k, jit, fuse if jit else None)
+        kept = getattr(self, "last_decoder", None)
+        weight = self.embed.weight
+        if kept is None or kept.settings != want or kept.cache.layers[0].k.dtype != weight.dtype or \
+                kept.cache.position.backend is not weight.backend:
+            kept = self.last_decoder = Decoder(self, batch, max_len, temperature, top_k, jit=jit, fuse=fuse)
+        return kept
+
+    def _recompute(self, ids, max_new_tokens, temperature, top_k, generator, on_token) -> Tensor:
+        """generate without a cache: every step runs the whole sequence so far."""
+        B, tokens = ids.shape[0], ids
+        for i in range(max_new_tokens):
+            logits = self(tokens)[:, -1]                                          # (B, vocab_size)
+            new = next_token(logits, temperature, top_k, generator)               # (B,)
+            tokens = concat([tokens, new.reshape(B, 1)], axis=1)                  # (B, L + i + 1)
+            if on_token is not None:
+                on_token(i, new)
         return tokens
 
     def _check_generate(self, ids, max_new_tokens, temperature, top_k, generator) -> None:
@@ -130,34 +167,3 @@ class LM(Module):
         from .pretrained import save_pretrained
         save_pretrained(self, path)
 
-
-def argmax(x: Tensor) -> Tensor:
-    """(B, V) -> (B,) int64: the index of each row's largest value (the first one, on ties)."""
-    V = x.shape[-1]
-    is_max = x == x.max(axis=-1, keepdims=True)                                 # (B, V)
-    return where(is_max, arange(V, device=x.backend), V).min(axis=-1)          # (B,)
-
-
-def keep_top_k(logits: Tensor, k: int) -> Tensor:
-    """(B, V): every logit below its row's k-th largest becomes -inf (ties with the k-th stay, as in Hugging Face's
-    TopKLogitsWarper). The k-th largest is found by setting the largest to -inf k - 1 times, one index at a time."""
-    V = logits.shape[-1]
-    rest = logits
-    for _ in range(k - 1):
-        largest = argmax(rest).unsqueeze(1) == arange(V, device=logits.backend)   # (B, V): one True per row
-        rest = where(largest, float("-inf"), rest)
-    kth = rest.max(axis=-1, keepdims=True)                                        # (B, 1)
-    return where(logits < kth, float("-inf"), logits)
-
-
-def next_token(logits: Tensor, temperature: float, top_k: int | None, generator: Generator | None) -> Tensor:
-    """(B, V) logits -> (B,) token ids. Temperature 0: argmax. Else a draw from softmax(logits / T) by the
-    Gumbel-max trick: argmax(logits / T + G), G = -log(-log U), U ~ uniform[0, 1) from `generator`, one per
-    logit; the noise is made in float64 (a float32 U could round to 1, whose G is +inf)."""
-    if top_k is not None:
-        logits = keep_top_k(logits, top_k)
-    if temperature == 0:
-        return argmax(logits)
-    u = rand(*logits.shape, generator=generator, dtype=float64, device=logits.backend)   # (B, V)
-    gumbel = -(-u.log()).log()
-    return argmax(logits.to(float64) / temperature + gumbel)

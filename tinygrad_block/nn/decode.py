@@ -1,0 +1,98 @@
+"""Choosing the next token from the logits (argmax, top-k, the Gumbel-max draw), and the Decoder that generation
+runs: the prompt once into a StaticKVCache (prefill), then one token per decode step, each step of the same
+shapes, compiled with tb.jit so that every step after the first two replays its recorded kernels."""
+from __future__ import annotations
+
+from ..dtypes import float64
+from ..generator import Generator
+from ..tensor import Tensor, arange, rand, where
+from .cache import StaticKVCache
+
+
+def argmax(x: Tensor) -> Tensor:
+    """(B, V) -> (B,) int64: the index of each row's largest value (the first one, on ties)."""
+    V = x.shape[-1]
+    is_max = x == x.max(axis=-1, keepdims=True)                                 # (B, V)
+    countdown = arange(V, 0, -1, device=x.backend)                              # V - j at index j: largest first
+    return V - where(is_max, countdown, 0).max(axis=-1)                         # (B,)
+
+
+def keep_top_k(logits: Tensor, k: int) -> Tensor:
+    """(B, V): every logit below its row's k-th largest becomes -inf (ties with the k-th stay, as in Hugging Face's
+    TopKLogitsWarper). The k-th largest is found by setting the largest to -inf k - 1 times, one index at a time."""
+    V = logits.shape[-1]
+    rest = logits
+    for _ in range(k - 1):
+        largest = argmax(rest).unsqueeze(1) == arange(V, device=logits.backend)   # (B, V): one True per row
+        rest = where(largest, float("-inf"), rest)
+    kth = rest.max(axis=-1, keepdims=True)                                        # (B, 1)
+    return where(logits < kth, float("-inf"), logits)
+
+
+def choose(logits: Tensor, temperature: float, top_k: int | None, uniform: Tensor | None = None) -> Tensor:
+    """(B, V) logits -> (B,) token ids. Temperature 0: argmax (top_k changes nothing then). Else a draw from
+    softmax(logits / T) over the top_k largest by the Gumbel-max trick: argmax(logits / T + G), G = -log(-log U),
+    with `uniform` (B, V) float64 draws U in [0, 1), made by the caller (a float32 U could round to 1)."""
+    if temperature == 0:
+        return argmax(logits)
+    if top_k is not None:
+        logits = keep_top_k(logits, top_k)
+    gumbel = -(-uniform.log()).log()
+    return argmax(logits.to(float64) / temperature + gumbel)
+
+
+def next_token(logits: Tensor, temperature: float, top_k: int | None, generator: Generator | None) -> Tensor:
+    """(B, V) logits -> (B,) token ids: argmax at temperature 0, else the Gumbel-max draw (`choose`) with
+    uniform draws U ~ [0, 1) from `generator`, float64, one per logit."""
+    if temperature == 0:
+        return argmax(logits)
+    return choose(logits, temperature, top_k, rand(*logits.shape, generator=generator, dtype=float64,
+                                                   device=logits.backend))
+
+
+class Decoder:
+    """Decodes `batch` sequences of up to `max_len` positions from `model` (an nn.LM) with a StaticKVCache:
+    `prefill(ids)` once, then `step(token)` per new token; each returns (the next tokens (B, 1), the logits they
+    were chosen from (B, vocab_size)). The choice (temperature, top_k) is fixed for a decoder. A sampled choice
+    draws its uniform numbers from `generator` outside the step and passes them in as a tensor, so a compiled
+    step reads them as data. jit=True runs `step` through tb.jit (fuse: merge elementwise chains); jit=False runs
+    the very same function eagerly."""
+
+    def __init__(self, model, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
+                 jit: bool = True, fuse: bool = True):
+        self.model, self.temperature, self.top_k = model, temperature, top_k
+        self.cache = StaticKVCache(model, batch, max_len)
+        self.generator: Generator | None = None
+        self.compiled = None
+        if jit:
+            from ..compiled import jit as compile_function
+            self.compiled = compile_function(self.forward, fuse=fuse, modules=[model])
+
+    @property
+    def settings(self) -> tuple:
+        """What a decoder is made for: (batch, max_len, temperature, top_k, compiled or not, fused or not)."""
+        fuse = self.compiled.fuse if self.compiled is not None else None
+        return self.cache.batch, self.cache.max_len, self.temperature, self.top_k, self.compiled is not None, fuse
+
+    def forward(self, ids: Tensor, uniform: Tensor | None = None) -> tuple[Tensor, Tensor]:   # ids: (B, L)
+        """The function a step runs: the model on ids at the cache's position, then the choice from the last
+        position's logits. Returns (next tokens (B, 1), ready to be the next step's ids; logits (B, vocab_size))."""
+        logits = self.model(ids, cache=self.cache)[:, -1]                        # (B, vocab_size)
+        return choose(logits, self.temperature, self.top_k, uniform).reshape(-1, 1), logits
+
+    def prefill(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """Empty the cache, run the prompt ids (B, L) eagerly (its own shape, once), choose the first new tokens."""
+        self.cache.reset()
+        return self.forward(ids, *self._draws())
+
+    def step(self, token: Tensor) -> tuple[Tensor, Tensor]:
+        """Run the newest tokens (B, 1) at the next position: compiled (replayed after two captures) or eagerly."""
+        run = self.compiled if self.compiled is not None else self.forward
+        return run(token, *self._draws())
+
+    def _draws(self) -> tuple:
+        if self.temperature == 0:
+            return ()
+        V = self.model.cfg.vocab_size
+        return (rand(self.cache.batch, V, generator=self.generator, dtype=float64,
+                     device=self.cache.position.device),)
