@@ -262,6 +262,8 @@ def generate_options(p) -> None:
     p.add_argument("--top-k", type=_positive, default=None, metavar="K", help="draw among the K likeliest only")
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="the sampling generator's seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
+    p.add_argument("--eager", action="store_true",
+                   help="run each decode step eagerly instead of compiled (tb.jit), to compare the two")
     device_option(p)
 
 
@@ -403,7 +405,7 @@ def read_text_file(path: str, demo: str) -> str:
 def generate_data(args: argparse.Namespace) -> dict:
     return report.generate_data(args.path, prompt=args.prompt, ids=args.ids, max_new_tokens=args.max_new_tokens,
                                 temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                                use_cache=not args.no_cache, device=args.device)
+                                use_cache=not args.no_cache, jit=not args.eager, device=args.device)
 
 
 def tour_data(args: argparse.Namespace) -> dict:

@@ -1,5 +1,6 @@
 """The checkpoint commands (cli.py): `inspect` counts what the model holds, `generate` writes exactly what
-LM.generate writes from the same checkpoint, prompt and seed, with or without the cache; mistakes are one line."""
+LM.generate writes from the same checkpoint, prompt and seed, with or without the cache, compiled or eager (and
+says which); mistakes are one line."""
 import json
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_inspect_reads_a_train_run_from_its_checkpoint_folder(run_folder, comman
     assert data["parameters"] == accounting.total_params(cfg) and data["path"].endswith("checkpoint")
 
 
-@pytest.mark.parametrize("extra", [[], ["--no-cache"]])
+@pytest.mark.parametrize("extra", [[], ["--eager"], ["--no-cache"]])
 @pytest.mark.parametrize("temperature, top_k", [(0.0, None), (0.8, None), (1.3, 5)])
 def test_generate_writes_what_lm_generate_writes(checkpoint, extra, temperature, top_k, command_line):
     argv = ["generate", str(checkpoint), "--ids", "5, 17 3", "--max-new-tokens", "12", "--temperature",
@@ -53,9 +54,18 @@ def test_generate_writes_what_lm_generate_writes(checkpoint, extra, temperature,
     data = json.loads(command_line.out(*argv))
     model = nn.LM.from_pretrained(checkpoint)
     want = model.generate(tb.tensor([[5, 17, 3]]), 12, temperature=temperature, top_k=top_k,
-                          generator=tb.Generator(7)).numpy()[0].tolist()
-    assert data["ids"] == want and len(want) == 15 and data["cache"] == (not extra)
-    assert data["text"] is None and data["decode_tokens_per_s"] > 0
+                          generator=tb.Generator(7), jit=False).numpy()[0].tolist()
+    assert data["ids"] == want and len(want) == 15 and data["cache"] == ("--no-cache" not in extra)
+    assert data["compiled"] == (not extra) and data["text"] is None and data["decode_tokens_per_s"] > 0
+    assert (data["captured_steps"], data["replayed_steps"]) == ((2, 9) if not extra else (0, 0))   # 11 decode steps
+
+
+@pytest.mark.parametrize("extra, says", [([], "static KV cache, decode compiled: 2 steps captured, 9 replayed"),
+                                         (["--eager"], "static KV cache, decode eager"),
+                                         (["--no-cache"], "recomputing every token, eager")])
+def test_generate_says_how_it_decoded(checkpoint, extra, says, command_line):
+    shown = command_line.out("generate", str(checkpoint), "--ids", "5 17 3", "--max-new-tokens", "12", *extra)
+    assert says in shown.splitlines()[-1] and "decode" in shown
 
 
 def test_generate_from_a_train_run_continues_text(run_folder, command_line):
