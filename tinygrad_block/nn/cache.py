@@ -110,7 +110,7 @@ class StaticLayerCache:
 
 class StaticKVCache:
     """One StaticLayerCache per block of `model` (an nn.LM), for `batch` sequences of up to `max_len` positions,
-    and `position`, the next position to fill, as an int64 tensor (1,). Every call of the same L has the same
+    and `position`, the next position to fill, as a 0-d int64 tensor. Every call of the same L has the same
     shapes and reads the position as data, not as a Python number, so a compiled decode step (tb.jit) replays
     at every position. `model(ids, cache=cache)` runs positions position .. position + L - 1 and advances it.
 
@@ -135,13 +135,13 @@ class StaticKVCache:
             cos, sin = model.layers[0].attn.rope_cos, model.layers[0].attn.rope_sin   # (max_seq_len, d_head)
             half = cfg.d_head // 2                                        # the two halves of a row are equal
             self.rows = concat([cos[:self.max_len, :half], sin[:self.max_len, :half]], axis=-1)   # (max_len, d_head)
-        self.position = zeros(1, dtype=int64, device=weight.device)      # (1,): the next position to fill
-        self.zero = zeros((), dtype=weight.dtype, device=weight.device)
+        self.position = zeros((), dtype=int64, device=weight.device)     # 0-d: the next position to fill
+        self.open = zeros(self.max_len, dtype=weight.dtype, device=weight.device)   # (max_len,): the mask's zeros
         self.mask = self.written = self.source = self.cos = self.sin = None   # the current call's, set by start()
 
     def reset(self) -> None:
         """Empty the cache: position 0, every buffer zero (stale values would be masked anyway)."""
-        self.position.data = zeros(1, dtype=int64, device=self.position.device).data
+        self.position.data = self.position.zeros_like().data
         for layer in self.layers:
             layer.k.data = layer.k.zeros_like().data
             layer.v.data = layer.v.zeros_like().data
@@ -166,7 +166,7 @@ class StaticKVCache:
             self.source = offset.maximum(0).minimum(L - 1)                                    # clipped to 0..L-1
             written = self.source == offset                                                   # p <= j < p + L
         self.written = written.reshape(1, 1, self.max_len, 1)
-        mask = where(hidden, float("-inf"), self.zero)                                        # (L, max_len)
+        mask = where(hidden, float("-inf"), self.open)                                        # (L, max_len)
         n_rep = cfg.n_heads // cfg.n_kv_heads                 # query heads per KV head: grouped, see attend_static
         if L > 1 and n_rep > 1:
             mask = mask.reshape(1, L, self.max_len).expand(n_rep, L, self.max_len).reshape(n_rep * L, self.max_len)
