@@ -400,3 +400,25 @@ def test_a_position_past_the_static_cache_is_an_index_error_in_a_replay_too(jit)
         with pytest.raises(IndexError, match=msg("getitem", "index 6", "size 6")):
             decoder.step(token)
     assert decoder.compiled is None or decoder.compiled.replays == 2
+
+
+def test_a_model_changed_between_or_during_generations_is_never_replayed_stale():
+    """The decoder checks the model's fingerprint before a generation and after each on_token call: a weight
+    replaced by a new Parameter (the old one still alive, so only the fingerprint can tell) gets a new compiled
+    step, and the tokens are those of the eager decoder with the same change at the same point."""
+    def run(jit: bool, change_at: int | None):
+        model, ids = model_and_ids(TINY, L=3)
+        old = model.layers[0].attn.q_proj.weight
+
+        def on_token(i, new):
+            if i == change_at:
+                model.layers[0].attn.q_proj.weight = nn.Parameter(old * 3.0)
+        first = model.generate(ids, 10, temperature=0, jit=jit).numpy()           # the decoder is kept ...
+        model.layers[1].ffn.up_proj.weight = nn.Parameter(model.layers[1].ffn.up_proj.weight * -1.0)
+        second = model.generate(ids, 10, temperature=0, jit=jit, on_token=on_token).numpy()   # ... and reused
+        return first, second, model.last_decoder
+    (a, b, compiled), (c, d, _) = run(True, 5), run(False, 5)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(b, d)
+    assert not np.array_equal(b, run(False, None)[1])                       # the change mattered
+    assert compiled.compiled.captures == 2 and compiled.compiled.replays == 2   # steps 6..9 of a fresh compile

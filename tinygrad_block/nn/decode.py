@@ -52,33 +52,60 @@ def next_token(logits: Tensor, temperature: float, top_k: int | None, generator:
 
 class Decoder:
     """Decodes `batch` sequences of up to `max_len` positions from `model` (an nn.LM) with a StaticKVCache:
-    `prefill(ids)` once, then `step(token)` per new token; each returns (the next tokens (B, 1), the logits they
-    were chosen from (B, vocab_size)). The choice (temperature, top_k) is fixed for a decoder. A sampled choice
-    draws its uniform numbers from `generator` outside the step and passes them in as a tensor, so a compiled
-    step reads them as data. jit=True runs `step` through tb.jit (fuse: merge elementwise chains); jit=False runs
-    the very same function eagerly."""
+    `tokens(ids, n)` runs the prompt (prefill) and n - 1 decode steps; by hand, `prefill(ids)` once, then
+    `step(token)` per new token, each returning (the next tokens (B, 1), the logits they were chosen from
+    (B, vocab_size)). The choice (temperature, top_k) is fixed for a decoder. A sampled choice draws its uniform
+    numbers from `generator` outside the step and passes them in as a tensor, so a compiled step reads them as
+    data. jit=True runs each decode step through tb.jit (fuse: merge elementwise chains); jit=False runs the very
+    same function eagerly."""
 
     def __init__(self, model, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
                  jit: bool = True, fuse: bool = True):
         self.model, self.temperature, self.top_k = model, temperature, top_k
         self.cache = StaticKVCache(model, batch, max_len)
         self.generator: Generator | None = None
-        self.compiled = None
-        if jit:
-            from ..compiled import jit as compile_function
-            self.compiled = compile_function(self.forward, fuse=fuse, modules=[model])
+        self.jit, self.fuse = jit, fuse
+        self.compiled, self.model_seen = None, None
+        self.check_model()
 
     @property
     def settings(self) -> tuple:
         """What a decoder is made for: (batch, max_len, temperature, top_k, compiled or not, fused or not)."""
-        fuse = self.compiled.fuse if self.compiled is not None else None
-        return self.cache.batch, self.cache.max_len, self.temperature, self.top_k, self.compiled is not None, fuse
+        return self.cache.batch, self.cache.max_len, self.temperature, self.top_k, self.jit, \
+            self.fuse if self.jit else None
+
+    def check_model(self) -> None:
+        """tb.jit guards a program with a fingerprint of the modules it uses (their tensors by identity, their
+        flags), taken at every call. The decoder takes the model's where Python outside the step could have
+        changed it: before a generation, after each `on_token` call, and in `step` (called by hand); so a decode
+        step inside `tokens` costs only its kernels. A changed model gets a new compiled step (captured again)."""
+        if not self.jit:
+            return
+        from ..compiled import fingerprint, jit
+        seen = fingerprint([self.model])
+        if seen != self.model_seen:
+            self.compiled, self.model_seen = jit(self.forward, fuse=self.fuse, modules=[]), seen
 
     def forward(self, ids: Tensor, uniform: Tensor | None = None) -> tuple[Tensor, Tensor]:   # ids: (B, L)
         """The function a step runs: the model on ids at the cache's position, then the choice from the last
         position's logits. Returns (next tokens (B, 1), ready to be the next step's ids; logits (B, vocab_size))."""
         logits = self.model(ids, cache=self.cache)[:, -1]                        # (B, vocab_size)
         return choose(logits, self.temperature, self.top_k, uniform).reshape(-1, 1), logits
+
+    def tokens(self, ids: Tensor, n: int, on_token=None) -> list[Tensor]:
+        """n new tokens after the prompt ids (B, L), (B, 1) each: the prefill chooses the first, then one decode
+        step per token. `on_token(i, new)` (new: (B,)) is called as each is chosen."""
+        self.check_model()
+        new, _ = self.prefill(ids)
+        chosen = [new]
+        for i in range(n):
+            if i > 0:
+                new, _ = self._run(new)                                          # (B, 1)
+                chosen.append(new)
+            if on_token is not None:
+                on_token(i, new.reshape(self.cache.batch))
+                self.check_model()
+        return chosen
 
     def prefill(self, ids: Tensor) -> tuple[Tensor, Tensor]:
         """Empty the cache, run the prompt ids (B, L) eagerly (its own shape, once), choose the first new tokens."""
@@ -87,6 +114,10 @@ class Decoder:
 
     def step(self, token: Tensor) -> tuple[Tensor, Tensor]:
         """Run the newest tokens (B, 1) at the next position: compiled (replayed after two captures) or eagerly."""
+        self.check_model()
+        return self._run(token)
+
+    def _run(self, token: Tensor) -> tuple[Tensor, Tensor]:
         run = self.compiled if self.compiled is not None else self.forward
         return run(token, *self._draws())
 

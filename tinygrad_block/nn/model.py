@@ -95,15 +95,8 @@ class LM(Module):
                 return self._recompute(ids, max_new_tokens, temperature, top_k, generator, on_token)
             decoder = self.decoder(B, L + max_new_tokens, temperature, top_k, jit=jit)
             decoder.generator = generator
-            new, _ = decoder.prefill(ids)                                         # (B, 1): the first new tokens
-            chosen = [ids, new]
-            for i in range(max_new_tokens):
-                if i > 0:
-                    new, _ = decoder.step(new)                                    # (B, 1)
-                    chosen.append(new)
-                if on_token is not None:
-                    on_token(i, new.reshape(B))
-            return concat(chosen, axis=1)                                         # (B, L + max_new_tokens)
+            new = decoder.tokens(ids, max_new_tokens, on_token)                   # (B, 1) each
+            return concat([ids, *new], axis=1)                                    # (B, L + max_new_tokens)
 
     def decoder(self, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
                 jit: bool = True, fuse: bool = True) -> Decoder:
