@@ -130,17 +130,24 @@ class StaticKVCache:
         shape = (self.batch, cfg.n_kv_heads, self.max_len, cfg.d_head)   # (B, H_kv, max_len, d_head)
         self.layers = [StaticLayerCache(self, shape, weight.dtype, weight.device) for _ in range(cfg.n_layers)]
         self.slots = arange(self.max_len, device=weight.device)          # (max_len,): slot j holds position j
-        self.rows = self.slots                                           # what a call looks its positions up in
-        if cfg.rope:
-            cos, sin = model.layers[0].attn.rope_cos, model.layers[0].attn.rope_sin   # (max_seq_len, d_head)
-            half = cfg.d_head // 2                                        # the two halves of a row are equal
-            self.rows = concat([cos[:self.max_len, :half], sin[:self.max_len, :half]], axis=-1)   # (max_len, d_head)
+        self.rows = self.position_rows()                                 # what a call looks its positions up in
         self.position = zeros((), dtype=int64, device=weight.device)     # 0-d: the next position to fill
         self.open = zeros(self.max_len, dtype=weight.dtype, device=weight.device)   # (max_len,): the mask's zeros
         self.mask = self.written = self.source = self.cos = self.sin = None   # the current call's, set by start()
 
+    def position_rows(self) -> Tensor:
+        """What a call looks its positions up in: with RoPE, the cos and sin rows of positions 0 .. max_len - 1
+        side by side, the first half of each (the two halves are equal), from layer 0's tables, which every layer
+        shares: (max_len, d_head); without RoPE, the slots themselves."""
+        if not self.model.cfg.rope:
+            return self.slots
+        attn, half = self.model.layers[0].attn, self.model.cfg.d_head // 2
+        return concat([attn.rope_cos[:self.max_len, :half], attn.rope_sin[:self.max_len, :half]], axis=-1)
+
     def reset(self) -> None:
-        """Empty the cache: position 0, every buffer zero (stale values would be masked anyway)."""
+        """Empty the cache: position 0, every buffer zero (stale values would be masked anyway), the position
+        rows read again from the model's tables (rebound in place, as the buffers are)."""
+        self.rows.data = self.position_rows().data
         self.position.data = self.position.zeros_like().data
         for layer in self.layers:
             layer.k.data = layer.k.zeros_like().data
