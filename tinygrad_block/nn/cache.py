@@ -1,7 +1,7 @@
 """The KV cache: each layer's keys and values (after RoPE, one per KV head) of every position seen so far, so a
 decode step computes K and V for its one new token only and attends to the rest from memory. KVCache grows by
-concatenation (a Python offset, shapes that change every step); StaticKVCache writes into buffers of fixed
-shape at a position held as a tensor, so every decode step has the same shapes and a compiled step replays."""
+concatenation (a Python offset, shapes that change every step); StaticKVCache slides buffers of fixed shape and
+holds the position as a tensor, so every decode step has the same shapes and a compiled step replays."""
 from __future__ import annotations
 
 import numbers
@@ -69,19 +69,21 @@ class KVCache:
 
 
 class StaticLayerCache:
-    """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once: a call
-    writes its positions into them and attends to all max_len slots (the mask hides those not yet written)."""
+    """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once. A call
+    of L tokens slides them L slots to the left and writes its own into the last L, so the newest position is
+    always in the last slot (after n positions, slot max_len - n + i holds position i); attention reads all
+    max_len slots, the mask hiding the empty ones."""
 
     def __init__(self, owner: StaticKVCache, shape: tuple, dtype, device):
         self.owner = owner
-        self.k = zeros(*shape, dtype=dtype, device=device)     # (B, H_kv, max_len, d_head): slot j holds position j
+        self.k = zeros(*shape, dtype=dtype, device=device)     # (B, H_kv, max_len, d_head)
         self.v = zeros(*shape, dtype=dtype, device=device)
 
     @property
     def mask(self) -> Tensor:
         """The current call's additive mask for its queries grouped by KV head, (n_rep L, max_len) (row r L + i for
-        query i of each group's r-th head; (max_len,) for one token): -inf where a slot lies after the query's
-        position."""
+        query i of each group's r-th head; (max_len,) for one token): -inf on a slot still empty or holding a
+        position after the query's."""
         return self.owner.mask
 
     @property
@@ -90,17 +92,17 @@ class StaticLayerCache:
         return self.owner.cos, self.owner.sin
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the current call's L positions (k, v: (B, H_kv, L, d_head)) into the buffers, each rebound to
-        where(slot is written, new, old); return both buffers, (B, H_kv, max_len, d_head)."""
+        """Slide each buffer L slots to the left and write the call's L positions (k, v: (B, H_kv, L, d_head)) into
+        the last L: buf = concat([buf[:, :, L:], new]), rebound in place; return both buffers."""
         B, H_kv, _, d_head = self.k.shape
         for name, t in (("k", k), ("v", v)):
             if t.ndim != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (B, H_kv, d_head):
                 raise ValueError(f"StaticKVCache: {name} of shape {t.shape} does not fit this cache of (B={B}, "
                                  f"H_kv={H_kv}, L, d_head={d_head}): a cache serves one model and one batch size")
-        written, source = self.owner.written, self.owner.source          # (1, 1, max_len, 1); (max_len,) or None
+        L = k.shape[2]
         for buf, new in ((self.k, k), (self.v, v)):
-            spread = new if source is None else new[:, :, source]        # (B, H_kv, 1 or max_len, d_head)
-            buf.data = where(written, spread, buf).data                  # the same Tensor, its array replaced
+            kept = [buf[:, :, L:]] if L < buf.shape[2] else []           # (B, H_kv, max_len - L, d_head)
+            buf.data = concat(kept + [new], axis=2).data                 # the same Tensor, its array replaced
         return self.k, self.v
 
     @property
@@ -114,8 +116,8 @@ class StaticKVCache:
     shapes and reads the position as data, not as a Python number, so a compiled decode step (tb.jit) replays
     at every position. `model(ids, cache=cache)` runs positions position .. position + L - 1 and advances it.
 
-    What depends on the position is found once per call (`start`), for every layer: the mask, the slots written,
-    and with RoPE the rotation's cos and sin rows, looked up in a table of max_len rows (layer 0's tables, which
+    What depends on the position is found once per call (`start`), for every layer: the mask, and with RoPE the
+    rotation's cos and sin rows, looked up in a table of max_len rows (layer 0's tables, which
     every layer shares), so a position past the cache raises IndexError, in a replay too."""
 
     def __init__(self, model, batch: int, max_len: int):
@@ -129,11 +131,11 @@ class StaticKVCache:
         self.model, self.batch, self.max_len = model, int(batch), int(max_len)
         shape = (self.batch, cfg.n_kv_heads, self.max_len, cfg.d_head)   # (B, H_kv, max_len, d_head)
         self.layers = [StaticLayerCache(self, shape, weight.dtype, weight.device) for _ in range(cfg.n_layers)]
-        self.slots = arange(self.max_len, device=weight.device)          # (max_len,): slot j holds position j
+        self.slots = arange(self.max_len, device=weight.device)          # (max_len,): 0 .. max_len - 1
         self.rows = self.position_rows()                                 # what a call looks its positions up in
         self.position = zeros((), dtype=int64, device=weight.device)     # 0-d: the next position to fill
         self.open = zeros(self.max_len, dtype=weight.dtype, device=weight.device)   # (max_len,): the mask's zeros
-        self.mask = self.written = self.source = self.cos = self.sin = None   # the current call's, set by start()
+        self.mask = self.cos = self.sin = None                           # the current call's, set by start()
 
     def position_rows(self) -> Tensor:
         """What a call looks its positions up in: with RoPE, the cos and sin rows of positions 0 .. max_len - 1
@@ -154,10 +156,10 @@ class StaticKVCache:
             layer.v.data = layer.v.zeros_like().data
 
     def start(self, L: int) -> Tensor:
-        """Begin a call of L tokens: return their positions (L,) int64; set the call's mask (n_rep L, max_len;
-        (max_len,) for one token), the slots it writes (`written`, (1, 1, max_len, 1)), for L > 1 which of its L
-        positions each slot takes (`source`), and with RoPE the cos and sin rows (L, d_head/2); advance
-        `position` by L."""
+        """Begin a call of L tokens at positions p .. p + L - 1 (p = `position`): return them, (L,) int64; set the
+        call's mask (n_rep L, max_len; (max_len,) for one token) and with RoPE the cos and sin rows (L, d_head/2);
+        advance `position` by L. Once written, slot j holds position p + L - max_len + j: empty while that is
+        negative, and after query i's position when j > max_len - L + i."""
         if L > self.max_len:
             raise ValueError(f"StaticKVCache: {L} tokens do not fit a cache of max_len={self.max_len} positions")
         cfg, first = self.model.cfg, self.position
@@ -165,17 +167,12 @@ class StaticKVCache:
         rows = self.rows[positions]                             # (L, d_head) or (L,): IndexError past max_len
         if cfg.rope:
             self.cos, self.sin = rows[:, :cfg.d_head // 2], rows[:, cfg.d_head // 2:]          # (L, d_head/2) each
-        if L == 1:                                            # one token (a decode step): slot p alone is new
-            hidden, written, self.source = self.slots > first, self.slots == first, None       # (max_len,) each
-        else:
-            hidden = self.slots.reshape(1, self.max_len) > positions.reshape(L, 1)            # (L, max_len)
-            offset = self.slots - first                                                       # (max_len,): j - p
-            self.source = offset.maximum(0).minimum(L - 1)                                    # clipped to 0..L-1
-            written = self.source == offset                                                   # p <= j < p + L
-        self.written = written.reshape(1, 1, self.max_len, 1)
-        mask = where(hidden, float("-inf"), self.open)                                        # (L, max_len)
-        n_rep = cfg.n_heads // cfg.n_kv_heads                 # query heads per KV head: grouped, see attend_static
-        if L > 1 and n_rep > 1:
+        empty = self.slots + first < self.max_len - L                                         # (max_len,)
+        mask = where(empty, float("-inf"), self.open)                                         # (max_len,)
+        if L > 1:                                             # the call's own later positions are in the future
+            last = arange(self.max_len - L, self.max_len, device=first.device).reshape(L, 1)
+            mask = where(self.slots.reshape(1, self.max_len) > last, float("-inf"), mask)     # (L, max_len)
+            n_rep = cfg.n_heads // cfg.n_kv_heads             # query heads per KV head: grouped, see attend_static
             mask = mask.reshape(1, L, self.max_len).expand(n_rep, L, self.max_len).reshape(n_rep * L, self.max_len)
         self.mask = mask                                         # (n_rep L, max_len); (max_len,) for one token
         self.position.data = (first + L).data
