@@ -173,6 +173,8 @@ class Attention(Module):
         k, v = cache.append(k, v)                                          # (B, H_kv, max_len, d_head)
         grouped = q.reshape(B, H_kv, H // H_kv * L, d_head)                # (B, H_kv, n_rep L, d_head)
         out = sdpa(grouped, k, v, cache.mask)                              # (B, H_kv, n_rep L, d_head)
+        if L == 1:                                                         # one token: the heads are in order
+            return out.reshape(B, 1, H * d_head)                           # (B, 1, d_model)
         return out.reshape(B, H, L, d_head).transpose(1, 2).reshape(B, L, H * d_head)   # (B, L, d_model)
 
     def split_heads(self, t: Tensor, n_heads: int, norm: RMSNorm | None = None) -> Tensor:
