@@ -263,7 +263,7 @@ def generate_options(p) -> None:
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="the sampling generator's seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
     p.add_argument("--eager", action="store_true",
-                   help="run each decode step eagerly instead of compiled (tb.jit), to compare the two")
+                   help="run the prefill and each decode step eagerly instead of compiled (tb.jit), to compare")
     device_option(p)
 
 

@@ -240,8 +240,7 @@ def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = No
                   temperature: float = 0.8, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
                   jit: bool = True, device: str = "cpu") -> dict:
     """Check the checkpoint's config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill,
-    then one token at a time: decode steps compiled with tb.jit unless `jit` is False), timing each as it
-    arrives."""
+    then one token at a time: compiled with tb.jit unless `jit` is False), timing each as it arrives."""
     from tqdm import tqdm                                           # loaded for generating only
 
     from .tokenizer import load_tokenizer
@@ -261,12 +260,12 @@ def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = No
     tokens = model.generate(tensor([ids], dtype=int64, device=device), max_new_tokens, temperature, top_k,
                             Generator(seed), use_cache=use_cache, on_token=arrived, jit=jit).numpy()[0].tolist()
     bar.close()
-    compiled = use_cache and jit and max_new_tokens > 1                # decode steps ran through tb.jit
-    step = model.last_decoder.compiled if compiled else None
+    compiled = use_cache and jit and max_new_tokens > 0                # prefill and decode steps through tb.jit
+    calls = model.last_decoder.compiled if compiled else None
     prefill_s, decode_s = times[0] - start, times[-1] - times[0] if len(times) > 1 else 0.0
     return {"command": "generate", "checkpoint": str(folder), "prompt_tokens": len(ids),
             "new_tokens": max_new_tokens, "cache": use_cache, "compiled": compiled,
-            "captured_steps": step.captures if step else 0, "replayed_steps": step.replays if step else 0,
+            "captured": calls.captures if calls else 0, "replayed": calls.replays if calls else 0,
             "temperature": temperature,
             "top_k": top_k, "seed": seed, "ids": tokens,
             "tokenizer": tokenizer.name if tokenizer else None,

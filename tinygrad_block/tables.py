@@ -247,8 +247,8 @@ def generate_text(data: dict) -> list[str]:
     """The text (or the ids), then how fast the prefill and the decode ran."""
     shown = data["text"] if data["text"] is not None else " ".join(map(str, data["ids"]))
     how = "recomputing every token, eager" if not data["cache"] else \
-        f"static KV cache, decode compiled: {data['captured_steps']} steps captured, {data['replayed_steps']} " \
-        "replayed" if data["compiled"] else "static KV cache, decode eager"
+        f"static KV cache, compiled: {data['captured']} calls captured, {data['replayed']} replayed" \
+        if data["compiled"] else "static KV cache, eager"
     return [shown, "", f"generate: {data['prompt_tokens']} prompt tokens + {data['new_tokens']} new from "
             f"{data['checkpoint']} ({how}); prefill {data['prefill_s'] * 1000:.1f} ms, decode "
             f"{data['decode_tokens_per_s']:,.1f} tokens/s"]

@@ -197,7 +197,7 @@ def compare(d_model: int, n_layers: int, new: int, rounds: int, fuse: bool) -> d
     with tempfile.TemporaryDirectory() as folder:
         cfg, run = engines(d_model, n_layers, new, Path(folder), fuse)
         tokens = {engine: run[engine]() for engine in run}              # warm-up; compiled captures its steps here
-        run["compiled"]()                                               # ... and replays from its first step here
+        run["compiled"]()                                               # ... and its prefill's second capture here
         speed = {engine: [] for engine in run}
         for r in range(rounds):                                         # compiled and transformers side by side
             pair = ENGINES[:3:2] if r % 2 == 0 else ENGINES[2::-2]

@@ -57,11 +57,11 @@ def test_generate_writes_what_lm_generate_writes(checkpoint, extra, temperature,
                           generator=tb.Generator(7), jit=False).numpy()[0].tolist()
     assert data["ids"] == want and len(want) == 15 and data["cache"] == ("--no-cache" not in extra)
     assert data["compiled"] == (not extra) and data["text"] is None and data["decode_tokens_per_s"] > 0
-    assert (data["captured_steps"], data["replayed_steps"]) == ((2, 9) if not extra else (0, 0))   # 11 decode steps
+    assert (data["captured"], data["replayed"]) == ((3, 9) if not extra else (0, 0))   # prefill + 11 decode steps
 
 
-@pytest.mark.parametrize("extra, says", [([], "static KV cache, decode compiled: 2 steps captured, 9 replayed"),
-                                         (["--eager"], "static KV cache, decode eager"),
+@pytest.mark.parametrize("extra, says", [([], "static KV cache, compiled: 3 calls captured, 9 replayed"),
+                                         (["--eager"], "static KV cache, eager"),
                                          (["--no-cache"], "recomputing every token, eager")])
 def test_generate_says_how_it_decoded(checkpoint, extra, says, command_line):
     shown = command_line.out("generate", str(checkpoint), "--ids", "5 17 3", "--max-new-tokens", "12", *extra)

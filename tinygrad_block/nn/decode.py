@@ -56,8 +56,8 @@ class Decoder:
     `step(token)` per new token, each returning (the next tokens (B, 1), the logits they were chosen from
     (B, vocab_size)). The choice (temperature, top_k) is fixed for a decoder. A sampled choice draws its uniform
     numbers from `generator` outside the step and passes them in as a tensor, so a compiled step reads them as
-    data. jit=True runs each decode step through tb.jit (fuse: merge elementwise chains); jit=False runs the very
-    same function eagerly."""
+    data. jit=True runs the prefill and each decode step through tb.jit (one compiled function, a program per
+    shape; fuse: merge elementwise chains); jit=False runs the very same function eagerly."""
 
     def __init__(self, model, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
                  jit: bool = True, fuse: bool = True):
@@ -108,9 +108,11 @@ class Decoder:
         return chosen
 
     def prefill(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """Empty the cache, run the prompt ids (B, L) eagerly (its own shape, once), choose the first new tokens."""
+        """Empty the cache, run the prompt ids (B, L) and choose the first new tokens: the same function as a step,
+        at the prompt's shape (compiled: captured by the first two generations with this prompt length, then
+        replayed)."""
         self.cache.reset()
-        return self.forward(ids, *self._draws())
+        return self._run(ids)
 
     def step(self, token: Tensor) -> tuple[Tensor, Tensor]:
         """Run the newest tokens (B, 1) at the next position: compiled (replayed after two captures) or eagerly."""
