@@ -139,9 +139,10 @@ for t in (1, 2):
         assert 50 < np.abs(g).min() / eps < 70
 state = opt64.state[[id(q) for q in opt64.params].index(id(p))]       # p's m, v and step count
 print(f"AdamW keeps m and v for each weight: {opt64.state_bytes():,} bytes of state for "
-      f"{sum(q.nbytes for q in model64.parameters()):,} bytes of float64 weights; step counter {state['step']}")
+      f"{sum(q.nbytes for q in model64.parameters()):,} bytes of float64 weights; "
+      f"step counter {state['step'].item():.0f}")
 assert np.abs(state["m"].numpy() - m).max() < 1e-18 and np.abs(state["v"].numpy() - v).max() < 1e-20
-assert opt64.state_bytes() == 2 * sum(q.nbytes for q in model64.parameters()) and state["step"] == 2
+assert opt64.state_bytes() == 2 * sum(q.nbytes for q in model64.parameters()) and state["step"].item() == 2
 
 # %% [markdown]
 # ## 3. The learning-rate schedule: warmup, then a half cosine

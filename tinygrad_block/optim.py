@@ -2,15 +2,19 @@
 
 Tensors stay immutable: a step computes each parameter's new value as a fresh tensor, under no_grad, and
 rebinds the Parameter's `.data` slot to it (`p.data = new.data`). No array is ever written in place; the
-Parameter is a named slot the model reads, like a variable in a program. The update rules are PyTorch's
-(torch.optim.SGD and AdamW, torch.nn.utils.clip_grad_norm_), written with Tensor ops, so they run on every
-device ('cpu', 'cuda', 'meta', 'strict').
+Parameter is a named slot the model reads, like a variable in a program. The state is kept the same way: the
+momentum buffer, AdamW's m, v and step count are Tensors made once, at a parameter's first update, whose `.data`
+each step rebinds, and the learning rate is a 0-d tensor too (`lr_tensor`, written by the `lr` setter). So every
+value that changes from step to step is a tensor that lives across steps, and a step can be compiled (tb.jit).
+The update rules are PyTorch's (torch.optim.SGD and AdamW, torch.nn.utils.clip_grad_norm_), written with Tensor
+ops, so they run on every device ('cpu', 'cuda', 'meta', 'strict').
 """
 from __future__ import annotations
 
 import math
 import numbers
 
+from .dtypes import float64
 from .trace import no_grad
 from .tensor import Tensor
 
@@ -47,14 +51,25 @@ def _parameters(owner: str, params) -> list[Tensor]:
     return params
 
 
+def _rebind(t: Tensor, new: Tensor) -> Tensor:
+    """t, now naming new's values: the tensor object stays (a compiled step reads it afresh at every call)."""
+    t.data = new.data
+    return t
+
+
 class Optimizer:
     """What SGD and AdamW share: the checked parameter list, `lr` (change it between steps to follow a
     schedule), per-parameter state created on a parameter's first update, step() and zero_grad()."""
 
     def __init__(self, params, lr: float):
         self.params = _parameters(type(self).__name__, params)
+        self.lr_tensor = self.scalar(0.0)                # () float64: the update reads the lr from here
         self.lr = lr
-        self.state = [{} for _ in self.params]          # state[i]: params[i]'s tensors (momentum, m, v)
+        self.state = [{} for _ in self.params]          # state[i]: params[i]'s tensors (momentum, m, v, step)
+
+    def scalar(self, value: float) -> Tensor:
+        """A 0-d float64 tensor on the parameters' device: the learning rate, a step count."""
+        return Tensor(float(value), dtype=float64, device=self.params[0].device)
 
     @property
     def lr(self) -> float:
@@ -63,6 +78,7 @@ class Optimizer:
     @lr.setter
     def lr(self, value: float):
         self._lr = _number(type(self).__name__, "lr", value)
+        self.lr_tensor.data = self.scalar(self._lr).data
 
     def step(self) -> None:
         """Replace each parameter that has a gradient by its updated value; parameters without one stay put.
@@ -71,7 +87,7 @@ class Optimizer:
         with no_grad():
             for p, g, state in zip(self.params, grads, self.state):
                 if g is not None:
-                    p.data = self.update(p.detach(), g, state).data
+                    p.data = self.update(p, g, state).data
 
     def _grad(self, p: Tensor) -> Tensor:
         g = p.grad
@@ -90,8 +106,24 @@ class Optimizer:
             p.grad = None
 
     def state_bytes(self) -> int:
-        """Bytes held by the optimizer's state tensors (a step counter is a Python int and costs nothing here)."""
-        return sum(t.nbytes for state in self.state for t in state.values() if isinstance(t, Tensor))
+        """Bytes held by the optimizer's state tensors, shaped like their parameters (AdamW's 0-d step counts,
+        8 bytes a parameter tensor, are left out, as accounting.training_memory leaves them out)."""
+        return sum(t.nbytes for state in self.state for k, t in state.items() if k != "step")
+
+    def snapshot(self) -> tuple:
+        """The arrays a step replaces (the weights, the state), kept by reference: no array is ever written in
+        place, so `restore(snapshot)` undoes the steps taken since, at no cost."""
+        return [p.data for p in self.params], [{k: (t, t.data) for k, t in s.items()} for s in self.state]
+
+    def restore(self, snapshot: tuple) -> None:
+        """Put the weights and the state back as they were at `snapshot()`."""
+        arrays, states = snapshot
+        for p, array in zip(self.params, arrays):
+            p.data = array
+        for state, saved in zip(self.state, states):
+            state.clear()
+            for k, (t, array) in saved.items():
+                t.data, state[k] = array, t
 
 
 class SGD(Optimizer):
@@ -103,13 +135,13 @@ class SGD(Optimizer):
         self.weight_decay = _number("SGD", "weight_decay", weight_decay)
 
     def update(self, p: Tensor, g: Tensor, state: dict) -> Tensor:
-        """g += wd p;  buf = momentum buf + g (buf = g on the first step);  p -= lr buf"""
+        """g += wd p;  buf = momentum buf + g (buf starts at 0, so buf = g on the first step);  p -= lr buf"""
         if self.weight_decay:
             g = g + self.weight_decay * p
         if self.momentum:
-            buf = state.get("momentum")
-            g = state["momentum"] = g if buf is None else self.momentum * buf + g
-        return p - self.lr * g
+            buf = state.setdefault("momentum", p.zeros_like())
+            g = _rebind(buf, self.momentum * buf + g)
+        return p - self.lr_tensor.to(p.dtype) * g
 
 
 class AdamW(Optimizer):
@@ -126,15 +158,17 @@ class AdamW(Optimizer):
 
     def update(self, p: Tensor, g: Tensor, state: dict) -> Tensor:
         """p -= lr wd p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr m^ / (sqrt(v^) + eps),
-        with the bias corrections m^ = m / (1 - b1^t), v^ = v / (1 - b2^t) at step t = 1, 2, ..."""
-        (b1, b2), lr = self.betas, self.lr
+        with the bias corrections m^ = m / (1 - b1^t), v^ = v / (1 - b2^t) at step t = 1, 2, ...
+        The scalars (t, lr, the corrections) are 0-d float64 tensors, cast to p's dtype where they meet it."""
+        (b1, b2), lr = self.betas, self.lr_tensor
         if not state:                                    # the first update: moments start at zero
-            state.update(step=0, m=p.zeros_like(), v=p.zeros_like())
-        t = state["step"] = state["step"] + 1
-        m = state["m"] = b1 * state["m"] + (1 - b1) * g
-        v = state["v"] = b2 * state["v"] + (1 - b2) * g * g
-        p = p * (1 - lr * self.weight_decay)
-        return p - (lr / (1 - b1 ** t)) * m / (v.sqrt() / math.sqrt(1 - b2 ** t) + self.eps)
+            state.update(step=self.scalar(0), m=p.zeros_like(), v=p.zeros_like())
+        t = _rebind(state["step"], state["step"] + 1)    # () 1, 2, ...
+        m = _rebind(state["m"], b1 * state["m"] + (1 - b1) * g)
+        v = _rebind(state["v"], b2 * state["v"] + (1 - b2) * g * g)
+        p = p * (1 - lr * self.weight_decay).to(p.dtype)
+        step_size, root = lr / (1 - b1 ** t), (1 - b2 ** t).sqrt()     # (), (): b ** t is exp(t ln b)
+        return p - step_size.to(p.dtype) * m / (v.sqrt() / root.to(p.dtype) + self.eps)
 
 
 def clip_grad_norm(params, max_norm: float) -> Tensor:

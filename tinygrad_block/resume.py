@@ -1,7 +1,8 @@
 """A training run's state on disk, so a long run can stop and go on where it stopped, bit for bit: the weights
 (the Hugging Face layout, loadable by `generate`), the optimizer's tensors (AdamW's moments, in safetensors) and
-step counts, the schedule's position, the generator's state (which fixes the data order from here on), the history,
-and the settings the run was started with.
+step counts (ints in state.json, though the optimizer now holds them in 0-d tensors: the format is unchanged, so
+older checkpoints load), the schedule's position, the generator's state (which fixes the data order from here on),
+the history, and the settings the run was started with.
 
     checkpoints/step-000120/   model.safetensors, config.json, optimizer.safetensors, state.json
     checkpoints/latest.json    {"step": 120, "folder": "step-000120"}: renamed into place after the folder is whole
@@ -19,6 +20,7 @@ from .hf_folder import inside, read_array, read_header, read_json_object, readab
 from .tensor import Tensor
 
 KEEP = 2                     # checkpoints kept: the newest and the one before (in case the newest is being read)
+COUNTS = ("step",)           # optimizer state kept as ints in state.json (0-d float64 tensors in the optimizer)
 
 
 def save_checkpoint(folder: Path, step: int, model, optimizer, schedule, generator, history, settings: dict) -> Path:
@@ -32,10 +34,10 @@ def save_checkpoint(folder: Path, step: int, model, optimizer, schedule, generat
     tensors, counts = {}, {}
     for name, state in zip(names, optimizer.state):
         for key, value in state.items():
-            if isinstance(value, Tensor):
-                tensors[f"{key}.{name}"] = value.numpy()     # made contiguous as it is written
+            if key in COUNTS:
+                counts[f"{key}.{name}"] = int(value.item())  # AdamW's step: a 0-d tensor, saved as an int
             else:
-                counts[f"{key}.{name}"] = value
+                tensors[f"{key}.{name}"] = value.numpy()     # made contiguous as it is written
     write_safetensors(here / "optimizer.safetensors", tensors, {"format": "tinygrad_block"})
     state = {"step": step, "settings": settings, "optimizer": {"type": type(optimizer).__name__, "counts": counts},
              "schedule_t": schedule.t, "lr": optimizer.lr, "generator": generator.state if generator else None,
@@ -90,9 +92,24 @@ def _load_optimizer(here: Path, model, optimizer, saved: dict) -> None:
         raise ValueError(f"resume: {here} holds the state of {saved['type']}, not {type(optimizer).__name__}")
     entries = read_header(here / "optimizer.safetensors", "resume")
     for (name, p), state in zip(model.named_parameters(), optimizer.state):
-        state.clear()
+        values = {}
         for key, entry in ((k.split(".", 1)[0], e) for k, e in entries.items() if k.split(".", 1)[1] == name):
             if entry.shape != p.shape:
                 raise ValueError(f"resume: {here}: {key} of {name} is {entry.shape}, the parameter {p.shape}")
-            state[key] = Tensor(read_array(entry, p.dtype, "resume"), dtype=p.dtype, device=p.device)
-        state.update({k.split(".", 1)[0]: v for k, v in saved["counts"].items() if k.split(".", 1)[1] == name})
+            values[key] = Tensor(read_array(entry, p.dtype, "resume"), dtype=p.dtype, device=p.device)
+        for key, count in ((k.split(".", 1)[0], v) for k, v in saved["counts"].items() if k.split(".", 1)[1] == name):
+            if key not in COUNTS or not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"resume: {here}: the count {key} of {name} is {count!r}; expected step, an int >= 0")
+            values[key] = optimizer.scalar(count)
+        _rebind_state(state, values)
+
+
+def _rebind_state(state: dict, values: dict) -> None:
+    """state holds `values`: a tensor it had already is kept and rebound (a compiled step keeps reading it)."""
+    for key in [k for k in state if k not in values]:
+        del state[key]
+    for key, value in values.items():
+        if isinstance(state.get(key), Tensor):
+            state[key].data = value.data
+        else:
+            state[key] = value

@@ -23,7 +23,7 @@ def _adamw_oracle(p, g, m, v, t, lr, betas, eps, wd):
     param = tensor(p, dtype=float64, requires_grad=True)
     opt = AdamW([param], lr, betas=betas, eps=eps, weight_decay=wd)
     if t > 1:
-        opt.state[0].update(step=t - 1, m=tensor(m, dtype=float64), v=tensor(v, dtype=float64))
+        opt.state[0].update(step=opt.scalar(t - 1), m=tensor(m, dtype=float64), v=tensor(v, dtype=float64))
     param.grad = tensor(g, dtype=float64)
     opt.step()
     return param.numpy(), opt.state[0]["m"].numpy(), opt.state[0]["v"].numpy()

@@ -1,7 +1,9 @@
 """tinygrad_block/optim.py against torch.optim: SGD with momentum and AdamW with clipping and the warmup + cosine
-schedule follow PyTorch's trajectories on a small LM in float64 (20 steps, 1e-12 relative at every step); the
-schedule against torch's LinearLR + CosineAnnealingLR and the formula by hand; state bytes against
-accounting.training_memory; frozen parameters stay put; bad arguments give one clear message."""
+schedule follow PyTorch's trajectories on a small LM in float64 (20 steps, 1e-12 relative at every step), run
+eagerly and compiled by tb.jit (whose unfused replays equal the eager steps bit for bit); the state is tensors made
+once and rebound, so a compiled step follows it; the schedule against torch's LinearLR + CosineAnnealingLR and the
+formula by hand; state bytes against accounting.training_memory; frozen parameters stay put; a step undone by
+snapshot/restore; bad arguments give one clear message."""
 from __future__ import annotations
 
 import math
@@ -60,31 +62,53 @@ def assert_same_weights(model, theirs: dict, step: int):
         assert err <= TOL, f"step {step}: {name} differs from torch.optim by {err:.2e} relative"
 
 
+ENGINES = ["eager", "compiled", "compiled unfused"]
+
+
+def training_step(engine: str, model, opt, max_norm: float | None = None):
+    """step(ids, targets) -> (loss, gradient norm or None), 0-d tensors: zero_grad, the LM's loss, backward, clip
+    (when max_norm is given), opt.step(); run eagerly or compiled by tb.jit (fused, or not)."""
+    def step(ids: tb.Tensor, targets: tb.Tensor):
+        opt.zero_grad()
+        loss = model(ids).reshape(-1, CFG.vocab_size).cross_entropy(targets.reshape(-1))
+        loss.backward()
+        norm = clip_grad_norm(model.parameters(), max_norm) if max_norm else None
+        opt.step()
+        return loss, norm
+    return step if engine == "eager" else tb.jit(step, fuse=engine == "compiled", modules=[model, opt])
+
+
 # ---------------------------------------------------------------- trajectories
-def test_sgd_momentum_weight_decay_follows_torch():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sgd_momentum_weight_decay_follows_torch(engine):
     model, theirs = twin_models()
     ours = SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
     ref = torch.optim.SGD(theirs.values(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    step_ours = training_step(engine, model, ours)
     start = {n: p.numpy().copy() for n, p in model.named_parameters()}
     for step, (ids, targets) in enumerate(batches()):
         if step == 10:                                       # lr is an attribute: a step decay halfway
             ours.lr, ref.param_groups[0]["lr"] = 0.05, 0.05
-        loss, loss_ref = our_loss(model, ids, targets), torch_loss(theirs, ids, targets)
+        loss, _ = step_ours(tb.tensor(ids), tb.tensor(targets))
+        loss_ref = torch_loss(theirs, ids, targets)
         assert rel_err(loss.item(), loss_ref.item()) <= TOL, f"step {step}: loss"
-        ours.zero_grad(), ref.zero_grad()
-        loss.backward(), loss_ref.backward()
-        ours.step(), ref.step()
+        ref.zero_grad()
+        loss_ref.backward()
+        ref.step()
         assert_same_weights(model, theirs, step)
+    assert getattr(step_ours, "replays", 17) == 17           # compiled: 3 captures, then every step replayed
     moved = min(rel_err(p.numpy(), start[n]) for n, p in model.named_parameters())
     assert moved > 1e-3, "every parameter should have moved: the comparison above must not be vacuous"
 
 
-def test_adamw_with_clipping_and_schedule_follows_torch():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_adamw_with_clipping_and_schedule_follows_torch(engine):
     frozen = ("layers.0.norm1.weight", "layers.1.attn.k_proj.weight")
     model, theirs = twin_models(frozen)
     trained = [p for p in model.parameters() if p.requires_grad]
     kw = dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-8, weight_decay=0.1)
     ours, ref = AdamW(model.parameters(), **kw), torch.optim.AdamW(theirs.values(), **kw)
+    step_ours = training_step(engine, model, ours, max_norm=3.5)
     schedule = WarmupCosine(ours, lr_max=3e-3, warmup=5, total=STEPS, lr_min=3e-4)
     ref_schedule = torch.optim.lr_scheduler.SequentialLR(ref, [
         torch.optim.lr_scheduler.LinearLR(ref, start_factor=1 / 5, end_factor=1.0, total_iters=4),
@@ -93,21 +117,85 @@ def test_adamw_with_clipping_and_schedule_follows_torch():
     clipped = []
     for step, (ids, targets) in enumerate(batches(1)):
         assert rel_err(ours.lr, ref.param_groups[0]["lr"]) <= TOL, f"step {step}: lr"
-        loss, loss_ref = our_loss(model, ids, targets), torch_loss(theirs, ids, targets)
+        loss, norm = step_ours(tb.tensor(ids), tb.tensor(targets))
+        loss_ref = torch_loss(theirs, ids, targets)
         assert rel_err(loss.item(), loss_ref.item()) <= TOL, f"step {step}: loss"
-        ours.zero_grad(), ref.zero_grad()
-        loss.backward(), loss_ref.backward()
-        norm = clip_grad_norm(model.parameters(), max_norm=3.5)
+        ref.zero_grad()
+        loss_ref.backward()
         norm_ref = torch.nn.utils.clip_grad_norm_(theirs.values(), max_norm=3.5)
         assert rel_err(norm.item(), norm_ref.item()) <= TOL, f"step {step}: gradient norm"
         clipped.append(norm.item() > 3.5)
-        ours.step(), ref.step()
+        ref.step()
         schedule.step(), ref_schedule.step()
         assert_same_weights(model, theirs, step)
     assert any(clipped) and not all(clipped), f"clipping should act on some steps only: {clipped}"
     for name, p in model.named_parameters():
         assert (name in frozen) == np.array_equal(p.numpy(), start[name]), f"{name}: frozen iff unchanged"
     assert [id(p) for p in model.parameters() if p.grad is not None] == [id(p) for p in trained]
+    assert getattr(step_ours, "replays", 17) == 17
+
+
+def test_compiled_steps_equal_eager_steps_bit_for_bit():
+    """Unfused, a replay runs the eager step's kernels on the same arrays: weights, m, v and step counts agree to the
+    bit (float32, where a stray rounding would show), and the state tensors are the objects made at the first step."""
+    runs = {}
+    for engine in ("eager", "compiled unfused"):
+        model = nn.LM(CFG, generator=tb.Generator(0))
+        opt = AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+        schedule, step = WarmupCosine(opt, 3e-3, warmup=5, total=STEPS), training_step(engine, model, opt, 1.0)
+        losses = [step(tb.tensor(ids), tb.tensor(targets))[0].item() for ids, targets in batches(2)[:1]]
+        made = [dict(s) for s in opt.state]                  # the state tensors, made by the first step
+        for ids, targets in batches(2)[1:]:
+            schedule.step()
+            losses.append(step(tb.tensor(ids), tb.tensor(targets))[0].item())
+        assert all(s[k] is t for s, m in zip(opt.state, made) for k, t in m.items())
+        runs[engine] = losses, [p.numpy() for p in model.parameters()], [
+            {k: t.numpy() for k, t in s.items()} for s in opt.state]
+    (losses, weights, state), (losses_c, weights_c, state_c) = runs.values()
+    assert losses == losses_c and all(np.array_equal(a, b) for a, b in zip(weights, weights_c))
+    assert all(np.array_equal(s[k], c[k]) for s, c in zip(state, state_c) for k in s)
+    assert state[0]["step"] == STEPS and state[0]["step"].dtype == np.float64
+
+
+def test_lr_and_step_are_tensors_a_compiled_step_reads_afresh():
+    """The lr setter writes a Python float into the same 0-d float64 tensor; AdamW's step count is a 0-d float64
+    tensor; SGD's momentum buffer is one tensor object for the whole run, its .data rebound at every step."""
+    p = nn.Parameter(t64([1.0, -2.0]))
+    sgd = SGD([p], lr=0.5, momentum=0.9)
+    lr_tensor = sgd.lr_tensor
+    sgd.lr = 0.25
+    assert sgd.lr == 0.25 and sgd.lr_tensor is lr_tensor and lr_tensor.item() == 0.25
+    assert lr_tensor.shape == () and lr_tensor.dtype == np.float64
+    buffers = []
+    for _ in range(3):
+        p.grad = t64([1.0, 1.0])
+        sgd.step()
+        buffers.append((sgd.state[0]["momentum"], sgd.state[0]["momentum"].data))
+    assert buffers[0][0] is buffers[1][0] is buffers[2][0] and buffers[0][1] is not buffers[1][1]
+    assert buffers[2][1].tolist() == [1 + 0.9 + 0.81] * 2    # buf = 0.9 buf + g, from 0
+    adam = AdamW([p], lr=0.1)
+    p.grad = t64([1.0, 1.0])
+    adam.step()
+    assert adam.state[0]["step"].shape == () and adam.state[0]["step"].item() == 1.0
+
+
+def test_snapshot_and_restore_undo_steps():
+    """restore(snapshot) puts back the arrays the snapshot kept: the weights and the state as they were, the same
+    tensor objects; state made since is dropped."""
+    p = nn.Parameter(t64([1.0, -2.0]))
+    opt = AdamW([p], lr=0.1)
+    empty = opt.snapshot()
+    p.grad = t64([0.5, 0.5])
+    opt.step()
+    after_one, m = opt.snapshot(), opt.state[0]["m"]
+    values = p.numpy().copy(), m.numpy().copy()
+    p.grad = t64([0.5, 0.5])
+    opt.step()
+    opt.restore(after_one)
+    assert np.array_equal(p.numpy(), values[0]) and opt.state[0]["m"] is m and np.array_equal(m.numpy(), values[1])
+    assert opt.state[0]["step"].item() == 1.0
+    opt.restore(empty)
+    assert p.numpy().tolist() == [1.0, -2.0] and opt.state == [{}]
 
 
 # ---------------------------------------------------------------- the rules on one tensor, by hand
