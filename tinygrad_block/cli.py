@@ -250,6 +250,9 @@ def train_options(p) -> None:
                         "the end); Ctrl-C saves and stops")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint, with the same demo, seed and steps")
+    p.add_argument("--eager", action="store_true",
+                   help="run each step eagerly, op by op, instead of compiled (tb.jit: the step's kernels recorded "
+                        "once, then replayed), to compare")
 
 
 def generate_options(p) -> None:
@@ -381,13 +384,14 @@ def train_data(args: argparse.Namespace) -> dict:
     try:
         return report.train_data(args.demo, folder, steps=args.steps, text=text, source=args.text_file,
                                  seed=args.seed, device=args.device, pictures=not args.no_plots, resume=args.resume,
-                                 save_every=args.save_every)
+                                 save_every=args.save_every, jit=not args.eager)
     except TrainingDiverged as e:
         raise CommandStopped(str(e).removeprefix("train: "), 1) from None
     except TrainingStopped as e:
         again = " ".join(["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
                          + (["--steps", str(args.steps)] if args.steps else [])
-                         + (["--text-file", args.text_file] if args.text_file else []) + ["--resume"])
+                         + (["--text-file", args.text_file] if args.text_file else [])
+                         + (["--eager"] if args.eager else []) + ["--resume"])
         raise CommandStopped(f"{e}; continue with: {PROG} {again}", 130) from None
 
 

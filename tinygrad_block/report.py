@@ -189,7 +189,7 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
 def train_data(demo: str, folder: Path, *, steps: int | None = None, text: str | None = None,
                source: str | None = None, **settings) -> dict:
     """Run a demonstration of train.py, 'induction' or 'text' (on `text`, read from `source`, when given), with
-    `settings` (seed, device, pictures, resume, save_every); what it reached and where its files went."""
+    `settings` (seed, device, pictures, resume, save_every, jit); what it reached and where its files went."""
     from . import train                                             # tqdm and the data: loaded for training only
     demo_run = train.induction_demo if demo == "induction" else train.text_demo
     kwargs = {"steps": steps} if steps else {}

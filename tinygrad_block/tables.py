@@ -238,7 +238,9 @@ def train_text(data: dict) -> list[str]:
                  f"next-character accuracy {data['accuracy']:.1%}",
                  f"  a sample, continuing {data['prompt']!r} at temperature 0.8:",
                  *("    | " + line for line in data["sample"].splitlines())]
-    lines.append(f"  trained in {data['seconds']:.1f} s, {data['tokens_per_s']:,.0f} tokens/s")
+    how = (f"compiled: {data['replayed']} of {data['steps']} steps replayed, the others captured eagerly"
+           if data["engine"] == "compiled" else "eager, op by op")
+    lines.append(f"  trained in {data['seconds']:.1f} s, {data['tokens_per_s']:,.0f} tokens/s ({how})")
     lines += [f"  {name.replace('_', ' ')}: {path}" for name, path in data["paths"].items()]
     return lines
 

@@ -4,6 +4,9 @@ two demonstrations that use them, `induction_demo` and `text_demo` (`python -m t
 
 One seed makes a run: a `tb.Generator(seed)` draws the initial weights, then the evaluation data, then every
 training batch, so two runs with one seed compute the same losses, bit for bit.
+
+A step runs compiled by default (`train(..., jit=True)`, compiled.py): its first calls run eagerly while every
+primitive is recorded, later ones replay the recorded kernels straight on the arrays; `jit=False` runs it eagerly.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,16 +23,18 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
+from . import compiled
 from .generator import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
 from .hf_folder import write_text
-from .optim import AdamW, WarmupCosine, clip_grad_norm
+from .optim import AdamW, Optimizer, WarmupCosine, clip_grad_norm
 from .resume import latest, load_checkpoint, save_checkpoint
 from .tensor import Tensor, arange, concat
 from .trace import no_grad, observe
 
 Batches = Callable[[], tuple[Tensor, Tensor]]     # each call: ids (B, L), targets (B, T), T <= L
+FLOAT_WARNINGS = "(overflow|invalid value|divide by zero) encountered"   # numpy's, on a diverging step
 
 
 # ---------------------------------------------------------------- the loop
@@ -42,14 +48,34 @@ def lm_loss(model: LM, ids: Tensor, targets: Tensor) -> Tensor:
     return model(ids)[:, L - T:].cross_entropy(targets)            # logits (B, T, vocab) vs targets (B, T)
 
 
+def training_step(model: LM, opt: Optimizer, max_grad_norm: float) -> Callable:
+    """One step as a function of the batch: step(ids, targets) -> (loss, gradient norm before clipping), two 0-d
+    tensors, the weights updated by `opt`. It reads no value (train reads the two it returns), and every value that
+    changes between steps is a tensor that lives across them (weights, the optimizer's state and lr), so tb.jit
+    can compile it."""
+    params = model.parameters()
+
+    def step(ids: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        opt.zero_grad()
+        loss = lm_loss(model, ids, targets)
+        loss.backward()
+        norm = clip_grad_norm(params, max_grad_norm)
+        opt.step()
+        return loss, norm
+    return step
+
+
 @dataclass
 class History:
-    """What a run measured: the loss and learning rate of every step, and each evaluation as (step, metrics)."""
+    """What a run measured: the loss and learning rate of every step, and each evaluation as (step, metrics);
+    how the steps ran: engine 'compiled' (`replayed` of them replays, the others captured eagerly) or 'eager'."""
     losses: list = field(default_factory=list)
     lrs: list = field(default_factory=list)
     evals: list = field(default_factory=list)
     tokens: int = 0
     seconds: float = 0.0
+    engine: str = "eager"
+    replayed: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -63,6 +89,7 @@ class History:
         self.losses, self.lrs = list(saved["losses"]), list(saved["lrs"])
         self.evals = [(step, metrics) for step, metrics in saved["evals"]]
         self.tokens, self.seconds = saved["tokens"], saved["seconds"]
+        self.replayed = saved.get("replayed", 0)                   # absent from checkpoints older than jit
 
 
 class TrainingDiverged(RuntimeError):
@@ -101,38 +128,43 @@ def stop_requests():
 def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0, lr_min: float = 0.0,
           weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
           eval_every: int = 100, progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
-          save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None) -> History:
+          save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None,
+          jit: bool = True, fuse: bool = False) -> History:
     """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
     learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
-    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad.
+    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad. The step
+    (training_step) runs compiled by tb.jit, or eagerly with jit=False; history.engine says which. `fuse` is
+    tb.jit's, off here: an unfused replay is the eager step bit for bit, so a resumed run (whose first steps are
+    eager captures again) ends exactly where the uninterrupted one does, which fused replays of this step do not
+    yet promise (docs/training.md).
 
     With a `checkpoints` folder, the run's whole state (resume.py) is saved every `save_every` steps (None: every
     `save_seconds` of training) and at the end; `resume` takes up the newest there and ends bit for bit where the
     run would have ended uninterrupted (`generator` is the one `batches` draws from: its state is saved too).
-    A loss or gradient norm that is not finite raises TrainingDiverged before the weights move; Ctrl-C finishes the
-    step, saves, and raises TrainingStopped."""
+    A loss or gradient norm that is not finite raises TrainingDiverged, the step undone (the weights and the
+    optimizer's state put back); Ctrl-C finishes the step, saves, and raises TrainingStopped."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train: steps must be a positive int, got {steps!r}")
     opt = AdamW(model.parameters(), lr, weight_decay=weight_decay)
     schedule = WarmupCosine(opt, lr, min(warmup, steps), steps, lr_min)
-    history = History()
+    history = History(engine="compiled" if jit else "eager")
     run = (model, opt, schedule, generator, history, dict(steps=steps, lr=lr, warmup=warmup, lr_min=lr_min,
                                                           weight_decay=weight_decay, max_grad_norm=max_grad_norm))
     first = _resume(checkpoints, run) if resume else 0
+    step_fn = training_step(model, opt, max_grad_norm)
+    run_step = compiled.jit(step_fn, fuse=fuse, modules=[model, opt]) if jit else step_fn
     bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True,
                initial=first, total=steps)
     start, before, saved = time.perf_counter(), history.seconds, (first, time.perf_counter())
-    with stop_requests() as asked:
+    with stop_requests() as asked, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", FLOAT_WARNINGS, RuntimeWarning)     # the loop checks, and says which step
         for step in bar:
             ids, targets = batches()                               # (B, L), (B, T)
-            loss = lm_loss(model, ids, targets)
-            _finite("the loss", loss.item(), step, opt, checkpoints)
-            opt.zero_grad()
-            loss.backward()
-            _finite("the gradient norm", clip_grad_norm(model.parameters(), max_grad_norm).item(), step, opt,
-                    checkpoints)
-            opt.step()
-            history.losses.append(loss.item())
+            undo, replays = opt.snapshot(), getattr(run_step, "replays", 0)
+            loss, norm = (t.item() for t in run_step(ids, targets))   # read here, outside the compiled step
+            _finite(loss, norm, step, opt, undo, checkpoints)
+            history.replayed += getattr(run_step, "replays", 0) - replays
+            history.losses.append(loss)
             history.lrs.append(opt.lr)
             schedule.step()
             history.tokens += ids.size
@@ -161,10 +193,14 @@ def _resume(checkpoints: Path | None, run: tuple) -> int:
     return load_checkpoint(here, *run)
 
 
-def _finite(what: str, value: float, step: int, opt, checkpoints: Path | None) -> None:
-    """Stop a diverging run before the weights take the step, saying where the last good checkpoint is."""
+def _finite(loss: float, norm: float, step: int, opt: Optimizer, undo: tuple, checkpoints: Path | None) -> None:
+    """Stop a diverging run: a loss or gradient norm that is not finite undoes the step (the weights and the
+    optimizer's state put back as opt.snapshot() kept them) and raises TrainingDiverged, saying where the last
+    good checkpoint is."""
+    what, value = ("the loss", loss) if not math.isfinite(loss) else ("the gradient norm", norm)
     if math.isfinite(value):
         return
+    opt.restore(undo)
     here = latest(checkpoints) if checkpoints is not None else None          # checkpoints/step-000120
     kept = f"the last good checkpoint, step {int(here.name.removeprefix('step-'))}, is {here}" if here else \
         "no checkpoint was saved before it"
@@ -284,24 +320,26 @@ INDUCTION_THRESHOLD = 0.99     # accuracy on the predictable second half
 
 def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, batch: int = 32,
                    device: str = "cpu", progress: bool = True, pictures: bool = True, resume: bool = False,
-                   save_every: int | None = None) -> dict:
+                   save_every: int | None = None, jit: bool = True) -> dict:
     """Train a 2-layer model on induction_batch (n random tokens, then the same again) and measure its accuracy
     on the predictable second half of 512 sequences it never trained on; draw the attention of every head.
-    The run's state goes to out/checkpoints/ (train's checkpoints, save_every); `resume` takes it up."""
+    The run's state goes to out/checkpoints/ (train's checkpoints, save_every); `resume` takes it up. `jit`: the
+    steps run compiled (True) or eagerly (False), as train's."""
     g = Generator(seed)
     model = LM(INDUCTION, generator=g, device=device)
     held_out = induction_batch(512, n, INDUCTION.vocab_size, g, device)
     history = train(model, lambda: induction_batch(batch, n, INDUCTION.vocab_size, g, device), steps=steps,
                     lr=3e-3, warmup=20, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out),
                     eval_every=25, progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
-                    resume=resume, generator=g)
+                    resume=resume, generator=g, jit=jit)
     weights = attention_weights(model, held_out[0][:8])
     scores = induction_scores(weights, n)
     score, layer, head = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
     results = {"demo": "induction", "seed": seed, "steps": steps, "n": n, **history.evals[-1][1],
                "threshold": INDUCTION_THRESHOLD, "passed": history.evals[-1][1]["accuracy"] >= INDUCTION_THRESHOLD,
                "induction_head": {"layer": layer, "head": head, "stripe_weight": score}, "stripe_weights": scores,
-               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s}
+               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s, "engine": history.engine,
+               "replayed": history.replayed}
     paths = save_run(model, history, out, results)
     if pictures:
         paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"induction, n = {n}, seed {seed}"))
@@ -319,10 +357,11 @@ TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vo
 def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
               device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
               prompt: str | None = None, text: str | None = None, source: str = "Python's help pages",
-              resume: bool = False, save_every: int | None = None) -> dict:
+              resume: bool = False, save_every: int | None = None, jit: bool = True) -> dict:
     """Train a character-level model on `text` (by default Python's help pages, data.python_help_text; `source`
     names it), evaluate on the last 10% it never trained on, and write a sample: `prompt` continued at
-    temperature 0.8 (by default "The ", or the text's first four characters when it lacks those)."""
+    temperature 0.8 (by default "The ", or the text's first four characters when it lacks those). `jit`: the
+    steps run compiled (True) or eagerly (False), as train's."""
     text = python_help_text() if text is None else text
     if len(text) < 20 * (seq_len + 1):
         raise ValueError(f"text_demo: {source} has {len(text):,} characters; training windows of {seq_len + 1} "
@@ -338,14 +377,15 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
     history = train(model, lambda: text_batch(train_ids, batch, seq_len, g), steps=steps, lr=3e-3,
                     warmup=30, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=100,
                     progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
-                    resume=resume, generator=g)
+                    resume=resume, generator=g, jit=jit)
     ids = Tensor([tok.encode(prompt)], device=device)
     sample = tok.decode(generate_long(model, ids, sample_len, seq_len, temperature=0.8, generator=g)[0])
     results = {"demo": "text", "source": source, "prompt": prompt, "seed": seed, "steps": steps,
                "train_chars": train_ids.shape[0], "held_out_chars": val_ids.shape[0], "vocab_size": tok.vocab_size,
                **history.evals[-1][1],
                "bits_per_char": history.evals[-1][1]["loss"] / math.log(2), "sample": sample,
-               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s}
+               "seconds": history.seconds, "tokens_per_s": history.tokens_per_s, "engine": history.engine,
+               "replayed": history.replayed}
     paths = save_run(model, history, out, results)
     tok.save(out / "checkpoint" / "vocab.json")
     paths["vocab"] = str(out / "checkpoint" / "vocab.json")

@@ -195,10 +195,16 @@ def test_train_command_prints_where_the_run_went(tmp_path, command_line):
     data = command_line.json("train", "induction", "--steps", "120", "--out", tmp_path, "--no-plots")
     assert data["command"] == "train" and data["passed"] and data["accuracy"] >= 0.99
     assert (tmp_path / "checkpoint" / "model.safetensors").exists() and "loss_curve" not in data["paths"]
-    status, text, _ = command_line.status("train", "induction", "--steps", "2", "--seed", "3", "--out", tmp_path,
+    assert data["engine"] == "compiled" and data["replayed"] == 117     # 3 eager captures, then replays
+    status, text, _ = command_line.status("train", "induction", "--steps", "5", "--seed", "3", "--out", tmp_path,
                                           "--no-plots")
     assert status == 1                                                   # too few steps: threshold missed
     assert "threshold 99%: NOT reached" in text and f"checkpoint: {tmp_path / 'checkpoint'}" in text
+    assert "tokens/s (compiled: 2 of 5 steps replayed, the others captured eagerly)" in text
+    status, text, _ = command_line.status("train", "induction", "--steps", "2", "--out", tmp_path, "--no-plots",
+                                          "--eager")
+    assert status == 1 and "tokens/s (eager, op by op)" in text
+    assert json.loads((tmp_path / "history.json").read_text())["engine"] == "eager"
 
 
 @pytest.mark.parametrize("argv, message", [
