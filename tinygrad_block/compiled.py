@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from . import trace
 from .function import is_tensor
 from .fuse import describe, fuse_program, to_dot
+from .fuse import kernel_steps as fuse_steps
 from .tensor import Tensor
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
@@ -71,6 +72,7 @@ class Step:
     step: str
     origin: str
     flops: int = 0
+    strides: tuple | None = None    # the output's memory layout: a later matmul rounds by it, so replays keep it
 
 
 @dataclass
@@ -112,14 +114,16 @@ class Capture:
         self.arrays.append(out)
         self.produced[id(out)] = slot = len(self.steps)
         self.steps.append(Step(type(event.op), ins, params, tuple(array_params), slot, out.shape, out.dtype,
-                               event.phase, event.scope, event.step, event.origin, event.flops))
+                               event.phase, event.scope, event.step, event.origin, event.flops,
+                               getattr(out, "strides", None)))
 
     def derive(self, fn, arrays: tuple, params: dict, out) -> None:
         """An array computed outside the primitives (trace.derive): a step of its own, redone at each replay."""
         ins = tuple(self.ref(a) for a in arrays)
         self.arrays.append(out)
         self.produced[id(out)] = slot = len(self.steps)
-        self.steps.append(Step(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "", (), "", ""))
+        self.steps.append(Step(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "", (), "", "",
+                               0, getattr(out, "strides", None)))
 
     def read_value(self, tensor) -> None:
         raise JitError(f"jit: the function reads a tensor's values (.item(), .numpy(), .tolist() or bool(), of a "
@@ -278,6 +282,7 @@ class Program:
         self.outputs = (spec, tuple(named(r) for r in refs))
         self.kernels = fuse_program(self) if fuse else self.plain
         self.runs = [kernel.run for kernel in self.kernels]
+        self.checked = self.kernels is self.plain
 
     def run(self, arg_tensors: list):
         for i, slot in self.args:
@@ -294,6 +299,8 @@ class Program:
         else:
             for run in self.runs:
                 run()
+            if not self.checked:
+                self._check_layouts()
         for owner, arg, attr, slot, _ in self.writes:
             t = owner() if arg is None else arg_tensors[arg]
             if attr == "data":
@@ -302,6 +309,18 @@ class Program:
                 t.grad = Tensor._make(slot.data, self.backend)
         spec, slots = self.outputs
         return _unflatten(spec, [Tensor._make(s.data, self.backend) for s in slots])
+
+    def _check_layouts(self):
+        """After the first fused replay: every kernel's array has the layout (strides) eager gave it. Values equal
+        eager's either way, but a matmul reading an array rounds by its layout, so a layout that differs would
+        let later results drift: then this program replays unfused, and this replay runs again that way."""
+        self.checked = True
+        if all(k.out.data is None or steps[-1].strides is None or k.out.data.strides == steps[-1].strides
+               for k in self.kernels for steps in [fuse_steps(k)]):
+            return
+        self.kernels, self.runs = self.plain, [kernel.run for kernel in self.plain]
+        for run in self.runs:
+            run()
 
     def _run_observed(self):
         """Every primitive, unfused, each told to the observers as eager would have told it."""

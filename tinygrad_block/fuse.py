@@ -156,7 +156,8 @@ def _extends(chain: Chain, s, i: int, readers: dict, escapes: set) -> bool:
     reads that result or keeps it, and it has the chain's shape and dtype."""
     last, first = chain.steps[-1], chain.steps[0]
     return (s.ins.count(last.out) == 1 and readers.get(last.out) == [i] and last.out not in escapes
-            and (s.shape, s.dtype) == (first.shape, first.dtype) and s.shape != ())   # 0-d: numpy's scalars
+            and (s.shape, s.dtype, s.strides) == (first.shape, first.dtype, first.strides)   # in place keeps the
+            and s.shape != ())                               # first op's layout; 0-d: numpy gives scalars there
 
 
 def _lowered(s, plain, backend, name, shape):
@@ -180,20 +181,20 @@ def _lowered(s, plain, backend, name, shape):
 
 
 def _elided_expands(steps, readers: dict, escapes: set) -> dict:
-    """{expand's slot: its input's slot} for each expand that every reader can broadcast without."""
-    alias = {}
-    for i, s in enumerate(steps):
-        if s.op is not Expand or i in escapes or i not in readers:
-            continue
-        ok = True
-        for r in readers[i]:
-            reader = steps[r]
-            full = [k for k in reader.ins if k != i and (_shape(k, steps) == reader.shape)]
-            if reader.op not in BROADCASTING or not full or reader.array_params:
-                ok = False
-                break
-        if ok:
-            alias[i] = s.ins[0]
+    """{expand's slot: its input's slot} for each expand that every reader can broadcast without: the reader is
+    an elementwise op that broadcasts, and another of its operands has the full shape and is not itself an
+    expand dropped (two operands both dropped would broadcast to less than the full shape)."""
+    alias = {i: s.ins[0] for i, s in enumerate(steps)
+             if s.op is Expand and i not in escapes and i in readers
+             and all(steps[r].op in BROADCASTING and not steps[r].array_params for r in readers[i])}
+    changed = True
+    while changed:                                   # drop an expand only while a full operand stays beside it
+        changed = False
+        for i in list(alias):
+            if not all(any(k != i and k not in alias and _shape(k, steps) == steps[r].shape for k in steps[r].ins)
+                       for r in readers[i]):
+                del alias[i]
+                changed = True
     return alias
 
 
