@@ -129,14 +129,13 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
           weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
           eval_every: int = 100, progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
           save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None,
-          jit: bool = True, fuse: bool = False) -> History:
+          jit: bool = True, fuse: bool = True) -> History:
     """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
     learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
     `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad. The step
-    (training_step) runs compiled by tb.jit, or eagerly with jit=False; history.engine says which. `fuse` is
-    tb.jit's, off here: an unfused replay is the eager step bit for bit, so a resumed run (whose first steps are
-    eager captures again) ends exactly where the uninterrupted one does, which fused replays of this step do not
-    yet promise (docs/training.md).
+    (training_step) runs compiled by tb.jit, or eagerly with jit=False; history.engine says which; `fuse` is
+    tb.jit's. A replay, fused or not, is the eager step bit for bit, so a resumed run (whose first steps are eager
+    captures again) ends exactly where the uninterrupted one does.
 
     With a `checkpoints` folder, the run's whole state (resume.py) is saved every `save_every` steps (None: every
     `save_seconds` of training) and at the end; `resume` takes up the newest there and ends bit for bit where the

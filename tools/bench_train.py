@@ -1,7 +1,7 @@
 """Training speed on the CPU: tokens per second of full training steps (forward, cross-entropy, backward,
 clip_grad_norm, an AdamW step) of a demo's model (train.TEXT or train.INDUCTION, float32), three engines in the same
-run from the same initial weights: ours compiled (train.training_step through tb.jit, unfused, as `train` runs it
-by default; `--fuse` fuses), ours eager (the same step, op by op: `train --eager`), and the same model,
+run from the same initial weights: ours compiled (train.training_step through tb.jit, fused, as `train` runs it;
+`--unfused` replays primitive by primitive), ours eager (the same step, op by op: `train --eager`), and the same model,
 loss and optimizer in PyTorch eager (tools/torch_block.py).
 
 Every engine trains on the same few batches (drawn once by the demo's data function, then cycled), so the timing is
@@ -12,7 +12,7 @@ a time, the order rotating from round to round; the table gives each engine's me
 the rounds (min-max), and the median ratios of the rounds with their spread, each ratio taken within one round.
 
     python tools/bench_train.py [--model text|induction] [--rounds 9] [--steps 10] [--batch 32] [--seq-len 64]
-                                [--fuse]
+                                [--unfused]
 
 One thread for each engine: on a busy 2-core machine PyTorch's OpenMP threads, OpenBLAS's (numpy's) and numexpr's
 spin against each other. So torch.set_num_threads(1) is set in each engine's process, and the script starts itself
@@ -130,7 +130,7 @@ def engine_process(engine: str, args: argparse.Namespace, conn) -> None:
     if engine == "torch":
         step, batches = theirs(model), [tuple(torch.tensor(t.numpy()) for t in b) for b in batches]
     else:
-        step = ours(model, jit=engine == "compiled", fuse=args.fuse)
+        step = ours(model, jit=engine == "compiled", fuse=not args.unfused)
     conn.send({"loss": step(*batches[0]), "parameters": model.num_parameters(), "cfg": cfg,
                "shape": tuple(batches[0][0].shape)})
     tokens_per_s(step, batches, args.warmup, start=1)
@@ -151,8 +151,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10, help="steps per engine before the rounds (>= 3: jit captures)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=64, help="text only: characters per window")
-    ap.add_argument("--fuse", action="store_true", help="compile with fusion (tb.jit(..., fuse=True)); train's "
-                    "default is unfused")
+    ap.add_argument("--unfused", action="store_true", help="compile without fusion (tb.jit(..., fuse=False)); "
+                    "train's default fuses")
     args = ap.parse_args()
     spawn = multiprocessing.get_context("spawn")
     pipes, workers = {}, []
@@ -189,7 +189,7 @@ def main() -> None:
     ratio = {f"{a} / {b}": [x / y for x, y in zip(speed[a], speed[b])]
              for a, b in (("compiled", "torch"), ("eager", "torch"), ("compiled", "eager"))}
 
-    how = "compiled, fused" if args.fuse else "compiled, unfused"
+    how = "compiled, fused" if not args.unfused else "compiled, unfused"
     print(f"\n{args.model} model, {args.rounds} rounds x {args.steps} steps per engine ({how}: {captures} captures, "
           f"then {replays} replays); medians (min-max) over the rounds")
     print(f"{'engine':<26} {'tokens/s':>24}")
