@@ -119,7 +119,7 @@ class Capture:
 
     def derive(self, fn, arrays: tuple, params: dict, out) -> None:
         """An array computed outside the primitives (trace.derive): a step of its own, redone at each replay."""
-        ins = tuple(self.ref(a) for a in arrays)
+        ins = tuple(self.ref(a.data, a) if is_tensor(a) else self.ref(a) for a in arrays)
         self.arrays.append(out)
         self.produced[id(out)] = slot = len(self.steps)
         self.steps.append(Step(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "", (), "", "",

@@ -21,10 +21,10 @@ def _index_array(t, k, axis: int):
     if is_tensor(k):
         if k.backend is not backend:
             raise RuntimeError(f"getitem: index on {k.device} for a tensor on {t.device}")
-        arr = k.data
+        arr = k
     else:
         arr = backend.asarray(k, backend.infer_dtype(k, "getitem"))
-    if arr.dtype.kind not in "iu":
+    if arr.dtype.kind not in "iu":              # (a Tensor's dtype is its array's)
         raise TypeError(f"getitem: index arrays must hold integers, got {arr.dtype} for axis {axis}; "
                         "boolean masks are not supported (use tb.where)")
     return derive(_checked_index, arr, backend=backend, axis=axis, shape=t.shape)

@@ -138,13 +138,15 @@ def read_value(tensor) -> None:
         capture.read_value(tensor)
 
 
-def derive(fn, *arrays, **params):
+def derive(fn, *inputs, **params):
     """fn(*arrays, **params): an array computed from arrays outside the primitives (an index bounds-checked and
-    wrapped). A capture in progress records it, so that a replay computes it again from that call's arrays."""
+    wrapped). Each input is an array, or the tensor holding it (so that a capture knows where to read it again).
+    A capture in progress records the computation, so that a replay computes it again from that call's arrays."""
+    arrays = [x.data if hasattr(x, "_ctx") else x for x in inputs]       # a Tensor, known by its autograd slot
     out = fn(*arrays, **params)
     capture = STATE.get().capture
     if capture is not None:
-        capture.derive(fn, arrays, params, out)
+        capture.derive(fn, inputs, params, out)
     return out
 
 

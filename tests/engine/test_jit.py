@@ -347,3 +347,15 @@ def test_a_kernel_whose_layout_differs_from_eager_sends_the_program_back_to_unfu
         blk.zero_grad()
         np.testing.assert_array_equal(got, blk(x).numpy())
     assert program.kernels is program.plain
+
+
+def test_a_live_tensor_used_as_an_index_is_read_again_at_each_replay():
+    table, pos = tb.arange(10) * 3, tb.zeros(1, dtype=tb.int64)
+    compiled = tb.jit(lambda: table[pos])
+    for i in range(5):
+        pos.data = tb.tensor([i]).data                                 # the position moves between calls
+        assert compiled().tolist() == [3 * i]
+    assert compiled.replays == 3
+    pos.data = tb.tensor([10]).data
+    with pytest.raises(IndexError, match="index 10 is out of bounds"):
+        compiled()
