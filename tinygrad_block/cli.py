@@ -181,6 +181,9 @@ def graph_options(p) -> None:
                    help="with --model: draw every layer, not identical layers once with their count")
     p.add_argument("--dpi", type=_positive, default=None, metavar="N",
                    help=f"pixels per inch of a .png (default {PNG_DPI})")
+    p.add_argument("--compiled", action="store_true",
+                   help="draw the program tb.jit makes of it (kernels; a fused chain is one box) instead of the "
+                        "primitives; runs it for real on the CPU (docs/compiled.md)")
 
 
 SHAPE_OPTIONS = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads",
@@ -293,19 +296,19 @@ def writable_folder(folder: Path, option: str) -> None:
         raise CommandError(f"{option}: cannot write in the folder {folder}: {e.strerror}") from None
 
 
-def check_values_memory(args: argparse.Namespace) -> None:
-    """--values runs the block (or model) on a real device: refuse when the recording would hold more than
-    VALUES_LIMIT bytes, as measured by recording the same run on the shape-only device."""
+def check_values_memory(args: argparse.Namespace, option: str = "--values") -> None:
+    """--values (and --compiled) run the block (or model) on a real device: refuse when the recording would hold
+    more than VALUES_LIMIT bytes, as measured by recording the same run on the shape-only device."""
     need = record_bytes(args.preset, whole_model=args.model, B=args.batch, L=args.seq_len, backward=args.backward)
     if need > VALUES_LIMIT:
         what = "the model" if args.model else "one block"
         at_one = record_bytes(args.preset, whole_model=args.model, B=1, L=1, backward=args.backward)
         smaller = "lower --seq-len and --batch" if at_one <= VALUES_LIMIT else \
             f"choose a smaller preset (even at B=1, L=1 it needs {human_bytes(at_one)})"
-        raise CommandError(f"--values runs {what} of {args.preset.name} at B={args.batch}, L={args.seq_len:,} on "
+        raise CommandError(f"{option} runs {what} of {args.preset.name} at B={args.batch}, L={args.seq_len:,} on "
                            f"{args.device} in float32 and would hold about {human_bytes(need)} (parameters, every "
                            f"intermediate{' and gradient' if args.backward else ''}), over the limit of "
-                           f"{human_bytes(VALUES_LIMIT)}; drop --values to draw on the shape-only device, or {smaller}")
+                           f"{human_bytes(VALUES_LIMIT)}; drop {option} to draw on the shape-only device, or {smaller}")
 
 
 def calc_config(args: argparse.Namespace) -> BlockConfig:
@@ -355,12 +358,18 @@ def graph_data(args: argparse.Namespace) -> dict:
     writable_folder(path.parent, "--out")
     if args.dpi is not None and fmt != "png":
         raise CommandError(f"--dpi {args.dpi}: only a .png has pixels; {path.name} is a vector drawing ({fmt})")
-    if args.values:
-        check_values_memory(args)
+    if args.compiled:
+        clash = [o for o, given in (("--values", args.values), ("--depth", args.depth is not None),
+                                    ("--all-layers", args.all_layers), ("an .html explorer", fmt == "html")) if given]
+        if clash:
+            raise CommandError(f"--compiled draws the program's kernels, one box each, as svg/png/pdf/dot; it does "
+                               f"not take {', '.join(clash)}")
+    if args.values or args.compiled:
+        check_values_memory(args, "--values" if args.values else "--compiled")
     try:
         return report.graph_data(cfg, path, model=args.model, depth=args.depth, backward=args.backward,
                                  seq_len=args.seq_len, batch=args.batch, values=args.values, device=args.device,
-                                 all_layers=args.all_layers, dpi=args.dpi,
+                                 all_layers=args.all_layers, dpi=args.dpi, compiled=args.compiled,
                                  warn=lambda w: print(f"{PROG} graph: warning: {w}", file=sys.stderr))
     except RuntimeError as e:                                        # graphviz (package or `dot`) missing
         raise CommandError(f"--out {path}: {e}") from None

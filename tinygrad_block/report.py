@@ -156,12 +156,15 @@ def calc_data(cfg: BlockConfig, L: int, B: int = 1, dtype: str = "bf16", *, gpus
 # ---------------------------------------------------------------- graph
 def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int | None = None,
                backward: bool = False, seq_len: int = 16, batch: int = 1, values: bool = False, device: str = "cpu",
-               all_layers: bool = False, dpi: int | None = None, warn: Callable[[str], None] = print) -> dict:
+               all_layers: bool = False, dpi: int | None = None, compiled: bool = False,
+               warn: Callable[[str], None] = print) -> dict:
     """Record one block (or the model) and write its graph to `path`, whose extension (GRAPH_FORMATS) says how:
     DOT text, a drawing by graphviz (a RuntimeError when it is missing), or the explorer page. The view's
     warnings (a drawing too big to read) go to `warn`."""
     fmt = path.suffix.lstrip(".").lower()
     start = time.perf_counter()
+    if compiled:
+        return compiled_graph(cfg, path, fmt, model=model, backward=backward, seq_len=seq_len, batch=batch, dpi=dpi)
     graph = measure.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
                            values=values, device=device)
     title = (f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}"
@@ -183,6 +186,25 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
         render(view.to_dot(title), path, dpi=dpi)
     return shown | {"nodes": len(view.nodes), "edges": len(view.edges),
                     "seconds": round(time.perf_counter() - start, 3)}
+
+
+def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backward: bool, seq_len: int, batch: int,
+                   dpi: int | None) -> dict:
+    """The program tb.jit makes of one block (or the model), forward or forward and backward, drawn to `path`."""
+    start = time.perf_counter()
+    program = measure.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=backward)
+    title = f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}, " \
+            f"{'forward and backward' if backward else 'forward'}, compiled"
+    dot = program.to_dot(title)
+    if fmt == "dot":
+        path.write_text(dot)
+    else:
+        render(dot, path, dpi=dpi)
+    fused = sum(1 for k in program.kernels if len(getattr(k, "steps", ())) > 1)
+    return {"command": "graph", "preset": cfg.name, "model": model, "backward": backward, "compiled": True,
+            "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt, "kernels": len(program.kernels),
+            "primitives": len(program.plain), "fused_chains": fused, "edges": dot.count("->"),
+            "seconds": round(time.perf_counter() - start, 3)}
 
 
 # ---------------------------------------------------------------- train, generate, inspect

@@ -209,6 +209,11 @@ def calc_text(data: dict) -> list[str]:
 def graph_text(data: dict) -> list[str]:
     """One line: what was drawn, where, and how big."""
     what = "the model" if data["model"] else "one block"
+    if data.get("compiled"):
+        phases = "forward and backward" if data["backward"] else "forward"
+        return [f"graph: {data['preset']}, {what}, {phases}, compiled: wrote {data['path']} ({data['kernels']:,} "
+                f"kernels for {data['primitives']:,} primitives, {data['fused_chains']} fused chains, "
+                f"{data['seconds']:.2f} s)"]
     view = "backward (the gradient flow)" if data["backward"] else "forward"
     depth = "every primitive" if data["depth"] is None else f"depth {data['depth']}"
     if data["format"] == "html":
