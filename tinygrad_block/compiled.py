@@ -32,6 +32,7 @@ from . import trace
 from .function import is_tensor
 from .fuse import describe, fuse_program, to_dot
 from .fuse import kernel_steps as fuse_steps
+from .fuse import layout
 from .tensor import Tensor
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
@@ -315,7 +316,8 @@ class Program:
         eager's either way, but a matmul reading an array rounds by its layout, so a layout that differs would
         let later results drift: then this program replays unfused, and this replay runs again that way."""
         self.checked = True
-        if all(k.out.data is None or steps[-1].strides is None or k.out.data.strides == steps[-1].strides
+        if all(k.out.data is None or steps[-1].strides is None
+               or layout(k.out.data.shape, k.out.data.strides) == layout(steps[-1].shape, steps[-1].strides)
                for k in self.kernels for steps in [fuse_steps(k)]):
             return
         self.kernels, self.runs = self.plain, [kernel.run for kernel in self.plain]

@@ -141,6 +141,12 @@ def _kept(steps, escapes: set) -> set:
     return kept
 
 
+def layout(shape: tuple, strides: tuple | None) -> tuple | None:
+    """An array's memory layout: its strides along the axes longer than 1 (an axis of one element can have any
+    stride without changing where anything is)."""
+    return None if strides is None else tuple(st for n, st in zip(shape, strides) if n > 1)
+
+
 def _close(chain, kernels: list, kept: set):
     """Finish a chain: one kernel (a lone op stays a Direct); its buffer is reused unless its result is kept."""
     if chain is not None:
@@ -156,8 +162,9 @@ def _extends(chain: Chain, s, i: int, readers: dict, escapes: set) -> bool:
     reads that result or keeps it, and it has the chain's shape and dtype."""
     last, first = chain.steps[-1], chain.steps[0]
     return (s.ins.count(last.out) == 1 and readers.get(last.out) == [i] and last.out not in escapes
-            and (s.shape, s.dtype, s.strides) == (first.shape, first.dtype, first.strides)   # in place keeps the
-            and s.shape != ())                               # first op's layout; 0-d: numpy gives scalars there
+            and (s.shape, s.dtype, layout(s.shape, s.strides)) == (first.shape, first.dtype,
+                                                                   layout(first.shape, first.strides))
+            and s.shape != ())              # in place keeps the first op's layout; 0-d: numpy gives scalars there
 
 
 def _lowered(s, plain, backend, name, shape):

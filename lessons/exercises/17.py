@@ -11,7 +11,7 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.compiled import Compiled
-from tinygrad_block.fuse import kernel_steps
+from tinygrad_block.fuse import kernel_steps, layout
 
 from .common import CheckFailed, tensor_result
 
@@ -111,8 +111,8 @@ def _steps(program) -> tuple[list, set, list]:
         while k in alias:
             k = alias[k]
         return index[k] if k < n else f"in{k - n}"
-    seen = [(s.op.name, tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)), tuple(s.shape))
-            for i, s in enumerate(steps) if i not in alias]
+    seen = [(s.op.name, tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
+             (tuple(s.shape), layout(s.shape, s.strides))) for i, s in enumerate(steps) if i not in alias]
     chains = [[index[s.out] for s in kernel_steps(k)] for k in program.kernels if len(kernel_steps(k)) > 1]
     return seen, {index[k] for k in escapes if k in index}, chains
 

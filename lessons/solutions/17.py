@@ -7,7 +7,8 @@ ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt
 
 def fused_chains(steps: list, kept: set) -> list:
     """In program order: an elementwise step joins the open chain if it reads the chain's last result once, is
-    that result's only reader, the result is not kept, and the shapes agree; else it starts a new chain. Any
+    that result's only reader, the result is not kept, and the shapes (with their layouts) agree; else it starts a
+    new chain. Any
     other step closes the open chain."""
     readers = {}
     for i, (_, ins, _) in enumerate(steps):

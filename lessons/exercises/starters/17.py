@@ -10,10 +10,12 @@ def fused_chains(steps: list, kept: set) -> list:
     """The fused chains tb.jit makes of a program, by section 4's rule. steps[i] = (op, ins, shape): op the
     primitive's name ('mul', 'sum', 'reshape', ...); ins what it reads, in order: an int j for the result of
     steps[j] (j < i), or a str such as 'in3' for an array from outside the program (an argument, a weight, a
-    constant); shape the shape of its result. All results have one dtype, and the expands the compiler drops are
-    already left out. kept: the steps whose results outlive the call (returned, or written back as a gradient).
-    Walk the steps in order, as the compiler does. Return the chains of two or more steps, each a list of step
-    numbers in order, the chains in the order they start: for example [[2, 3, 4], [7, 8]]."""
+    constant); shape the shape of its result with its memory layout, (shape, strides along the axes longer
+    than 1): two results of one shape laid out differently compare unequal. All results have one dtype, and the
+    expands the compiler drops are already left out. kept: the steps whose results outlive the call (returned,
+    or written back as a gradient). Walk the steps in order, as the compiler does. Return the chains of two or
+    more steps, each a list of step numbers in order, the chains in the order they start: for example
+    [[2, 3, 4], [7, 8]]."""
     raise NotImplementedError
 
 
