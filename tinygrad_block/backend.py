@@ -175,8 +175,13 @@ class ArrayBackend:
     @on_device
     def index_range(self, idx):
         """(min, max) of an integer index array, for bounds checks; None for an empty one. One read back
-        to the host: on a GPU, the one place indexing waits for the device."""
-        return tuple(self.to_numpy(self.xp.stack([idx.min(), idx.max()])).tolist()) if idx.size else None
+        to the host: on a GPU, the one place indexing waits for the device (on the host, nothing to gather)."""
+        if not idx.size:
+            return None
+        if self.xp is np:
+            self.host_reads += 1                      # the same one read, counted as to_numpy counts it
+            return int(idx.min()), int(idx.max())
+        return tuple(self.to_numpy(self.xp.stack([idx.min(), idx.max()])).tolist())
 
     @on_device
     def index_wrap(self, idx, size):
