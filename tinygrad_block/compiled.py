@@ -393,29 +393,37 @@ def _filled(cell) -> bool:
 
 
 def fingerprint(owners) -> tuple:
-    """What the program's validity rests on in the modules and optimizers fn uses, cheap to take at every call:
-    each module's attributes (a tensor or submodule by identity, with requires_grad; a list of modules by its
-    items; a number, flag or name by value) and each optimizer's parameters. A parameter replaced, added or frozen, a
-    layer appended, a flag flipped: the fingerprint changes, and the next call captures again."""
-    parts = []
+    """What the program's validity rests on in the modules and optimizers fn uses: each module's attributes (a
+    tensor or submodule by identity, with requires_grad; a list of modules by its items; a number, flag or name by
+    value) and each optimizer's parameters. A parameter replaced, added or frozen, a layer appended, a flag
+    flipped: the fingerprint changes, and the next call captures again."""
+    return marks(watched(owners))
+
+
+def watched(owners) -> list:
+    """The attribute dicts of every module the owners hold, and the optimizers' parameter lists: walked once per
+    capture. A module swapped in later changes its parent's dict, so the walk never goes stale unnoticed."""
+    found = []
     for owner in owners:
-        if _is_module(owner):
-            for _, m in owner.named_modules():
-                parts.append(tuple(_mark(v) for v in m.__dict__.values()))
-        else:
-            parts.append(tuple(map(id, owner.params)))
-    return tuple(parts)
+        found += [m.__dict__ for _, m in owner.named_modules()] if _is_module(owner) else [owner.params]
+    return found
+
+
+def marks(dicts: list) -> tuple:
+    """The fingerprint of watched() dicts and lists, cheap enough to take at every call."""
+    return tuple(tuple(map(_mark, d.values())) if isinstance(d, dict) else tuple(map(id, d)) for d in dicts)
 
 
 def _mark(v):
     """A module attribute as the fingerprint sees it (a memo such as a cached mask is left out: None)."""
-    if isinstance(v, (bool, int, float, str)):
+    kind = type(v)
+    if kind is bool or kind is int or kind is float or kind is str:
         return v
     if isinstance(v, Tensor):
         return id(v), v._requires_grad
-    if _is_module(v) or isinstance(v, (list, tuple)) and v and all(map(_is_module, v)):
-        return id(v) if _is_module(v) else tuple(map(id, v))
-    return None
+    if kind is list or kind is tuple:
+        return tuple(map(id, v)) if v and all(map(_is_module, v)) else None
+    return id(v) if _is_module(v) else None
 
 
 def _tensors(owners) -> list:
@@ -436,6 +444,7 @@ class Compiled:
             raise TypeError(f"jit: expected a function (or a module) to compile, got {type(fn).__name__}")
         self.fn, self.fuse = fn, fuse
         self.owners = list(modules) if modules is not None else _modules_of(fn)
+        self.watch = []                  # watched(owners), walked again at each new program
         self.cache: dict = {}            # argument key -> (Program, parameter ids)
         self.pending: dict = {}          # argument key -> the last capture, not yet confirmed
         self.tries: dict = {}
@@ -450,7 +459,7 @@ class Compiled:
         entry = self.cache.get(key)
         if entry is not None:
             program, ids = entry
-            if ids == fingerprint(self.owners) and self._grads_empty(program, arg_tensors):
+            if ids == marks(self.watch) and self._grads_empty(program, arg_tensors):
                 try:
                     out = program.run(arg_tensors)
                     self.replays += 1
@@ -484,7 +493,8 @@ class Compiled:
                     self.cache.pop(next(iter(self.cache)))
                 self.program = Program(rec, self.fuse) if rec.backend is not None else None
                 if self.program is not None:
-                    self.cache[key] = (self.program, fingerprint(self.owners))
+                    self.watch = watched(self.owners)
+                    self.cache[key] = (self.program, marks(self.watch))
                 del self.pending[key]
             elif self.tries[key] >= MAX_CAPTURES:
                 raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')} does not repeat itself, so it "
