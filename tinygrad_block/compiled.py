@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 
 from . import trace
 from .function import is_tensor
-from .fuse import describe, fuse_program, to_dot
+from .fuse import describe, fuse_program, layout, to_dot
 from .fuse import kernel_steps as fuse_steps
-from .fuse import layout
 from .tensor import Tensor
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
