@@ -427,11 +427,7 @@ def _mark(v):
 
 def _tensors(owners) -> list:
     """Every tensor attribute of the modules (parameters and buffers) and the parameters of the optimizers."""
-    found = []
-    for owner in owners:
-        found += ([v for _, m in owner.named_modules() for v in vars(m).values() if isinstance(v, Tensor)]
-                  if _is_module(owner) else owner.params)
-    return found
+    return [v for d in watched(owners) for v in (d.values() if isinstance(d, dict) else d) if isinstance(v, Tensor)]
 
 
 class Compiled:
