@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from abc import ABC, abstractmethod
 
 from .dtypes import float64
 from .trace import no_grad
@@ -57,7 +58,7 @@ def _rebind(t: Tensor, new: Tensor) -> Tensor:
     return t
 
 
-class Optimizer:
+class Optimizer(ABC):
     """What SGD and AdamW share: the checked parameter list, `lr` (change it between steps to follow a
     schedule), per-parameter state created on a parameter's first update, step() and zero_grad()."""
 
@@ -96,9 +97,9 @@ class Optimizer:
                              f"parameter is {p.dtype} {p.shape} on {p.device}")
         return g.detach()
 
+    @abstractmethod
     def update(self, p: Tensor, g: Tensor, state: dict) -> Tensor:
         """The parameter's new value from its gradient and its state: what SGD and AdamW each define."""
-        raise NotImplementedError(f"{type(self).__name__} must define update(p, g, state)")
 
     def zero_grad(self) -> None:
         """Forget the gradients (set them to None), as PyTorch does by default."""
