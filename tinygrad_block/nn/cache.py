@@ -10,6 +10,15 @@ from ..dtypes import int64
 from ..tensor import Tensor, arange, concat, where, zeros
 
 
+def check_fits(cache: str, k: Tensor, v: Tensor, shape: tuple, positions: str) -> None:
+    """k and v are (B, H_kv, <positions>, d_head) for shape = (B, H_kv, d_head), or a ValueError naming the cache."""
+    for name, t in (("k", k), ("v", v)):
+        if t.ndim != 4 or (t.shape[0], t.shape[1], t.shape[3]) != shape:
+            B, H_kv, d_head = shape
+            raise ValueError(f"{cache}: {name} of shape {t.shape} does not fit this cache of (B={B}, H_kv={H_kv}, "
+                             f"{positions}, d_head={d_head}): a cache serves one model and one batch size")
+
+
 class LayerCache:
     """K and V of one attention layer: (B, H_kv, n, d_head) each, n = positions seen so far (None while empty).
     Tensors are immutable: each append concatenates into new tensors and rebinds the two slots."""
@@ -25,11 +34,7 @@ class LayerCache:
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add L new positions (k, v: (B, H_kv, L, d_head)); return all n + L of them."""
-        for name, t in (("k", k), ("v", v)):
-            if t.ndim != 4 or (t.shape[0], t.shape[1], t.shape[3]) != self.shape:
-                B, H_kv, d_head = self.shape
-                raise ValueError(f"KVCache: {name} of shape {t.shape} does not fit this cache of (B={B}, "
-                                 f"H_kv={H_kv}, n, d_head={d_head}): a cache serves one model and one batch size")
+        check_fits("KVCache", k, v, self.shape, "n")
         if self.k is None:
             self.k, self.v = k, v
         else:
@@ -67,7 +72,6 @@ class KVCache:
         return f"KVCache(layers={len(self.layers)}, batch={self.batch}, length={self.length}, nbytes={self.nbytes})"
 
 
-
 class StaticLayerCache:
     """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once. A call
     of L tokens slides them L slots to the left and writes its own into the last L, so the newest position is
@@ -95,10 +99,7 @@ class StaticLayerCache:
         """Slide each buffer L slots to the left and write the call's L positions (k, v: (B, H_kv, L, d_head)) into
         the last L: buf = concat([buf[:, :, L:], new]), rebound in place; return both buffers."""
         B, H_kv, _, d_head = self.k.shape
-        for name, t in (("k", k), ("v", v)):
-            if t.ndim != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (B, H_kv, d_head):
-                raise ValueError(f"StaticKVCache: {name} of shape {t.shape} does not fit this cache of (B={B}, "
-                                 f"H_kv={H_kv}, L, d_head={d_head}): a cache serves one model and one batch size")
+        check_fits("StaticKVCache", k, v, (B, H_kv, d_head), "L")
         L = k.shape[2]
         for buf, new in ((self.k, k), (self.v, v)):
             kept = [buf[:, :, L:]] if L < buf.shape[2] else []           # (B, H_kv, max_len - L, d_head)
