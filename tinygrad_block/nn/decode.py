@@ -3,6 +3,7 @@ runs: the prompt once into a StaticKVCache (prefill), then one token per decode 
 shapes, compiled with tb.jit so that every step after the first two replays its recorded kernels."""
 from __future__ import annotations
 
+from ..compiled import fingerprint, jit
 from ..dtypes import float64
 from ..generator import Generator
 from ..tensor import Tensor, arange, rand, where
@@ -81,7 +82,6 @@ class Decoder:
         step inside `tokens` costs only its kernels. A changed model gets a new compiled step (captured again)."""
         if not self.jit:
             return
-        from ..compiled import fingerprint, jit
         seen = fingerprint([self.model])
         if seen != self.model_seen:
             self.compiled, self.model_seen = jit(self.forward, fuse=self.fuse, modules=[]), seen
