@@ -292,6 +292,8 @@ class ArrayBackend:
     @on_device
     def scatter_add(self, g, idx, axis, size):
         shape = g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
+        if self.xp is np and axis == 0 and idx.size >= SORTED_SCATTER and g.size > idx.size:
+            return _scatter_rows(g, idx, size).reshape(shape)
         out = self.xp.zeros(shape, dtype=g.dtype)
         self.xp.add.at(out, (slice(None),) * axis + (idx,), g)
         return out
@@ -299,6 +301,24 @@ class ArrayBackend:
     # ---- matmul ----
     def matmul(self, a, b):
         return self.xp.matmul(a, b)
+
+
+SORTED_SCATTER = 64     # indices from which rows are summed after a sort (an embedding's gradient) on the CPU
+
+
+def _scatter_rows(g, idx, size):
+    """out[i] = the sum of the rows g[j] with idx[j] = i (out (size, rest)), without np.add.at, which visits one
+    row at a time (1.7 ms for 2,048 rows of 96 floats): sort the indices (stably), then add each run of equal ones
+    with one add.reduceat (0.2 ms). The sums are rounded in another order than add.at's, so they can differ from
+    its results in the last bits."""
+    flat = idx.reshape(-1)
+    rows = g.reshape(flat.size, -1)
+    order = np.argsort(flat, kind="stable")
+    keys = flat[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    out = np.zeros((size, rows.shape[1]), g.dtype)
+    out[keys[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    return out
 
 
 class MetaArray:
