@@ -355,6 +355,23 @@ else:
     print("graphviz is missing, so the drawing is skipped (apt-get install graphviz; pip install -e '.[viz]')")
 
 # %% [markdown]
+# The whole program reads better beside the primitives it runs, in the graph explorer: `tb.explore(block, x,
+# compiled=True)` (or `python -m tinygrad_block graph --preset tiny --compiled --out compiled.html`) writes a
+# page whose third pane, **compiled**, holds the kernels inside the same module frames as the forward and
+# backward panes (press *compiled* or *all* at the top). Click a kernel and the primitives it runs light up in
+# the other panes; click a primitive and the kernel that runs it lights up (an `expand` that the program
+# broadcasts on the fly has none). Every primitive the eager panes count is run by exactly one kernel, so the
+# compiled pane's FLOPs are the sum of the other two:
+
+# %%
+page = tb.explore(block, inputs[0].detach().requires_grad_(), compiled=True)   # dx too, as step computes
+total = page.data["modules"]["block"]["total"]
+print(f"the page's program: {page.data['program']}; FLOPs per pane {total['flops']}")
+assert page.data["program"]["kernels"] == len(program.kernels)
+assert total["flops"]["compiled"] == total["flops"]["forward"] + total["flops"]["backward"]
+show(page.save(OUT / "compiled_explorer.html"))                 # in a notebook: the explorer itself, inline
+
+# %% [markdown]
 # ## 6. Timing: eager, compiled, PyTorch
 #
 # Timing on a shared machine is noisy, so every engine runs once per **round**, in an order that rotates from

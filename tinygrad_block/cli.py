@@ -183,7 +183,8 @@ def graph_options(p) -> None:
                    help=f"pixels per inch of a .png (default {PNG_DPI})")
     p.add_argument("--compiled", action="store_true",
                    help="draw the program tb.jit makes of it (kernels; a fused chain is one box) instead of the "
-                        "primitives; runs it for real on the CPU (docs/compiled.md)")
+                        "primitives; with an .html explorer, a pane of kernels beside the forward and backward ones; "
+                        "runs it for real on the CPU (docs/compiled.md)")
 
 
 SHAPE_OPTIONS = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads",
@@ -358,12 +359,12 @@ def graph_data(args: argparse.Namespace) -> dict:
     writable_folder(path.parent, "--out")
     if args.dpi is not None and fmt != "png":
         raise CommandError(f"--dpi {args.dpi}: only a .png has pixels; {path.name} is a vector drawing ({fmt})")
-    if args.compiled:
+    if args.compiled and fmt != "html":
         clash = [o for o, given in (("--values", args.values), ("--depth", args.depth is not None),
-                                    ("--all-layers", args.all_layers), ("an .html explorer", fmt == "html")) if given]
+                                    ("--all-layers", args.all_layers)) if given]
         if clash:
             raise CommandError(f"--compiled draws the program's kernels, one box each, as svg/png/pdf/dot; it does "
-                               f"not take {', '.join(clash)}")
+                               f"not take {', '.join(clash)} (an .html explorer does)")
     if args.values or args.compiled:
         check_values_memory(args, "--values" if args.values else "--compiled")
     try:

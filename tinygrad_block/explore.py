@@ -2,11 +2,15 @@
 what the page holds — every primitive of the forward and backward views (identical layers stored once), the module
 tree with what each module sums up (parameters, FLOPs, bytes), each op's shapes, dtypes, FLOPs and bytes, which
 backward ops differentiate which forward op, autograd's order — and explorer/explorer.js only shows and hides it,
-laid out by graphviz (compiled to WebAssembly, inside the page).
+laid out by graphviz (compiled to WebAssembly, inside the page). With a compiled program (tb.jit's, of the same
+forward and backward) the page has a third pane: its kernels, each listing the primitives it runs, linked both ways
+to those primitives in the forward and backward panes.
 
     page = tb.explore(block, x)                 # forward and backward of block(x), recorded
+    page = tb.explore(block, x, compiled=True)  # and the kernels tb.jit replays them with
     page.save("block.html")                      # open it in a browser; in Jupyter, `page` shows itself
     python -m tinygrad_block graph --preset llama2-70b --model --out model.html
+    python -m tinygrad_block graph --preset tiny --compiled --out compiled.html
 """
 from __future__ import annotations
 
@@ -18,14 +22,19 @@ from pathlib import Path
 
 from .dtypes import as_dtype
 from .function import Movement, primitive
+from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
-from .graph_view import GraphView
+from .graph_view import GraphView, folded_layers
 
 ASSETS = Path(__file__).parent / "explorer"
 BINS = 24                                   # histogram bars of a tensor's values
 SAMPLE = 200_000                            # values a histogram or statistic looks at, at most (evenly spaced)
-KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module"}   # data-kind; the rest are tensors
+KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module",      # data-kind; the rest are tensors
+         "kernel": "op", "fused": "op", "check": "op"}
+KERNEL_STYLE = {"kernel": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", color="#757575"',
+                "fused": 'shape=box, style="rounded,filled,bold", fillcolor="#f6d8ae", color="#e65100", penwidth=2',
+                "check": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffffff", color="#9e9e9e"'}
 
 
 class Explorer:
@@ -53,11 +62,12 @@ class Explorer:
 
 
 def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool = True, values: bool | None = None,
-            title: str | None = None) -> Explorer:
+            title: str | None = None, compiled: bool = False) -> Explorer:
     """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
     its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
-    adds each tensor's statistics and histogram, and gradients. The gradients the module's parameters and the
-    inputs held before are put back afterwards, untouched."""
+    adds each tensor's statistics and histogram, and gradients. `compiled` adds the program tb.jit makes of the
+    same call (compiled_program): its kernels in a pane of their own. The gradients the module's parameters and
+    the inputs held before are put back afterwards, untouched."""
     from .tensor import ones_like
     values = all(getattr(t, "device", "meta") != "meta" for t in inputs) if values is None else values
     name = module.scope_name or type(module).__name__.lower()
@@ -65,26 +75,57 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
     leaves = [*module.parameters(), *(t for t in inputs if t.requires_grad)]
     kept = [t.grad for t in leaves]             # the caller's gradients: set aside, so this backward adds to none
     try:
+        program = compiled_program(module, *inputs, backward=backward) if compiled else None
         for t in leaves:
             t.grad = None
         with record_graph(module, *inputs, retain_grads=values and backward) as graph:
             out = module(*inputs)
             if backward:
                 out.backward(ones_like(out))
-        return explorer(graph, title=title, depth=depth, fold=fold, values=values)
+        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program)
     finally:
         for t, grad in zip(leaves, kept):
             t.grad = grad
 
 
+def compiled_program(module, *inputs, backward: bool = True):
+    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones), as
+    explore records them: captured until two calls agree, then replayed once (a replay may still switch a
+    program back to its unfused kernels). The inputs and the module's gradients are left as they were."""
+    from .compiled import jit
+    from .tensor import ones_like
+
+    def run(*xs):
+        out = module(*xs)
+        if backward:
+            out.backward(ones_like(out))
+        return out
+    f = jit(run, modules=[module])
+    xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
+    leaves = module.parameters()
+    kept = [t.grad for t in leaves]
+    try:
+        while f.replays == 0:
+            for t in leaves + xs:
+                t.grad = None
+            f(*xs)
+            if f.captures > 4:
+                raise RuntimeError("explore: the module's call does not repeat itself, so tb.jit cannot compile it")
+    finally:
+        for t, grad in zip(leaves, kept):
+            t.grad = grad
+    return f.program
+
+
 def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
-             show: list | None = None) -> Explorer:
+             show: list | None = None, program=None) -> Explorer:
     """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
-    in `show` (default: all it holds, side by side)."""
+    in `show` (default: all it holds, side by side). `program`: tb.jit's compiled program of the same call, shown
+    as a third phase, 'compiled' (not shown until asked for)."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
-    data = payload(graph, title=title, depth=depth, fold=fold, values=values)
-    data["show"] = show or data["phases"]
+    data = payload(graph, title=title, depth=depth, fold=fold, values=values, program=program)
+    data["show"] = show or [p for p in data["phases"] if p != "compiled"]
     text = (ASSETS / "template.html").read_text()
     for key, value in {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
                        "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
@@ -94,8 +135,9 @@ def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool =
 
 
 # ---------------------------------------------------------------- what the page holds
-def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool) -> dict:
-    """Everything the script shows, as JSON-ready data: nodes and edges of each phase, the module tree."""
+def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool, program=None) -> dict:
+    """Everything the script shows, as JSON-ready data: nodes and edges of each phase, the module tree; with a
+    compiled program, its kernels as the phase 'compiled'."""
     phases = ["forward"] + (["backward"] if graph.ops("backward") else [])
     views = {p: graph.view(None, backward=p == "backward", values=False, fold=fold) for p in phases}
     ids = {p: {} for p in phases}                     # graph node index -> page id of the node drawing it
@@ -110,8 +152,16 @@ def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool) -
     _link(nodes)
     edges = {p: [[f"{p[0]}{e.src}", f"{p[0]}{e.dst}", list(e.shape), e.highway] for e in v.edges]
              for p, v in views.items()}
-    return {"title": title, "depth": depth, "phases": phases, "style": STYLE, "nodes": nodes, "edges": edges,
-            "modules": _modules(views, nodes), "values": values}
+    if program is not None:
+        kernels, edges["compiled"] = _kernels(graph, program, ids, nodes, fold)
+        nodes += kernels
+        phases.append("compiled")
+    data = {"title": title, "depth": depth, "phases": phases, "style": STYLE | KERNEL_STYLE, "nodes": nodes,
+            "edges": edges, "modules": _modules(views, nodes, phases), "values": values}
+    if program is not None:                  # the whole program's size (a fold draws one layer's kernels)
+        data["program"] = {"kernels": len(program.kernels), "primitives": len(program.plain),
+                           "fused": sum(1 for k in program.kernels if len(kernel_steps(k)) > 1)}
+    return data
 
 
 def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool) -> dict:
@@ -125,8 +175,7 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
            "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
            "matmul_flops": n.flops if n.label == "matmul" else 0}
     if n.kind in KINDS:
-        op = primitive(n.label)
-        view = op is not None and issubclass(op, Movement) and op.aliases   # a view of its input: no bytes moved
+        view = _is_view(n.label)                                # a view of its input: no bytes moved
         written = 0 if view else _nbytes(n.shape, n.dtype)
         out |= {"bytes_read": 0 if view else sum(_nbytes(i.shape, i.dtype) for i in ins),
                 "bytes_written": written}
@@ -156,6 +205,101 @@ def _merge_partial_sums(graph: Graph, nodes: list, ids: dict) -> None:
         mine, root = ids["backward"].get(i), ids["backward"].get(j)
         if mine in by_id and root and root != mine:
             by_id[mine]["merge"] = root
+
+
+# ---------------------------------------------------------------- the compiled program's kernels
+def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple[list, list]:
+    """The program's kernels as the page's nodes of phase 'compiled', and the arrows between them. A kernel runs
+    primitives of the forward and backward panes: its `runs` lists them, and each of them names its `kernel`. The
+    program is matched to the recording call by call (both hold the same primitives, in the order they ran). With
+    `fold`, a kernel of a layer the fold stands for (layers.1 .. of an identical run) is drawn as the first
+    layer's kernel that runs its counterpart, as the other panes draw that layer's ops."""
+    steps = program.steps
+    ops = graph.ops()
+    calls = [k for k, s in enumerate(steps) if s.op.name != "derived"]          # index checks: no graph node
+    if len(calls) != len(ops) or any(graph.nodes[g].label != steps[k].op.name or
+                                     tuple(graph.nodes[g].shape) != tuple(steps[k].shape)
+                                     for k, g in zip(calls, ops)):
+        raise RuntimeError(f"explore: the compiled program ({len(calls)} primitives) did not run what the "
+                           f"recording did ({len(ops)} primitives), so its kernels cannot be matched to the graph")
+    node_of = dict(zip(calls, ops))                                            # step -> graph node
+    rep = {}
+    if fold:
+        for phase in ("forward", "backward"):
+            rep.update(folded_layers(graph, phase)[0])
+    number = {id(s): k for k, s in enumerate(steps)}
+    kernels = [[number[id(s)] for s in kernel_steps(k)] for k in program.kernels]
+    kernel_of = {k: i for i, ks in enumerate(kernels) for k in ks}             # step -> the kernel running it
+    kernel_of.update({k: kernel_of[j] for k, j in getattr(program, "alias", {}).items() if j in kernel_of})
+    by_node = {node_of[k]: i for k, i in kernel_of.items() if k in node_of}    # graph node -> kernel
+
+    def drawn(i: int) -> int | None:
+        """The kernel drawn for kernel i: itself, or (a folded layer's) the first layer's counterpart."""
+        gs = [node_of[k] for k in kernels[i] if k in node_of]
+        if not gs or not all(g in rep for g in gs):
+            return i
+        return by_node.get(rep[gs[-1]])
+
+    alias = getattr(program, "alias", {})                                      # broadcasts elided by fusion
+    by_id = {n["id"]: n for n in nodes}
+    out = []
+    for i, ks in enumerate(kernels):
+        if drawn(i) != i:
+            continue
+        last, runs = steps[ks[-1]], []
+        for k in ks:
+            g = node_of.get(k)
+            if g is None:
+                continue
+            phase = graph.nodes[g].phase
+            target = ids.get(phase, {}).get(rep.get(g, g))
+            if target in by_id:
+                runs.append(target)
+                by_id[target].setdefault("kernel", f"c{i}")
+        inside = set(ks)
+        reads = []
+        for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
+            if j not in inside and j not in reads:
+                reads.append(j)
+        views = all(_is_view(steps[k].op.name) for k in ks)                  # no bytes moved
+        kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
+        size = math.prod(last.shape) * last.dtype.itemsize
+        inputs = [(tuple(_slot_shape(program, j)), str(_slot_dtype(program, j))) for j in reads]
+        out.append({"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
+                    "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
+                    "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
+                    "note": f"{len(ks)} primitives, one kernel" if kind == "fused" else "", "origin": "",
+                    "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
+                    "inputs": [[list(sh), dt] for sh, dt in inputs], "flops": kernel_flops(program.kernels[i]),
+                    "matmul_flops": kernel_flops(program.kernels[i]) if last.op.name == "matmul" else 0,
+                    "bytes_read": 0 if views else sum(math.prod(sh) * as_dtype(dt).itemsize for sh, dt in inputs),
+                    "bytes_written": 0 if views else size,
+                    "bytes_saved": sum(math.prod(steps[k].shape) * steps[k].dtype.itemsize for k in ks[:-1]),
+                    "runs": runs, "ops": [steps[k].op.name for k in ks]})
+    edges, seen = [], set()
+    for i, ks in enumerate(kernels):
+        dst = drawn(i)
+        for k in ks:
+            for j in (alias.get(j, j) for j in steps[k].ins):
+                src = drawn(kernel_of[j]) if j in kernel_of else None
+                if src is None or dst is None or src == dst or (src, dst) in seen:
+                    continue
+                seen.add((src, dst))
+                edges.append([f"c{src}", f"c{dst}", list(steps[j].shape), False])
+    return out, edges
+
+
+def _is_view(name: str) -> bool:
+    op = primitive(name)
+    return op is not None and issubclass(op, Movement) and op.aliases
+
+
+def _slot_shape(program, j: int) -> tuple:
+    return program.steps[j].shape if j < len(program.steps) else program.all[j].data.shape
+
+
+def _slot_dtype(program, j: int):
+    return program.steps[j].dtype if j < len(program.steps) else program.all[j].data.dtype
 
 
 def _nbytes(shape, dtype: str) -> int:
@@ -190,7 +334,7 @@ def _link(nodes: list) -> None:
                 by_id[n["source"]].setdefault(key, []).append(n["id"])
 
 
-def _modules(views: dict, nodes: list) -> dict:
+def _modules(views: dict, nodes: list, phases: list) -> dict:
     """The module tree: {path: label, parent, depth, repeat (a fold of identical layers), parameters, FLOPs,
     matmul FLOPs and bytes moved per phase, bytes written by its forward ops (its activations), its output shape
     per phase}; each sums what it holds. A fold's total counts every layer it stands for (one layer: total /
@@ -204,10 +348,11 @@ def _modules(views: dict, nodes: list) -> dict:
             if path not in tree:
                 repeat = folds[scope[:k]][1] - folds[scope[:k]][0] + 1 if scope[:k] in folds else 1
                 tree[path] = {"label": views["forward"].module_name(scope[:k]), "parent": ".".join(scope[:k - 1]),
-                              "depth": k - 1, "repeat": repeat, "own": _zero(), "shape": {}}
+                              "depth": k - 1, "repeat": repeat, "own": _zero(phases), "shape": {}}
         if scope:
             own = tree[".".join(scope)]["own"]
             own["flops"][n["phase"]] += n["flops"]
+            own["ops"][n["phase"]] += n["data_kind"] == "op"
             own["matmul_flops"][n["phase"]] += n["matmul_flops"]
             own["parameters"] += math.prod(n["shape"]) if n["kind"] == "param" else 0
             own["activation_bytes"] += n.get("bytes_written", 0) if n["phase"] == "forward" else 0
@@ -217,18 +362,19 @@ def _modules(views: dict, nodes: list) -> dict:
                     tree[".".join(scope[:k])]["shape"][n["phase"]] = n["shape"]
     for path in sorted(tree, key=lambda p: -tree[p]["depth"]):   # children before parents
         m = tree[path]
-        total = m.setdefault("total", _zero())
+        total = m.setdefault("total", _zero(phases))
         _add(total, m.pop("own"))
         if m["repeat"] > 1:                                     # a fold: one layer recorded, every layer counted
-            m["total"] = total = _add(_zero(), total, m["repeat"])
+            m["total"] = total = _add(_zero(phases), total, m["repeat"])
         if m["parent"]:
-            _add(tree[m["parent"]].setdefault("total", _zero()), total)
+            _add(tree[m["parent"]].setdefault("total", _zero(phases)), total)
     return tree
 
 
-def _zero() -> dict:
-    return {"parameters": 0, "activation_bytes": 0, "flops": {"forward": 0, "backward": 0},
-            "matmul_flops": {"forward": 0, "backward": 0}, "bytes": {"forward": 0, "backward": 0}}
+def _zero(phases: list) -> dict:
+    zero = {p: 0 for p in ("forward", "backward", *phases)}
+    return {"parameters": 0, "activation_bytes": 0, "flops": dict(zero), "matmul_flops": dict(zero),
+            "bytes": dict(zero), "ops": dict(zero)}
 
 
 def _add(into: dict, what: dict, times: int = 1) -> dict:

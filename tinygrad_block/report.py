@@ -163,7 +163,7 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
     warnings (a drawing too big to read) go to `warn`."""
     fmt = path.suffix.lstrip(".").lower()
     start = time.perf_counter()
-    if compiled:
+    if compiled and fmt != "html":
         return compiled_graph(cfg, path, fmt, model=model, backward=backward, seq_len=seq_len, batch=batch, dpi=dpi)
     graph = measure.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
                            values=values, device=device)
@@ -172,11 +172,17 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
     shown = {"command": "graph", "preset": cfg.name, "model": model, "depth": depth, "backward": backward,
              "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt}
     if fmt == "html":
-        page = explorer(graph, title=title.replace(", backward", ""), depth=1 if depth is None else depth,
-                        fold=not all_layers, values=values, show=["backward"] if backward else None)
+        program = measure.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=True) \
+            if compiled else None
+        page = explorer(graph, title=title.replace(", backward", "") + (", compiled" if compiled else ""),
+                        depth=1 if depth is None else depth, fold=not all_layers, values=values,
+                        show=["compiled"] if compiled else ["backward"] if backward else None, program=program)
         page.save(path)
         return shown | {"nodes": len(page.data["nodes"]), "edges": sum(map(len, page.data["edges"].values())),
-                        "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - start, 3)}
+                        "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - start, 3)} | \
+            ({"compiled": True, "kernels": page.data["program"]["kernels"],
+              "primitives": page.data["program"]["primitives"], "fused_chains": page.data["program"]["fused"]}
+             if compiled else {})
     view = graph.view(depth, backward=backward, values=values, fold=not all_layers)
     for warning in view.warnings:
         warn(warning)

@@ -209,6 +209,11 @@ def calc_text(data: dict) -> list[str]:
 def graph_text(data: dict) -> list[str]:
     """One line: what was drawn, where, and how big."""
     what = "the model" if data["model"] else "one block"
+    if data.get("compiled") and data["format"] == "html":
+        return [f"graph: {data['preset']}, {what}, forward and backward, compiled: wrote the explorer {data['path']} "
+                f"({data['kernels']:,} kernels for {data['primitives']:,} primitives, {data['fused_chains']} fused "
+                f"chains, beside them; {data['bytes'] / 2**20:.1f} MiB, {data['seconds']:.2f} s); open it in a "
+                "browser"]
     if data.get("compiled"):
         phases = "forward and backward" if data["backward"] else "forward"
         return [f"graph: {data['preset']}, {what}, {phases}, compiled: wrote {data['path']} ({data['kernels']:,} "

@@ -547,5 +547,20 @@ def test_graph_compiled_draws_the_program_of_kernels(tmp_path, command_line):
     for extra, named in ((["--depth", "1"], "--depth"), (["--values"], "--values")):
         err = command_line.mistake("graph", "--preset", "tiny", "--compiled", *extra, "--out", tmp_path / "q.svg")
         assert "--compiled draws the program's kernels" in err and named in err
-    err = command_line.mistake("graph", "--preset", "tiny", "--compiled", "--out", tmp_path / "q.html")
-    assert "an .html explorer" in err and not (tmp_path / "q.html").exists()
+        assert "an .html explorer does" in err and not (tmp_path / "q.svg").exists()
+
+
+def test_graph_compiled_html_writes_the_explorer_with_a_pane_of_kernels(tmp_path, command_line):
+    from tinygrad_block import measure
+    out = command_line.out("graph", "--preset", "tiny", "--compiled", "--depth", "2", "--out", tmp_path / "c.html")
+    program = measure.compiled_program(nn.preset("tiny"), whole_model=False, B=1, L=16, backward=True)
+    assert out.startswith(f"graph: tiny, one block, forward and backward, compiled: wrote the explorer "
+                          f"{tmp_path / 'c.html'} ({len(program.kernels)} kernels for {len(program.plain)} primitives")
+    text = (tmp_path / "c.html").read_text()
+    data = json.loads(text.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    assert data["phases"] == ["forward", "backward", "compiled"] and data["show"] == ["compiled"]
+    assert data["depth"] == 2 and data["program"]["kernels"] == len(program.kernels)
+    assert len([n for n in data["nodes"] if n["phase"] == "compiled"]) == len(program.kernels)
+    info = command_line.json("graph", "--preset", "tiny", "--model", "--compiled", "--out", tmp_path / "m.html")
+    model = measure.compiled_program(nn.preset("tiny"), whole_model=True, B=1, L=16, backward=True)
+    assert (info["kernels"], info["primitives"], info["format"]) == (len(model.kernels), len(model.plain), "html")

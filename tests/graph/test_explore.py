@@ -5,6 +5,7 @@ test_explorer_browser.py."""
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -162,3 +163,111 @@ def test_the_graph_command_writes_the_explorer(tmp_path, command_line):
     page = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', out.read_text(),
                                 re.S).group(1))
     assert page["show"] == ["backward"] and page["depth"] == 2
+
+
+# ---------------------------------------------------------------- the compiled pane
+@pytest.fixture(scope="module")
+def compiled_tiny():
+    """The tiny block's page with its compiled program, beside a FLOP count of the same call run eagerly and the
+    program tb.jit makes on its own (compiled.Program)."""
+    g = tb.Generator(0)
+    block = nn.TransformerBlock(CFG, generator=g)
+    x = tb.randn(2, 8, CFG.d_model, generator=g, requires_grad=True)
+    page = tb.explore(block, x, compiled=True)
+    with count_flops() as fc:
+        out = block(x)
+        out.backward(tb.ones_like(out))
+
+    def run(x):
+        out = block(x)
+        out.backward(tb.ones_like(out))
+        return out
+    f = tb.jit(run, modules=[block])
+    while f.replays == 0:
+        block.zero_grad()
+        f(x.detach().requires_grad_())
+    return block, page, fc, f.program
+
+
+def kernels(page):
+    return [n for n in page.data["nodes"] if n["phase"] == "compiled"]
+
+
+def test_the_compiled_pane_holds_the_programs_kernels_in_order(compiled_tiny):
+    _, page, _, program = compiled_tiny
+    assert page.data["phases"] == ["forward", "backward", "compiled"]
+    assert page.data["show"] == ["forward", "backward"]                    # the eager panes open first
+    shown = kernels(page)
+    described = str(program).splitlines()[1:]                             # '  12  div > add > sqrt  fused ...'
+    assert len(shown) == len(program.kernels) == page.data["program"]["kernels"] == len(described)
+    assert [n["label"] for n in shown] == [line.split()[1] if "fused" not in line else
+                                           line.split("fused")[0].split(None, 1)[1].strip() for line in described]
+    assert page.data["program"] == {"kernels": len(program.kernels), "primitives": len(program.plain),
+                                    "fused": sum(n["kind"] == "fused" for n in shown)}
+
+
+def test_kernel_flops_add_up_to_the_eager_counts_per_module(compiled_tiny):
+    block, page, fc, _ = compiled_tiny
+    modules = page.data["modules"]
+    for path in ("block", "block.attn", "block.ffn", "block.norm1", "block.attn.q_proj"):
+        total = modules[path]["total"]
+        assert total["flops"]["compiled"] == fc.total("forward", scope=path, matmul_only=False) + \
+            fc.total("backward", scope=path, matmul_only=False), path
+    assert sum(n["flops"] for n in kernels(page)) == fc.total("forward", matmul_only=False) + \
+        fc.total("backward", matmul_only=False)
+
+
+def test_each_primitive_names_the_kernel_that_runs_it_and_each_kernel_its_primitives(compiled_tiny):
+    _, page, _, _ = compiled_tiny
+    by_id = {n["id"]: n for n in page.data["nodes"]}
+    calls = [n for n in page.data["nodes"] if n["phase"] != "compiled" and n["data_kind"] == "op"]
+    runs = [i for k in kernels(page) for i in k["runs"]]
+    assert len(runs) == len(set(runs))                                    # each primitive in one kernel at most
+    for n in calls:
+        if "kernel" in n:
+            assert n["id"] in by_id[n["kernel"]]["runs"]
+        else:                                                             # dropped: broadcast on the fly
+            assert n["label"] == "expand" and n["id"] not in runs
+    assert {by_id[i]["label"] for k in kernels(page) for i in k["runs"]} <= {n["label"] for n in calls}
+    assert sum(len(k["runs"]) for k in kernels(page)) == len([n for n in calls if "kernel" in n])
+
+
+def test_a_fused_kernel_lists_its_chain_and_the_bytes_it_never_writes(compiled_tiny):
+    _, page, _, _ = compiled_tiny
+    by_id = {n["id"]: n for n in page.data["nodes"]}
+    fused = [k for k in kernels(page) if k["kind"] == "fused"]
+    assert fused
+    for k in fused:
+        chain = [by_id[i] for i in k["runs"]]
+        assert len(chain) == len(k["ops"]) >= 2 and [c["label"] for c in chain] == k["ops"]
+        assert all(c["shape"] == k["shape"] and c["dtype"] == k["dtype"] for c in chain)
+        assert k["bytes_saved"] == (len(chain) - 1) * math.prod(k["shape"]) * 4       # float32 intermediates
+        assert k["bytes_written"] == math.prod(k["shape"]) * 4
+    matmul = next(k for k in kernels(page) if k["label"] == "matmul" and k["path"] == "block.attn.q_proj")
+    assert matmul["flops"] == matmul["matmul_flops"] == 2 * 16 * 64 * 64
+    assert matmul["bytes_read"] == 4 * (16 * 64 + 64 * 64) and matmul["bytes_written"] == 4 * 16 * 64
+
+
+def test_compiled_arrows_join_kernels_that_hand_arrays_on(compiled_tiny):
+    _, page, _, program = compiled_tiny
+    ids = {k["id"] for k in kernels(page)}
+    arrows = page.data["edges"]["compiled"]
+    assert arrows and all(a in ids and b in ids and a != b for a, b, *_ in arrows)
+    assert all(int(a[1:]) < int(b[1:]) for a, b, *_ in arrows)           # a kernel reads what ran before it
+
+
+def test_a_folded_model_draws_one_layers_kernels_and_counts_every_layer():
+    cfg = CFG.with_(n_layers=3)
+    lm = nn.LM(cfg, generator=tb.Generator(0))
+    ids = tb.zeros(2, 8, dtype=tb.int64)
+    page = tb.explore(lm, ids, compiled=True)
+    unfolded = tb.explore(lm, ids, compiled=True, fold=False)
+    total = page.data["modules"]["model"]["total"]
+    assert total["flops"]["compiled"] == total["flops"]["forward"] + total["flops"]["backward"]
+    outside = [k for k in kernels(page) if not k["scope"]]                 # the token ids' bounds check
+    assert [k["kind"] for k in outside] == ["check"]
+    assert total["ops"]["compiled"] + len(outside) == page.data["program"]["kernels"] == len(kernels(unfolded))
+    layer_paths = {k["path"].split(".")[1] for k in kernels(page) if k["path"].startswith("model.layers.")}
+    assert layer_paths == {"layers"} and all(not k["path"].startswith(("model.layers.1", "model.layers.2"))
+                                             for k in kernels(page))
+    assert {k["path"] for k in kernels(unfolded)} >= {"model.layers.2.attn.q_proj"}

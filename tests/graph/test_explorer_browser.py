@@ -81,12 +81,14 @@ def meta_ids():
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict:
     """The pages, written once: the tiny block at depth 1 (no values), the same with values, the tiny LM on token
-    ids, and Llama-2-7B on the shape-only device (its 32 identical layers folded into one box)."""
+    ids, Llama-2-7B on the shape-only device (its 32 identical layers folded into one box), and the tiny block with
+    its compiled program."""
     out = tmp_path_factory.mktemp("explorer")
     return {"block": explore(tiny_block(), tiny_x(), depth=1, values=False).save(out / "block.html"),
             "values": explore(tiny_block(), tiny_x(), values=True).save(out / "values.html"),
             "lm": explore(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64)).save(out / "lm.html"),
-            "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html")}
+            "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html"),
+            "compiled": explore(tiny_block(), tiny_x(), compiled=True).save(out / "compiled.html")}
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +104,22 @@ def lm():
 @pytest.fixture(scope="module")
 def model():
     return Recorded(llama_7b(), meta_ids())
+
+
+@pytest.fixture(scope="module")
+def program():
+    """The program tb.jit makes of the tiny block's forward and backward, compiled on its own (compiled.Program)."""
+    block, x = tiny_block(), tiny_x()
+
+    def run(x):
+        out = block(x)
+        out.backward(tb.ones_like(out))
+        return out
+    f = tb.jit(run, modules=[block])
+    while f.replays == 0:
+        block.zero_grad()
+        f(x.detach().requires_grad_())
+    return f.program
 
 
 class Loaded:
@@ -423,4 +441,76 @@ def test_a_folded_box_counts_every_layer_it_stands_for(visit, model):
     assert number(card["each layer"]) == flops["forward"] // 32
     label = page.page.text_content(f'#panes g.node[id="{box["id"]}"]')
     assert f"= {flops['forward'] / 1e9:.2f} GFLOPs" in label
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- the compiled program's pane
+def kernel_steps(program, kind: str | None = None) -> list:
+    """(kernel index, its steps) for every kernel of the program; of fused chains only with kind='fused'."""
+    found = [(i, getattr(k, "steps", None) or [k.step]) for i, k in enumerate(program.kernels)]
+    return [(i, steps) for i, steps in found if kind is None or len(steps) > 1]
+
+
+def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
+    page = visit("compiled")
+    assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == \
+        ["forward", "backward"]                                     # the eager panes first
+    page.page.click("#phase-compiled")
+    assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == ["compiled"]
+    title = page.page.inner_text("section.pane h2")
+    assert f"{len(program.kernels)} kernels for {len(program.plain)} primitives, " \
+           f"{len(kernel_steps(program, 'fused'))} of them fused chains" in title
+    page.shot("compiled_depth1")
+    page.page.click("#expand-all")
+    page.shot("compiled_expanded")
+    drawn = page.nodes("compiled", "op")
+    assert len(drawn) == len(program.kernels)
+    assert sorted(n["id"] for n in drawn) == sorted(f"c{i}" for i in range(len(program.kernels)))
+    assert sum(n["text"].startswith("fused:") for n in drawn) == len(kernel_steps(program, "fused"))
+    assert page.errors == []
+
+
+def test_clicking_a_fused_kernel_highlights_the_primitives_it_runs(visit, program):
+    i, steps = next((i, steps) for i, steps in kernel_steps(program, "fused")
+                    if all(s.phase == "forward" for s in steps))
+    page = visit("compiled")
+    page.page.click("#phase-all")
+    page.page.click("#expand-all")
+    page.click({"id": f"c{i}"})
+    page.shot("compiled_click_fused")
+    assert Counter((n["label"], n["path"]) for n in page.nodes("forward") if "hl" in n["classes"]) == \
+        Counter((s.op.name, ".".join(s.scope)) for s in steps)
+    assert [n for n in page.nodes("backward") if "hl" in n["classes"]] == []
+    assert page.page.inner_text("#card h3") == "fused kernel"
+    card = page.card()
+    assert card["runs"].split("(")[0].strip() == steps[0].op.name
+    assert number(card["FLOPs"]) == sum(s.flops for s in steps)
+    assert card["output"].startswith(str(tuple(steps[-1].shape)).replace(",)", ")")[:-1])
+    assert page.errors == []
+
+
+def test_clicking_a_forward_op_highlights_the_kernels_that_run_it_and_its_gradient(visit, program, block):
+    """The query projection's matmul: its kernel, and the kernels of the four backward ops that differentiate it
+    (the recording's calls are the program's steps, in the order both ran)."""
+    calls = [s for s in program.steps if s.op.name != "derived"]
+    step_of = dict(zip(block.graph.ops(), map(id, calls)))               # graph node -> the program's step
+    kernel_of = {id(s): i for i, steps in kernel_steps(program) for s in steps}
+    i = block.index("forward", "matmul")
+    grads = [j for j in block.graph.ops("backward") if block.graph.nodes[j].source == i]
+    assert len(grads) == 4
+    page = visit("compiled")
+    page.page.click("#phase-all")
+    page.page.click("#expand-all")
+    page.click(page.node("forward", "op", ".".join(block.graph.nodes[i].scope), "matmul"))
+    page.shot("compiled_click_matmul")
+    assert sorted(n["id"] for n in page.nodes("compiled") if "hl" in n["classes"]) == \
+        sorted({f"c{kernel_of[step_of[j]]}" for j in [i, *grads]})
+    assert page.card()["compiled"] == "run by its own kernel"
+    said = []
+    for expand in (n for n in page.nodes("forward", "op") if n["label"] == "expand"):
+        page.hover(expand)
+        said.append(page.card()["compiled"])
+    elided = [k for k in program.alias if program.steps[k].phase == "forward"]    # broadcast on the fly
+    assert elided and said.count("no kernel: the compiled program broadcasts on the fly") == len(elided)
+    assert said.count("run by its own kernel") == len(said) - len(elided)
     assert page.errors == []

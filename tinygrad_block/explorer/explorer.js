@@ -37,13 +37,16 @@ const inFold = n => n.scope.some((_, k) => (modules[n.scope.slice(0, k + 1).join
 
 function boxLabel(path, phase) {
   const m = modules[path], t = m.total, f = t.flops[phase] / m.repeat;
-  const head = m.label + (phase === "backward" ? "′" : "") + (m.repeat > 1 ? "  × " + m.repeat : "");
+  const head = m.label + (phase === "backward" ? "′" : "") + (m.repeat > 1 ? "  × " + m.repeat : "") +
+    (phase === "compiled" ? "\n" + fmt(t.ops.compiled / m.repeat) + " kernels" + (m.repeat > 1 ? " each" : "") : "");
   const flops = m.repeat > 1 ? human(f, "FLOPs") + " each\n× " + m.repeat + " = " + human(t.flops[phase], "FLOPs")
     : human(t.flops[phase], "FLOPs");
   return head + "\n" + (m.shape[phase] ? shape(m.shape[phase]) + "\n" : "") + flops;
 }
 function nodeLabel(n) {
   if (n.kind === "residual" || n.kind === "accumulate") return "+\n" + n.note + "\n" + shape(n.shape);
+  if (n.phase === "compiled") return (n.kind === "fused" ? "fused: " + n.ops.join("\n") : n.label) + "\n" +
+    shape(n.shape) + " " + n.dtype + (n.flops ? "\n" + fmt(n.flops) + (n.flops === 1 ? " FLOP" : " FLOPs") : "");
   if (n.kind === "op") return n.label + (n.scalar ? " (with a scalar)" : "") + (n.note ? "\n" + n.note : "") +
     "\n" + shape(n.shape) + " " + n.dtype + (n.flops ? "\n" + fmt(n.flops) + (n.flops === 1 ? " FLOP" : " FLOPs") : "");
   return n.label + "\n" + shape(n.shape);
@@ -118,7 +121,8 @@ function render() {
     const pane = document.createElement("section");
     pane.className = "pane";
     pane.dataset.phase = phase;
-    pane.innerHTML = "<h2>" + (phase === "forward" ? "forward" : "backward: the gradient flow") + "</h2>";
+    pane.innerHTML = "<h2>" + (phase === "compiled" ? "compiled: the kernels a replay runs (" + kernelCount() + ")" :
+      phase === "forward" ? "forward" : "backward: the gradient flow") + "</h2>";
     const svg = viz.renderSVGElement(dot(phase));
     panes.appendChild(pane);
     pane.appendChild(svg);
@@ -142,7 +146,7 @@ function decorate(svg, phase) {
     } else {
       const n = byId[id];
       Object.assign(g.dataset, {path: n.path, kind: n.data_kind, phase, collapsed: "false", id: n.id});
-      g.addEventListener("click", () => { selected = selected === id ? null : id; highlight(); card(nodeCard(n)); });
+      g.addEventListener("click", () => { selected = selected === id ? null : id; highlight(); follow(phase); card(nodeCard(n)); });
       g.addEventListener("mouseenter", () => card(nodeCard(n)));
     }
     g.addEventListener("mouseleave", rest);
@@ -160,11 +164,16 @@ function close(path) {
   for (const p of [...open]) if (p === path || p.startsWith(path + ".")) open.delete(p);
 }
 
-// The ops that belong together across the phases: a forward op and the backward ops that differentiate it.
+// The ops that belong together across the phases: a forward op and the backward ops that differentiate it; a
+// kernel and the primitives it runs.
 function linked(id) {
   const n = byId[id];
-  return n.phase === "forward" ? [id, ...(n.grads || []), ...(n.sums || [])] : [id, ...(n.source ? [n.source] : [])];
+  if (n.phase === "compiled") return [id, ...n.runs];
+  const mine = n.phase === "forward" ? [id, ...(n.grads || []), ...(n.sums || [])] : [id, ...(n.source ? [n.source] : [])];
+  return [...mine, ...mine.map(i => byId[i].kernel).filter(k => k)];
 }
+const kernelCount = () => fmt(D.program.kernels) + " kernels for " + fmt(D.program.primitives) + " primitives, " +
+  fmt(D.program.fused) + " of them fused chains";
 function highlight() {
   const hl = new Set(selected ? linked(selected).map(i => drawnAs(byId[i])) : []);
   const cur = step >= 0 ? new Set(linked(steps[step].id).map(i => drawnAs(byId[i]))) : new Set();
@@ -183,6 +192,16 @@ function highlight() {
   }
   document.getElementById("matches").textContent = query ?
     matches.size + " shown" + (boxes.size ? " (" + boxes.size + " inside closed boxes)" : "") : "";
+}
+
+function follow(phase) {          // scroll the other panes to the first op highlighted in each
+  for (const pane of document.querySelectorAll("section.pane")) {
+    const g = pane.dataset.phase !== phase && pane.querySelector("g.node.hl");
+    if (!g) continue;
+    const r = g.getBoundingClientRect(), p = pane.getBoundingClientRect();
+    pane.scrollTop += r.top - p.top - pane.clientHeight / 2;
+    pane.scrollLeft += r.left - p.left - pane.clientWidth / 2;
+  }
 }
 
 function reveal(n) {               // open every module on the node's path, so it is drawn itself
@@ -208,7 +227,22 @@ function hist(s) {
 }
 const stats = (s, what) => s ? row(what, "mean " + s.mean.toPrecision(3) + ", std " + s.std.toPrecision(3)) +
   row("", hist(s)) : "";
+function kernelCard(n) {
+  const runs = n.runs.map(i => byId[i]);
+  return "<h3>" + esc(n.kind === "fused" ? "fused kernel" : n.kind === "check" ? "index check" : "kernel: " + n.label) + "</h3><table>" +
+    row("runs", n.kind === "check" ? "the bounds check of an index, redone at every replay" :
+      runs.map(r => esc(r.label) + " <small>(" + r.phase + ", " + esc(r.path || "outside every module") + ")</small>").join("<br>")) +
+    row("module", esc(n.path || "(outside every module)")) + (n.step ? row("step", esc(n.step)) : "") +
+    (n.inputs.length ? row("reads", n.inputs.map(([s, d]) => shape(s) + " " + d).join("<br>")) : "") +
+    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + n.dtype) +
+    row("FLOPs", '<span class="flops">' + fmt(n.flops) + "</span>") +
+    row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) +
+    (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written: each op after the first writes in place into the first one's result") : "") +
+    (n.runs.length < n.ops.length && n.kind !== "check" ? row("folded", "runs in a layer the fold stands for; these are its counterparts") : "") +
+    "</table>";
+}
 function nodeCard(n) {
+  if (n.phase === "compiled") return kernelCard(n);
   const other = n.phase === "forward" ? (n.grads || []).length + " backward op(s) differentiate it" +
     (n.sums ? "; its gradient adds up from several uses in " + n.sums.length + " sum(s)" : "") :
     n.source ? (n.origin === "accumulate" ? "adds up the gradients of " : "differentiates ") +
@@ -222,6 +256,9 @@ function nodeCard(n) {
       (n.matmul_flops ? " (all matmul)" : " (no matmul)")) +
       row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) : "") +
     (other ? row(n.phase === "forward" ? "backward" : "forward", esc(other)) : "") +
+    (D.phases.includes("compiled") && n.data_kind === "op" ? row("compiled", n.kernel ? "run by " +
+      (byId[n.kernel].kind === "fused" ? "a fused kernel: " + esc(byId[n.kernel].ops.join(" > ")) : "its own kernel") :
+      "no kernel: the compiled program broadcasts on the fly") : "") +
     (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
     stats(n.value, "value") + stats(n.grad, "gradient") + "</table>";
 }
@@ -230,7 +267,9 @@ function moduleCard(path, phase) {
   return "<h3>" + esc(m.label) + (m.repeat > 1 ? " × " + m.repeat : "") + "</h3><table>" +
     row("module", esc(path)) + row("parameters", fmt(t.parameters)) +
     row("FLOPs forward", fmt(t.flops.forward) + " (matmul " + fmt(t.matmul_flops.forward) + ")") +
-    (D.phases.length > 1 ? row("FLOPs backward", fmt(t.flops.backward) + " (matmul " + fmt(t.matmul_flops.backward) + ")") : "") +
+    (D.phases.includes("backward") ? row("FLOPs backward", fmt(t.flops.backward) + " (matmul " + fmt(t.matmul_flops.backward) + ")") : "") +
+    (D.phases.includes("compiled") ? row("compiled", fmt(t.ops.compiled) + " kernels for " + fmt(t.ops.forward + t.ops.backward) +
+      " primitives, " + fmt(t.flops.compiled) + " FLOPs") : "") +
     row("activations", human(t.activation_bytes, "B") + " written by its forward ops") +
     row("bytes moved", human(t.bytes[phase], "B") + " read and written, " + phase) +
     (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + "</table>";
@@ -243,7 +282,7 @@ function go(k) {
   const n = steps[step];
   reveal(n);
   if (n.source) reveal(byId[n.source]);
-  if (!shown.includes("backward")) shown = ["forward", "backward"];
+  if (!shown.includes("backward")) shown = shown.includes("compiled") ? D.phases : ["forward", "backward"];
   document.getElementById("step-text").textContent = "op " + (step + 1) + " of " + steps.length + ": " + n.label +
     (n.origin === "accumulate" ? " (gradients add up)" : " (backward of " + n.origin + ")") + " in " + (n.path || "—") +
     (inFold(n) ? " (one layer drawn for its identical run)" : "");
@@ -257,7 +296,9 @@ function into(id) {                // scroll the drawn node into the middle of i
   if (g) g.scrollIntoView({block: "center", inline: "center"});
 }
 
-const choices = D.phases.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", ["forward", "backward"]]] : [];
+const eager = D.phases.filter(p => p !== "compiled");
+const choices = (eager.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", eager]] : [])
+  .concat(D.phases.includes("compiled") ? [["compiled", ["compiled"]], ["all", D.phases]] : []);
 function mark() {                  // the phase button that matches what is shown
   for (const [name, list] of choices) document.getElementById("phase-" + name).classList.toggle("on", list.join() === shown.join());
 }
