@@ -37,7 +37,8 @@ def _checked_index(arr, backend, axis: int, shape: tuple):
     if bounds is not None and (bounds[0] < -size or bounds[1] >= size):
         bad = bounds[0] if bounds[0] < -size else bounds[1]
         raise IndexError(f"getitem: index {bad} is out of bounds for axis {axis} with size {size} (shape {shape})")
-    return backend.index_wrap(backend.cast(arr, int64), size)
+    arr = backend.cast(arr, int64)
+    return arr if bounds is None or bounds[0] >= 0 else backend.index_wrap(arr, size)   # negatives: from the end
 
 
 def getitem(t, key):
