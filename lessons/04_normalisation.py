@@ -205,6 +205,27 @@ ax.legend(loc="lower right")
 show(fig, OUT / "epsilon_radius.png")
 
 # %% [markdown]
+# ### The formula without $\varepsilon$
+#
+# LayerNorm is often quoted without $\varepsilon$, as $(x - \mu)/\sigma$. That formula is imprecise, and not
+# only by a rounding error: it fails on a **constant token**, every entry the same (a token whose vector came
+# out flat, a position filled with one value). Then $\sigma = 0$ and $x - \mu = 0$, so every feature is
+# $0/0$: NaN, which every later layer then spreads to the whole sequence. With $\varepsilon$ the division is by
+# $\sqrt{0 + \varepsilon}$, and the token comes out as zeros (then $g \odot 0 + b = b$). Below: the token
+# $(5, 5, \dots, 5)$ through the formula as quoted, and through `nn.LayerNorm` ($\varepsilon = 10^{-5}$).
+
+# %%
+flat = tb.full((1, d), 5.0, dtype=tb.float64)                                    # a constant token: sigma = 0
+mu, sigma = flat.numpy().mean(-1, keepdims=True), flat.numpy().std(-1, keepdims=True)
+with np.errstate(invalid="ignore"):                                               # numpy warns of 0/0
+    as_quoted = (flat.numpy() - mu) / sigma
+with_eps = nn.LayerNorm(d, dtype=tb.float64)(flat).numpy()                        # g = 1, b = 0 as made
+print(f"sigma = {sigma.item()}; (x - mu) / sigma: {np.isnan(as_quoted).sum()} of {d} features NaN; "
+      f"nn.LayerNorm: {np.abs(with_eps).max()} everywhere")
+assert sigma.item() == 0.0 and np.isnan(as_quoted).all()
+assert (with_eps == 0).all() and ln.eps == 1e-5
+
+# %% [markdown]
 # ## 3. The picture in three dimensions
 #
 # At $d = 3$ the sphere can be drawn. Below are 16 points whose coordinates average about 1.5, so they sit

@@ -195,8 +195,8 @@ assert np.abs(rms_post - 1).max() < 1e-5
 # **What this shows, and what it does not.** This model is untrained. Its token ids stand for nothing, and
 # which part "votes" for which token is an accident of the random weights. The point here is the mechanism:
 # the attribution is exact, because between the sublayers there is only addition. On a trained model the same
-# sums say which layer writes the evidence for a prediction. Lesson 14, still to come, trains a small model and
-# reads it this way.
+# sums say which layer writes the evidence for a prediction. Lesson 14 trains a small model and reads its residual
+# stream layer by layer (the logit lens, its section 7).
 
 # %%
 lm = nn.LM(CFG, generator=tb.Generator(4), dtype=tb.float64)

@@ -126,7 +126,7 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # 3,911,999,488 FLOPs to the forward's 1,932,735,283,200 of matmuls: 0.20 % of the total. Most of them act on
 # the $32 \times 4096 \times 4096$ scores ($T$ = 536,870,912): the mask is one add per score, and the softmax
 # is $5T - 2R$ = 2,684,092,416 for its $R = 32 \times 4096$ rows. They barely count as arithmetic, but on a GPU
-# each one is a trip through memory, so they still take real time (the planned lesson 15 measures this).
+# each one is a trip through memory, so they still take real time (lesson 15 counts that traffic, kernel by kernel).
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` derive the same numbers on
 # paper, for matmuls alone and for all ops. They equal the counts exactly, a difference of 0 in all four.
@@ -187,7 +187,7 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are 15,099,494,400: that is the
 # 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation that allows 64,446
 # tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because reading the
-# weights from memory takes time (the planned lesson 15).
+# weights from memory takes time (lesson 15, section 3: decoding is bound by memory).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -242,7 +242,9 @@ assert round(990e12 / blocks_ctx / 1e3) == 66                         # the 15 G
 # It is often said that attention catches up around $L \approx 2d$. That holds for an MHA block whose FFN is
 # $8d/3$ wide: its projections cost $8d^2$ and its FFN $16d^2$, so $8d^2 + 4Ld = 16d^2$ at $L = 2d$.
 # Llama-2-7B's 8,320 is $2.03\,d$. It does not hold for Llama-2-70B. GQA shrinks its projections to $4.5 d^2$
-# per token, and its FFN is $3.5d$ wide ($21 d^2$ per token), so the crossover is at **L = 33,792**
+# per token: with $g = 8$ query heads per key/value head, $W_K$ and $W_V$ are $d \times d/g$, so Q, K and V
+# together cost $2d^2 + 2 \cdot 2d^2/g = (2 + 4/g)\,d^2 = 2.5\,d^2$ and $W_O$ another $2d^2$ (the cell counts
+# each). Its FFN is $3.5d$ wide ($21 d^2$ per token), so the crossover is at **L = 33,792**
 # ($4.125\,d$). At $L = 2d$ = 16,384 its FFN still costs 1.68 times all of attention. At 4,096 tokens (its
 # context) the FFN dominates, as usually said, and "attention dominates from about 32k" is close: from 33,792
 # exactly (at 32,768 the FFN is still 2.4 % ahead). For the same reason a commonly quoted per-layer total,
@@ -292,6 +294,13 @@ for name, cfg in (("llama2-7b", cfg7), ("llama2-70b", cfg70)):
         assert c["projections"] == proj and c["ffn"] == ffn and c["core"] == 4 * L * d     # counted = closed form
     assert at[int(crossover[name]["all"])]["projections"] + at[int(crossover[name]["all"])]["core"] == ffn
     assert at[int(crossover[name]["core"])]["core"] == ffn
+fc70 = count_block(cfg70, 1)                                                    # one token of Llama-2-70B
+g70, d70 = cfg70.n_heads // cfg70.n_kv_heads, cfg70.d_model
+qkv = sum(fc70.total("forward", scope=f"block.attn.{p}_proj", matmul_only=True) for p in "qkv")
+out_proj = fc70.total("forward", scope="block.attn.o_proj", matmul_only=True)
+print(f"llama2-70b, one token: Q, K and V {qkv:,} FLOPs = {qkv / d70**2:g} d^2 (g = {g70}), O {out_proj / d70**2:g} d^2")
+assert g70 == 8 and qkv == (2 + 4 / g70) * d70**2 == 2.5 * d70**2 == 167_772_160
+assert out_proj == 2 * d70**2 and qkv + out_proj == 4.5 * d70**2 == crossover["llama2-70b"]["proj"]
 c7x, c70x = crossover["llama2-7b"], crossover["llama2-70b"]
 assert c7x["all"] == 8_320 and c7x["all"] / d7 == 2.03125 and c7x["core"] == 16_512 == 1.5 * dff7
 even = count_block(cfg7, 8_320).by_scope("forward", matmul_only=True, depth=2)
@@ -441,7 +450,7 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # the optimizer updates an fp32 copy. So each parameter costs 16 bytes: the bf16 weight takes 2 and its
 # gradient 2; the fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is
 # 1,103,626,371,072 bytes, about 1.1 TB, before a single activation. No GPU holds that, so the state is split
-# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; the planned lesson 16).
+# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; lesson 16, section 9).
 #
 # **Activations, estimated.** What training keeps for backward is often estimated at about $10d$ bytes per
 # token per layer (bf16), assuming FlashAttention (an attention that never stores its $L \times L$ scores, see
@@ -460,7 +469,7 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # - **Attention keeps two $H \times L \times L$ tensors**: the exponentials (the softmax's division needs them)
 #   and the probabilities (the weighted sum of $V$ needs them). $2 \times 64 \times 4096^2 \times 2$ bytes
 #   = 4 GiB, 62 % of the block. FlashAttention keeps neither: it recomputes them in backward from q, k, v and
-#   one statistic per row (the planned lesson 15).
+#   one statistic per row (lesson 15, sections 5 and 6).
 # - **SwiGLU keeps eight $L \times d_{ff}$ tensors** (the gate and up outputs, the stable sigmoid's pieces,
 #   SiLU, their product): 1,879,048,192 bytes (1.75 GiB). A fused kernel keeps one or two.
 # - **The rest** are the $d$-wide tensors the estimate is about (the norms' inputs and outputs, q, k, v,

@@ -372,9 +372,12 @@ plot_runs(["pre-norm, 8 blocks", "parallel, 8 blocks"], OUT / "parallel_training
 #   one. It also fixes which gradient comes first. $B$ gets one at once (it is $x A^\top$ times the gradient
 #   arriving from above), while $A$'s gradient runs through $B = 0$ and is exactly zero until $B$ moves, as with
 #   the zero output weights of lesson 08. Had both started at zero, neither would ever get a gradient.
-# - **The scale is $\alpha / r$.** With the learning rate held fixed, the update $\frac{\alpha}{r} BA$ then
-#   stays of a similar size when you change the rank, so trying another $r$ needs no new learning rate.
-#   (`lora_alpha=16` with `lora_rank=4` gives a scale of 4.)
+# - **The scale is $\alpha / r$.** The original LoRA paper's reason: with the learning rate held fixed, the
+#   update $\frac{\alpha}{r} BA$ should then stay of a similar size when you change the rank, so that trying
+#   another $r$ needs no new learning rate. That is a rationale, not a law. Later work on rank-stabilised LoRA
+#   (Kalajdzievski, 2023) finds that dividing by $r$ over-corrects: at large ranks the updates shrink and learning
+#   slows, and scaling by $\alpha / \sqrt r$ keeps it stable across ranks. The library uses the original
+#   $\alpha / r$, as most LoRA code does. (`lora_alpha=16` with `lora_rank=4` gives a scale of 4.)
 # - **The saving.** One $d \times k$ weight has $dk$ parameters; its adapter has $r(d + k)$. At $d = k = 4096$
 #   and $r = 16$, that is 16,777,216 against 131,072, exactly **128×** fewer. (The 16.7M often quoted for
 #   $4096^2$ is 16,777,216 cut short; rounded, it is 16.8M.) Put on $W_Q$ and $W_V$ of every Llama-2-7B block
@@ -613,11 +616,11 @@ show(fig, OUT / "moe_parameters.png")
 #    it with `nn.Linear` holding the same matrices and with numpy. It recognises a scale of $\alpha$ instead of
 #    $\alpha / r$, a missing frozen term, and a missing scale.
 # 2. `lora_saving`: `lora_saving(d, k, r)` returns how many times fewer parameters a rank-$r$ adapter has than
-#    the $d \times k$ weight it adapts (128.0 at $d = k = 4096$, $r = 16$). It is checked on square and
-#    non-square weights against the parameters of a real `nn.Linear` with LoRA.
-# 3. `deepnorm_alpha_beta`: DeepNorm's constants for a decoder of $N$ blocks, `(alpha, beta)`. The checker
-#    recognises them swapped, a 4th root taken of $N$ instead of $2N$ or $8N$, and a square root in place of
-#    the 4th.
+#    the $d \times k$ weight it adapts: count both from the shapes. It is checked on square and non-square
+#    weights against the parameters of a real `nn.Linear` with LoRA.
+# 3. `deepnorm_alpha_beta`: DeepNorm's constants for a decoder of $N$ blocks, `(alpha, beta)`, from the rule
+#    in section 2. The checker recognises the two swapped, a root of the wrong count of sublayers, and a
+#    square root in place of the 4th.
 # 4. `moe_params`: the total and active parameters of a model config with a mixture of experts, from the
 #    config's numbers. The checker counts the parameters of the model built on the shape-only device. It
 #    recognises active parameters taken as $k/E$ of the total, and idle experts counted for one block only.

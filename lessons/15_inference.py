@@ -150,8 +150,9 @@ show(fig, OUT / "flops_per_step.png")
 # compute units. Their ratio, FLOPs per byte moved, is the step's **arithmetic intensity**. A GPU has a ratio
 # of its own, peak FLOP/s over bandwidth. We take an H100 SXM at **990 TFLOP/s** (dense bf16) and **3.35 TB/s**:
 # assumptions, the vendor's figures, never reached in practice. Its ratio is 295.5 FLOPs per byte. (990 is the
-# peak as commonly quoted; NVIDIA's exact figure is 989.4, which 990 rounds. We keep the round figure, as the
-# other lessons do: with 989.4 the ratio would be 295.3.) A step whose intensity is below the GPU's ratio
+# peak as commonly quoted; NVIDIA's exact figure is 989.4, which 990 rounds. This lesson keeps the round figure,
+# since its assumptions are round anyway: with 989.4 the ratio would be 295.3. Lesson 16, which divides measured
+# times by the peak, uses the exact 989.4.) A step whose intensity is below the GPU's ratio
 # waits for memory (it is *memory-bound*); above it, for arithmetic (*compute-bound*). The most a step can do
 # is min(peak, intensity × bandwidth): this is the *roofline*.
 #

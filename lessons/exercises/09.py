@@ -69,6 +69,31 @@ def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
     }
 
 
+def _weight_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
+    """The usual slips in dw_up and dw_down, each as (which gradient, the array it would give), keyed by the hint
+    that names it: one sequence's gradient instead of the sum over all, the wrong factor of the gated product, z
+    for SiLU(z). From manual's SwiGLU forward."""
+    (z, _), (u, _) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)            # (B, L, d_ff)
+    silu = manual.silu_forward(z)[0]
+    dm = grad_out @ w_down                                                # the gradient of silu(z) * u
+
+    def outer(d, a):                                                      # d^T a over every token
+        return d.reshape(-1, d.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+    every = ("every token of every sequence uses the same weight, so its gradient dout^T input sums over all "
+             "of them: reshape both to (B L, features) before the product")
+    return {
+        f"dw_up holds the first sequence's gradient only ({every})": ("dw_up", outer(dm[:1] * silu[:1], x[:1])),
+        f"dw_down holds the first sequence's gradient only ({every})":
+            ("dw_down", outer(grad_out[:1], silu[:1] * u[:1])),
+        "dw_up misses the factor silu(z): at hidden = silu(z) * u, u's gradient is the upstream gradient times "
+        "the other factor, silu(z)": ("dw_up", outer(dm, x)),
+        "dw_up takes z (the gate's output) for silu(z): the factor beside u in the product is silu(z) = z "
+        "sigmoid(z)": ("dw_up", outer(dm * z, x)),
+        "dw_down reads silu(z) alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, silu)),
+        "dw_down reads u alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, u)),
+    }
+
+
 SWIGLU_CASES = [((2, 3, 5), 7, 1.0), ((1, 4, 6), 10, 3.0)]               # (B, L, d_model), d_ff, gate scale
 
 
@@ -111,10 +136,14 @@ def check_swiglu_backward(solution) -> None:
         bad = ", ".join(f"{name} off by {e:.3g}" for name, e in errs.items() if e > 1e-8)
         hints = [hint for hint, (dx, dw_gate) in _swiglu_slips(x, w_gate, w_up, w_down, grad_out).items()
                  if (errs["dx"] > 1e-8 and rel_err(got[0], dx) < 1e-9)
-                 or (errs["dw_gate"] > 1e-8 and rel_err(got[1], dw_gate) < 1e-9)]
+                 or (errs["dw_gate"] > 1e-8 and rel_err(got[1], dw_gate) < 1e-9)][:1]
+        hints += [hint for hint, (name, slip) in _weight_slips(x, w_gate, w_up, w_down, grad_out).items()
+                  if errs[name] > 1e-8 and rel_err(got[names.index(name)], slip) < 1e-9]
+        if len(hints) == 2 and all("first sequence" in h for h in hints):     # both: say it once
+            hints = ["dw_up and dw_down hold " + hints[0].split(" holds ", 1)[1]]
         raise CheckFailed(f"{call}: {bad} (relative error against autograd and finite differences; "
                           f"{', '.join(n for n, e in errs.items() if e <= 1e-8) or 'none'} right)"
-                          + (f": {hints[0]}" if hints else ""))
+                          + (f": {'; '.join(hints)}" if hints else ""))
 
 
 # ---------------------------------------------------------------- the GQA group sum

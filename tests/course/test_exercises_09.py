@@ -22,8 +22,50 @@ def _swiglu(silu_prime="right", with_up=True, branches=("gate", "up"), transpose
     return swiglu_backward
 
 
+def _swiglu_weights(slip: str):
+    """The right SwiGLU backward (the reference solution's), with one slip in dw_up or dw_down."""
+    def swiglu_backward(x, w_gate, w_up, w_down, grad_out):
+        z, u = x @ w_gate.T, x @ w_up.T
+        s = 1 / (1 + np.exp(-z))
+        act, dm = z * s, grad_out @ w_down
+        du, dz = dm * act, dm * u * s * (1 + z * (1 - s))
+
+        def outer(d, a):
+            return d.reshape(-1, d.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+        dw_up, dw_down = outer(du, x), outer(grad_out, act * u)
+        if slip == "one sequence":
+            dw_up, dw_down = du[0].T @ x[0], grad_out[0].T @ (act * u)[0]
+        elif slip == "without silu":
+            dw_up = outer(dm, x)
+        elif slip == "z for silu":
+            dw_up = outer(dm * z, x)
+        elif slip == "silu alone":
+            dw_down = outer(grad_out, act)
+        return dz @ w_gate + du @ w_up, outer(dz, x), dw_up, dw_down
+    return swiglu_backward
+
+
+def test_weight_gradients_from_one_sequence_are_rejected_with_the_sum_over_tokens():
+    why = failures(9, solution(9, swiglu_backward=_swiglu_weights("one sequence")))["swiglu_backward"]
+    assert "dw_up off by" in why and "dw_down off by" in why and "dx, dw_gate right" in why
+    assert "dw_up and dw_down hold the first sequence's gradient only" in why and why.count("sums over all") == 1
+
+
+def test_dw_up_without_the_factor_silu_or_with_z_is_named():
+    why = failures(9, solution(9, swiglu_backward=_swiglu_weights("without silu")))["swiglu_backward"]
+    assert "dw_up off by" in why and "dx, dw_gate, dw_down right" in why and "misses the factor silu(z)" in why
+    why = failures(9, solution(9, swiglu_backward=_swiglu_weights("z for silu")))["swiglu_backward"]
+    assert "takes z (the gate's output) for silu(z)" in why
+
+
+def test_dw_down_from_silu_alone_is_named():
+    why = failures(9, solution(9, swiglu_backward=_swiglu_weights("silu alone")))["swiglu_backward"]
+    assert "dw_down off by" in why and "dw_down reads silu(z) alone" in why
+
+
 def test_the_slip_helper_without_slips_passes():
     assert "swiglu_backward" not in failures(9, solution(9, swiglu_backward=_swiglu()))
+    assert "swiglu_backward" not in failures(9, solution(9, swiglu_backward=_swiglu_weights("")))
 
 
 def test_silu_derivative_as_sigmoid_alone_is_rejected_with_the_product_rule():
