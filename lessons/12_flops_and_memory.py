@@ -298,7 +298,8 @@ fc70 = count_block(cfg70, 1)                                                    
 g70, d70 = cfg70.n_heads // cfg70.n_kv_heads, cfg70.d_model
 qkv = sum(fc70.total("forward", scope=f"block.attn.{p}_proj", matmul_only=True) for p in "qkv")
 out_proj = fc70.total("forward", scope="block.attn.o_proj", matmul_only=True)
-print(f"llama2-70b, one token: Q, K and V {qkv:,} FLOPs = {qkv / d70**2:g} d^2 (g = {g70}), O {out_proj / d70**2:g} d^2")
+print(f"llama2-70b, one token: Q, K and V {qkv:,} FLOPs = {qkv / d70**2:g} d^2 (g = {g70}), "
+      f"O {out_proj / d70**2:g} d^2")
 assert g70 == 8 and qkv == (2 + 4 / g70) * d70**2 == 2.5 * d70**2 == 167_772_160
 assert out_proj == 2 * d70**2 and qkv + out_proj == 4.5 * d70**2 == crossover["llama2-70b"]["proj"]
 c7x, c70x = crossover["llama2-7b"], crossover["llama2-70b"]
