@@ -437,7 +437,8 @@ def lesson_data(args: argparse.Namespace) -> dict:
                                "--notebook --execute")
         return {"command": "lesson", "number": args.number, "status": course.run_lesson(args.number)}
     path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None, args.execute)
-    return {"command": "lesson", "number": args.number, "path": str(path), "executed": args.execute}
+    return {"command": "lesson", "number": args.number, "path": str(path), "executed": args.execute,
+            "open_with": course.notebook_viewer(path)}
 
 
 def exercise_file(number: int) -> Path:
@@ -466,9 +467,11 @@ def tour_text(data: dict) -> list[str]:
 def lesson_text(data: dict) -> list[str]:
     if "path" not in data:                                           # the script printed its own output
         return []
-    how = "its cells have run: open it with Jupyter" if data["executed"] else \
-        "open it with Jupyter; run its cells in order"
-    return [f"lesson {data['number']:02d}: wrote {data['path']} ({how})"]
+    how = "its cells have run" if data["executed"] else "its cells have not run yet: run them in order"
+    opening = (f"open it with: {data['open_with']}" if data["open_with"] else
+               "to open it, install JupyterLab, the 'notebook' extra: pip install -e '.[notebook]' in the "
+               "repository (or any notebook viewer)")
+    return [f"lesson {data['number']:02d}: wrote {data['path']} ({how})", f"  {opening}"]
 
 
 def exercise_text(data: dict) -> list[str]:

@@ -2,6 +2,12 @@
 and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
 import ast
 import json
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -108,6 +114,49 @@ def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
     assert kinds.count("markdown") == script.count("# %% [markdown]")
     printed = capsys.readouterr().out
     assert f"wrote {path}" in printed
+
+
+def test_lesson_notebook_says_how_to_open_it_and_that_command_serves_it(tmp_path, command_line):
+    """The printed command is this environment's JupyterLab on the notebook; run as printed (with no browser, a
+    port and a token added), the server hands out the notebook the lesson wrote."""
+    pytest.importorskip("jupyterlab", reason="JupyterLab is missing: pip install -e '.[notebook]'")
+    out = command_line.out("lesson", "1", "--notebook", "--out-dir", tmp_path)
+    path = tmp_path / "01_tensors_and_the_graph.ipynb"
+    opening = out.splitlines()[1].strip()
+    assert opening.startswith("open it with: ")
+    command = shlex.split(opening.removeprefix("open it with: "))
+    assert Path(command[0]).parent == Path(sys.executable).parent and command[1:3] == ["lab", str(path)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(command + ["--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/api/contents/{path.name}?token=t"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    served = json.loads(reply.read())
+                break
+            except OSError:
+                assert server.poll() is None, "jupyter lab stopped"
+                time.sleep(0.5)
+        else:
+            raise AssertionError("jupyter lab did not serve the notebook within a minute")
+        assert served["type"] == "notebook" and served["name"] == path.name
+        assert [c["source"] for c in served["content"]["cells"]] == \
+            ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+             for c in json.loads(path.read_text())["cells"]]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_lesson_notebook_without_jupyterlab_says_what_to_install(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(course, "notebook_viewer", lambda path: None)
+    assert main(["lesson", "1", "--notebook", "--out-dir", str(tmp_path)]) == 0
+    assert "to open it, install JupyterLab, the 'notebook' extra: pip install -e '.[notebook]'" in \
+        capsys.readouterr().out
 
 
 def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path, command_line):
