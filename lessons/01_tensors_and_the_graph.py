@@ -48,7 +48,7 @@ OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
 # The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU through CuPy) or
 # `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` the feed-forward matrix of a
 # 70B model, 8192 × 28672 numbers, costs nothing to make, yet it still knows that it would take
-# 8192 · 28672 · 4 bytes = 939,524,096 bytes (0.875 GiB) in float32. Lessons 11 and 12 count whole models
+# 8192 · 28672 · 4 bytes = 939,524,096 bytes (0.875 GiB) in float32. Lessons 12 and 13 count whole models
 # that way.
 
 # %%
@@ -98,7 +98,7 @@ assert function.Exp().flops((2, 5), (2, 5)) == 10                          # one
 # Everything else is a **composite**: a method written with other tensor operations, which needs no backward
 # of its own because each primitive inside it has one. Softmax is the example. For each row $z$,
 # $\mathrm{softmax}(z)_i = e^{z_i - m} / \sum_j e^{z_j - m}$ with $m = \max_j z_j$. Subtracting the maximum
-# changes nothing mathematically but keeps $e^{\cdot}$ from overflowing (lesson 05 shows why that matters).
+# changes nothing mathematically but keeps $e^{\cdot}$ from overflowing (lesson 06 shows why that matters).
 #
 # `tb.observe` calls a function of yours after every primitive, with an **event** that says which op ran
 # (`e.op.name`), on which inputs, with which output and how many FLOPs (`e.flops`). Watching a softmax of a
@@ -155,7 +155,7 @@ assert x.is_leaf and not y.is_leaf and y_plain._ctx is None and y_plain.item() =
 # The library can draw what it records. `record_graph` watches the primitive calls, and `render` pipes the
 # drawing through graphviz. In the picture below $x$ is the box marked "input". It feeds both multiplications
 # (one arrow to $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own: its box says
-# "with a scalar". Each box gives the output's shape (`()`, a single number), its dtype and its FLOPs. Lesson 10
+# "with a scalar". Each box gives the output's shape (`()`, a single number), its dtype and its FLOPs. Lesson 11
 # draws whole transformer blocks this way, forward and backward.
 
 # %%

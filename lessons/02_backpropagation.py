@@ -214,7 +214,7 @@ assert (round(math.cos(0.7), 3), round(right, 2)) == (0.765, 2.26)
 # $\partial n = g_Q W_Q + g_K W_K + g_V W_V$ (each weight stored (out, in), as `nn.Linear` keeps it). Below, three
 # `nn.Linear` layers read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape,
 # which match the three products summed by hand in numpy. The key and value layers are narrower (8 outputs
-# against 16) because many models share keys and values between heads (lesson 06); the sum does not care.
+# against 16) because many models share keys and values between heads (lesson 07); the sum does not care.
 
 # %%
 g = tb.Generator(0)

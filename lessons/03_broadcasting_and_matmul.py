@@ -253,14 +253,14 @@ assert matmul_count((2, 1, 16, 32), (1, 4, 32, 64), (False, False))[3] == (2, 4,
 #
 # Each is a product of the same three sizes $M$, $N$, $K$, so each costs $2MNK$, and the backward costs **exactly
 # twice** the forward. That is where the rule "training costs $6N$ FLOPs per token", for a model of $N$
-# parameters, comes from: each weight does one multiply-add per token, $2N$ forward, plus $4N$ backward (lesson 12
+# parameters, comes from: each weight does one multiply-add per token, $2N$ forward, plus $4N$ backward (lesson 13
 # counts it on whole models). If only one input needs a gradient, only one product runs, and the backward costs
 # the same as the forward. That happens for the first layer, whose input is data, or for a frozen weight (LoRA
 # fine-tuning, for one, keeps a model's big matrices fixed and trains small ones added beside them).
 #
 # A popular rule of thumb says "3× for backward". Counted, a matmul's backward is exactly 2 times its forward; the
 # 3 is forward plus backward together, as the last column below shows. Ops other than matmuls can cost a little
-# more or less than twice, but in a transformer they are a small fraction of the FLOPs (lesson 12 counts them).
+# more or less than twice, but in a transformer they are a small fraction of the FLOPs (lesson 13 counts them).
 #
 # One more cost shows up in the backward only. When the batch axes were broadcast, each input was expanded, and
 # the expand's backward sums (section 1). $(2, 1, 16, 32) @ (1, 4, 32, 64)$ adds $2 \cdot 16 \cdot 32 \cdot (4-1)

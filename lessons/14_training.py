@@ -356,7 +356,7 @@ show(fig, OUT / "attention.png")
 #
 # The model ends with a final norm and the unembedding: $\mathrm{logits} = W_U\,\mathrm{norm}(x^{(n)})$. The
 # **logit lens** applies the same two steps to the residual stream at an earlier point and asks: if the model
-# stopped here, what would it predict? Lesson 08 did this on an untrained model, where it could only show the
+# stopped here, what would it predict? Lesson 09 did this on an untrained model, where it could only show the
 # mechanism. Now the model has learned something, and the lens shows where.
 #
 # We read the stream at five points: after the embedding, after each of the four sublayers (the last one is
@@ -447,7 +447,7 @@ show(fig, OUT / "logit_lens.png")
 # 3. `logit_lens`: `logit_lens(model, ids)` returns the logits read from the residual stream after the
 #    embedding and after each whole block, not each sublayer (`n_layers + 1` tensors, the last equal to
 #    `model(ids)`), section 7. The checker recomputes the stream with the hand-derived numpy blocks of
-#    lesson 09.
+#    lesson 10.
 #
 # `python -m tinygrad_block exercise 14` writes `exercise_14.py` with the three functions to fill in;
 # `python -m tinygrad_block check 14` checks them and says what is wrong.

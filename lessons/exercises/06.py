@@ -1,160 +1,197 @@
-"""Lesson 06's exercises: RoPE from Tensor ops, repeat_kv for grouped-query attention, and the KV cache of a whole
-model. Each check compares with an independent oracle (the library's nn.apply_rope, manual/'s RoPE and rotations
-written in numpy, manual.repeat_kv and its backward, accounting.kv_cache_bytes and the K and V measured on the
-shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
+"""Lesson 06's exercises: scaled dot-product attention from Tensor ops, a stable softmax, and attention's output
+split into one contribution per head. Each check compares with an independent oracle, the hand-derived pairs of
+manual/ in float64 (sdpa forward and backward, softmax forward and backward, the output projection as one linear)
+and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
-
-import numbers
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, manual, nn
-from tinygrad_block.measure import meta_ids, meta_lm
+from tinygrad_block import manual
 
 from .common import CheckFailed, tensor_result
 
-# ---------------------------------------------------------------- RoPE
-def _rope_np(x, positions, theta, *, adjacent=False, exponent=2.0, sign=1.0) -> np.ndarray:
-    """RoPE in numpy, with the usual slips as options: adjacent pairs (2i, 2i + 1), the frequency
-    theta^(-exponent i / d), the rotation turned the other way (sign -1)."""
-    d = x.shape[-1]
-    angle = sign * np.asarray(positions, float)[:, None] * theta ** (-exponent * np.arange(d // 2) / d)   # (L, d/2)
-    c, s = np.cos(angle), np.sin(angle)
-    if adjacent:
-        a, b = x[..., 0::2], x[..., 1::2]
-        out = np.empty_like(x)
-        out[..., 0::2], out[..., 1::2] = a * c - b * s, b * c + a * s
-        return out
-    a, b = x[..., :d // 2], x[..., d // 2:]
-    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
+    """manual.softmax_forward along `axis`: each row shifted by its own maximum; entries of -inf get weight 0."""
+    return np.moveaxis(manual.softmax_forward(np.moveaxis(s, axis, -1))[0], -1, axis)
 
 
-def _library_rope(x: np.ndarray, positions, theta) -> np.ndarray:
-    """nn.apply_rope with the library's tables, rows taken at `positions`."""
-    cos, sin = nn.rope_tables(max(positions) + 1, x.shape[-1], theta, tb.float64, "cpu")
-    return nn.apply_rope(tb.tensor(x), cos[list(positions)], sin[list(positions)]).numpy()
+# ---------------------------------------------------------------- attention
+def _attention_np(q, k, v, causal: bool, slip: str = "") -> np.ndarray:
+    """The oracle: manual.sdpa_forward, masked by manual.causal_mask when causal. `slip` gives the usual mistakes,
+    each the oracle with one change: the scores scaled by 1 or by 1 / d_head (q multiplied or divided by
+    sqrt(d_head) first), the mask on the other triangle or over the diagonal too, the future weights zeroed after
+    the softmax, the future scores set to 0 instead of -inf."""
+    L, d = q.shape[-2], q.shape[-1]
+    mask = manual.causal_mask(L, q) if causal else None                                  # (L, L): -inf where j > i
+    if slip == "unscaled":
+        q = q * np.sqrt(d)
+    elif slip == "scaled by d":
+        q = q / np.sqrt(d)
+    elif causal and slip == "other triangle":
+        mask = mask.T                                                                    # -inf where j < i
+    elif causal and slip == "diagonal":
+        mask = np.triu(np.full((L, L), -np.inf))                                         # -inf where j >= i
+    elif causal and slip in ("weights zeroed", "scores zeroed"):
+        s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d))                                # (B, H, L, L)
+        if slip == "weights zeroed":
+            return np.where(np.isinf(mask), 0.0, _softmax(s)) @ v
+        return _softmax(np.where(np.isinf(mask), 0.0, s)) @ v
+    with np.errstate(invalid="ignore"):
+        return manual.sdpa_forward(q, k, v, mask)[0]
 
 
-ROPE_SLIPS = [
-    (dict(adjacent=True), "you rotated adjacent pairs (2i, 2i + 1), the layout of the RoPE paper and Meta's original "
-                          "Llama code; this library, like Hugging Face's Llama, pairs dimension i with i + d_head/2"),
-    (dict(exponent=1.0), "the frequencies are theta^(-i/d_head); pair i turns by theta^(-2i/d_head) per token "
-                         "(i counts pairs, and 2i is the pair's first dimension in the adjacent layout)"),
-    (dict(sign=-1.0), "the rotation turns the wrong way: the first number of a pair becomes x1 cos - x2 sin, the "
-                      "second x2 cos + x1 sin"),
+def _attention_grads(q, k, v, dout):
+    """Causal attention's gradients by hand (manual.sdpa_backward): dV = A^T dout, dA = dout V^T,
+    dS = A (dA - sum(dA A)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)."""
+    return manual.sdpa_backward(dout, manual.sdpa_forward(q, k, v, manual.causal_mask(q.shape[-2], q))[1])
+
+
+def _qkv(seed: int = 0):
+    r = np.random.default_rng(seed)
+    B, H, L, d = 2, 3, 5, 4
+    return [r.standard_normal((B, H, L, d)) * 1.5 for _ in range(3)]
+
+
+ATTENTION_SLIPS = [  # (the slip, as _attention_np produces it; the hint), tried when the learner's result is wrong
+    ("unscaled", "the scores were not divided by sqrt(d_head) = 2"),
+    ("scaled by d", "the scores were divided by d_head = 4, not by its square root, 2"),
+    ("other triangle", "the mask is on the wrong triangle: it hides the keys before each query (j < i), not the "
+                       "future ones (j > i); -inf belongs above the diagonal, np.triu(..., k=1)"),
+    ("diagonal", "the mask hides the diagonal too: a query may read its own key (j = i); use np.triu(..., k=1)"),
+    ("weights zeroed", "the future weights were zeroed after the softmax, so the rows no longer sum to 1: add "
+                       "-inf to the scores before the softmax instead"),
+    ("scores zeroed", "the future scores were set to 0, but e^0 = 1 still gives those keys weight: they "
+                      "need -inf, so that e^-inf = 0"),
 ]
-ROPE_CASES = [((2, 3, 5, 8), [37, 38, 39, 40, 41], 10000.0), ((1, 2, 5, 16), [0, 7, 2, 1000, 3], 500000.0)]
 
 
-def check_rope(solution) -> None:
-    """Values against nn.apply_rope at the given positions, for two thetas; the gradient against the inverse
-    rotation, manual.rope_backward (the transpose of a rotation is the rotation by minus the angle)."""
-    r = np.random.default_rng(0)
-    for shape, positions, theta in ROPE_CASES:
-        x = r.standard_normal(shape)
-        got = tensor_result(solution.rope(tb.tensor(x), list(positions), theta), "rope", shape)
-        want = _library_rope(x, positions, theta)
-        call = f"rope(x {shape}, positions={positions}, theta={theta:g})"
-        err = np.abs(got - want).max()
-        if err < 1e-12:
+def check_attention(solution) -> None:
+    """Values against numpy (causal and not), then the gradients against the hand-derived ones."""
+    qn, kn, vn = _qkv()
+    shape = qn.shape
+    for causal in (False, True):
+        q, k, v = (tb.tensor(a, dtype=tb.float64) for a in (qn, kn, vn))
+        got = tensor_result(solution.attention(q, k, v, causal), "attention", shape)
+        want = _attention_np(qn, kn, vn, causal)
+        if np.isfinite(got).all() and np.abs(got - want).max() < 1e-10:
             continue
-        hints = [hint for slip, hint in ROPE_SLIPS if np.abs(got - _rope_np(x, positions, theta, **slip)).max() < 1e-9]
-        if np.abs(got - manual.rope_forward(x, theta)[0]).max() < 1e-9:                      # positions 0..L-1
-            hints.append("the rotation uses positions 0..L-1; use the `positions` given")
-        if np.abs(got - _rope_np(x, positions, 10000.0)).max() < 1e-9:
-            hints.append("the rotation uses theta = 10000 whatever `theta` is given")
-        raise CheckFailed(f"{call} is off by up to {err:.3g} from nn.apply_rope" + (": " + hints[0] if hints else ""))
-    x = tb.tensor(r.standard_normal((1, 2, 5, 8)), requires_grad=True)
-    positions = [3, 4, 5, 6, 7]
-    out = solution.rope(x, positions, 10000.0)
+        for slip, hint in ATTENTION_SLIPS:
+            with np.errstate(invalid="ignore"):
+                wrong = _attention_np(qn, kn, vn, causal, slip)
+            if np.allclose(got, wrong, rtol=0, atol=1e-10, equal_nan=True):
+                raise CheckFailed(f"attention(causal={causal}) is off by up to {np.nanmax(np.abs(got - want)):.3g}: "
+                                  f"{hint}")
+        if not np.isfinite(got).all():
+            raise CheckFailed(f"attention(causal={causal}) has non-finite entries ({np.isnan(got).sum()} NaN): a row "
+                              "whose keys are all masked has nothing to read; query i must keep keys 0..i")
+        other = _attention_np(qn, kn, vn, not causal)
+        if np.abs(got - other).max() < 1e-10:
+            raise CheckFailed(f"attention(causal={causal}) gives the {'causal' if not causal else 'unmasked'} result: "
+                              + ("causal=True must hide the keys after each query" if causal else
+                                 "causal=False must not mask anything (BERT-style attention reads every key)"))
+        i = np.unravel_index(np.abs(got - want).argmax(), shape)
+        raise CheckFailed(f"attention(causal={causal}) at index {tuple(int(j) for j in i)} is {got[i]!r}, expected "
+                          f"{want[i]!r} (softmax(q k^T / sqrt(d_head) + mask) v, computed in numpy)")
+    q, k, v = (tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in (qn, kn, vn))
+    dout = np.random.default_rng(1).standard_normal(shape)
+    out = solution.attention(q, k, v, True)
     if not out.requires_grad:
-        raise CheckFailed("no gradient reaches x: build rope from Tensor ops on x, not from numpy arrays")
-    g = r.standard_normal(x.shape)
-    (out * tb.tensor(g)).sum().backward()
-    want = manual.rope_backward(g, manual.rope_forward(x.numpy(), 10000.0, offset=positions[0])[1])   # R^T g
-    if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
-        raise CheckFailed("the gradient of rope is not the inverse rotation of the upstream gradient (off by "
-                          f"{np.inf if x.grad is None else np.abs(x.grad.numpy() - want).max():.3g})")
+        raise CheckFailed("no gradient reaches q, k, v: build attention from Tensor ops, not from numpy arrays")
+    (out * tb.tensor(dout, dtype=tb.float64)).sum().backward()
+    for name, t, want in zip("qkv", (q, k, v), _attention_grads(qn, kn, vn, dout)):
+        if t.grad is None:
+            raise CheckFailed(f"no gradient reached {name}: build attention from Tensor ops, not from numpy arrays")
+        err = np.abs(t.grad.numpy() - want).max()
+        if not err < 1e-10:
+            raise CheckFailed(f"the gradient of {name} is off by {err:.3g} from the hand-derived one "
+                              "(dS = A (dA - sum(dA A)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d), dV = A^T dout)")
 
 
-# ---------------------------------------------------------------- repeat_kv
-def check_repeat_kv(solution) -> None:
-    """Values against manual.repeat_kv, numpy's repeat along the head axis (head h reads KV head h // n_rep); the
-    gradient against manual.repeat_kv_backward, the sum over each group."""
-    r = np.random.default_rng(1)
-    for shape, n_rep in (((2, 3, 4, 5), 2), ((2, 2, 3, 4), 1), ((1, 1, 3, 4), 4), ((1, 2, 3, 4), 3)):
-        x = r.standard_normal(shape)
-        B, H_kv, L, d = shape
-        out_shape = (B, H_kv * n_rep, L, d)
-        got = tensor_result(solution.repeat_kv(tb.tensor(x), n_rep), f"repeat_kv(x {shape}, {n_rep})", out_shape)
-        want = manual.repeat_kv(x, n_rep)
-        if np.array_equal(got, want):
-            continue
-        reads = [next((j for j in range(H_kv) if np.array_equal(got[:, h], x[:, j])), None)
-                 for h in range(H_kv * n_rep)]
-        hint = (": that is tiling, query head h reading KV head h % H_kv; GQA hands KV head j to the consecutive query "
-                "heads j * n_rep .. j * n_rep + n_rep - 1, so head h reads h // n_rep (reshape to "
-                "(B, H_kv, 1, L, d), expand the new axis to n_rep, reshape back)"
-                if reads == [h % H_kv for h in range(H_kv * n_rep)] else "")
-        raise CheckFailed(f"repeat_kv(x {shape}, {n_rep}): query heads 0..{H_kv * n_rep - 1} read KV heads {reads}, "
-                          f"expected {[h // n_rep for h in range(H_kv * n_rep)]}{hint}")
-    x = tb.tensor(r.standard_normal((2, 3, 4, 5)), requires_grad=True)
-    out = solution.repeat_kv(x, 2)
-    if not out.requires_grad:
-        raise CheckFailed("no gradient reaches x: build repeat_kv from Tensor ops, not from numpy arrays")
-    g = r.standard_normal(out.shape)
-    out.backward(tb.tensor(g))
-    want = manual.repeat_kv_backward(g, 2)                                # each KV head: the sum over its group
-    if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
-        raise CheckFailed("the gradient of each KV head must be the sum of its group's gradients (query heads 2j "
-                          "and 2j + 1 for n_rep = 2)")
+# ---------------------------------------------------------------- stable softmax
+INF = np.inf
+ROWS = np.array([[1000.0, 999.0, 998.0, 0.0, -1.0],                 # e^1000 overflows
+                 [-1000.0, -1001.0, -999.0, -1000.5, -2000.0],        # e^-1000 underflows to 0
+                 [0.5, -INF, 1.5, -INF, 0.0],                          # masked keys get weight exactly 0
+                 [0.1, 0.2, -0.3, 0.4, 0.0]])
+COLUMNS = np.array([[500.0, -3.0, 0.0], [501.0, -INF, 0.0], [-200.0, -2.0, 0.0], [499.0, -4.0, 0.0]])
 
 
-# ---------------------------------------------------------------- the KV cache
-def measured_kv_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
-    """The K and V that every layer computes, measured: the whole model run on the shape-only device in float16,
-    the bytes of each layer's k_proj and v_proj outputs added up, and scaled to bytes_per_element."""
-    found = []
+def check_stable_softmax(solution) -> None:
+    """Along the last axis of ROWS and the first axis of COLUMNS, against float64 numpy; then the gradient against
+    the Jacobian product p (g - sum(p g)), derived by hand."""
+    for x, axis, kind in ((ROWS, -1, "row"), (COLUMNS, 0, "column")):
+        try:
+            out = solution.stable_softmax(tb.tensor(x, dtype=tb.float64), axis)
+        except ValueError as e:
+            if "broadcast" not in str(e):
+                raise
+            raise CheckFailed(f"stable_softmax(x, axis={axis}) on x of shape {x.shape} raised ValueError: {e}. A "
+                              "reduction drops its axis unless keepdims=True: x.max(axis, keepdims=True) and "
+                              "e.sum(axis, keepdims=True) keep it, so that they broadcast against x") from None
+        got = tensor_result(out, "stable_softmax", x.shape)
+        want = _softmax(x, axis)
+        lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
+        for xi, gi, wi in zip(lines(x), lines(got), lines(want)):
+            where = f"stable_softmax(x, axis={axis}) for the {kind} {xi.tolist()}"
+            if not np.isfinite(gi).all():
+                hint = ("e^1000 overflows to inf, and inf/inf is NaN: subtract each row's maximum before exp"
+                        if xi.max() > 700 else
+                        "every e^x underflows to 0 here, and 0/0 is NaN: subtract each row's own maximum "
+                        "(x.max(axis, keepdims=True)), not the maximum of the whole tensor")
+                raise CheckFailed(f"{where} is not finite: {gi.tolist()}; {hint}")
+            if (gi[xi == -INF] != 0.0).any():
+                raise CheckFailed(f"{where}: entries of -inf (masked keys) must get weight exactly 0; got "
+                                  f"{np.round(gi, 4).tolist()}")
+            if not np.abs(gi - wi).max() < 1e-12:
+                if axis != -1 and np.abs(got - _softmax(x, -1)).max() < 1e-12:
+                    hint = f"; that is the softmax along the last axis: use the `axis` argument ({axis})"
+                elif abs(gi.sum() - 1) > 1e-9:
+                    hint = (f"; it sums to {gi.sum():.6f}, not 1: divide by the sum along `axis` "
+                            "(keepdims=True)")
+                else:
+                    hint = ""
+                raise CheckFailed(f"{where} is {np.round(gi, 6).tolist()}, expected {np.round(wi, 6).tolist()}"
+                                  f"{hint}")
+    x = tb.tensor(ROWS, dtype=tb.float64, requires_grad=True)
+    p = solution.stable_softmax(x, -1)
+    if not p.requires_grad:
+        raise CheckFailed("no gradient reaches x: build stable_softmax from Tensor ops, not from numpy arrays")
+    g = np.random.default_rng(2).standard_normal(ROWS.shape)
+    (p * tb.tensor(g, dtype=tb.float64)).sum().backward()
+    want = manual.softmax_backward(g, manual.softmax_forward(ROWS)[1])
+    if x.grad is None or not np.isfinite(x.grad.numpy()).all() or np.abs(x.grad.numpy() - want).max() > 1e-12:
+        got = None if x.grad is None else x.grad.numpy()
+        raise CheckFailed(f"the gradient of stable_softmax is {got if got is None else np.round(got, 6).tolist()}, "
+                          f"expected p (g - sum(p g)) = {np.round(want, 6).tolist()}")
 
-    def keep(event):
-        if event.scope[-1:] in (("k_proj",), ("v_proj",)) and event.op.name == "matmul":
-            found.append(event.output.size)
-    with tb.no_grad(), tb.observe(keep):
-        meta_lm(cfg, tb.float16)(meta_ids(batch, seq_len))
-    return sum(found) * bytes_per_element
+
+# ---------------------------------------------------------------- one contribution per head
+def check_head_contributions(solution) -> None:
+    """Each head's slice against numpy (weighted[:, h] times the columns of o_weight that read head h), and their
+    sum against the output projection of the merged heads."""
+    r = np.random.default_rng(3)
+    B, H, L, d_head = 2, 4, 3, 5
+    d_model = H * d_head
+    weighted, w_o = r.standard_normal((B, H, L, d_head)), r.standard_normal((d_model, H * d_head))
+    got = solution.head_contributions(tb.tensor(weighted, dtype=tb.float64), tb.tensor(w_o, dtype=tb.float64))
+    if isinstance(got, (list, tuple)):
+        raise CheckFailed(f"head_contributions returned a {type(got).__name__} of {len(got)}; return one Tensor "
+                          f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
+    got = tensor_result(got, "head_contributions", (H, B, L, d_model))
+    want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
+    full = manual.linear_forward(manual.merge_heads(weighted), w_o)[0]                   # o_proj(merged)
+    if np.abs(got - want).max() < 1e-12 and np.abs(got.sum(0) - full).max() < 1e-12:
+        return
+    rows = np.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(H)])
+    if np.abs(got - rows).max() < 1e-12:
+        raise CheckFailed("the contributions use rows h*d_head:(h+1)*d_head of o_weight; o_proj.weight is stored "
+                          "(out, in), so the weights that read head h are its columns, "
+                          "o_weight[:, h*d_head:(h+1)*d_head], applied as weighted[:, h] @ that.mT")
+    err = np.abs(got.sum(0) - full).max()
+    raise CheckFailed(f"head_contributions: the slices are off by up to {np.abs(got - want).max():.3g}, and their sum "
+                      f"differs from o_proj(merged) by {err:.3g}")
 
 
-KV_CASES = [("llama2-7b", nn.preset("llama2-7b"), 1, 4096, 2), ("llama2-70b", nn.preset("llama2-70b"), 1, 4096, 2),
-            ("llama2-70b with MQA", nn.preset("llama2-70b").with_(n_kv_heads=1), 4, 1024, 2),
-            ("llama3-8b", nn.preset("llama3-8b"), 3, 8192, 4), ("tiny", nn.preset("tiny"), 2, 16, 4)]
-
-
-def check_kv_cache_bytes(solution) -> None:
-    """Each case against accounting.kv_cache_bytes and the measured K and V; the usual slips named."""
-    for name, cfg, batch, seq_len, size in KV_CASES:
-        got = solution.kv_cache_bytes(cfg, batch, seq_len, size)
-        want = accounting.kv_cache_bytes(cfg, seq_len, batch, size)
-        measured = measured_kv_bytes(cfg, batch, seq_len, size)
-        assert measured == want, (name, measured, want)                  # the two oracles agree
-        call = f"kv_cache_bytes({name}, batch={batch}, seq_len={seq_len}, bytes_per_element={size})"
-        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
-            raise CheckFailed(f"{call} returned {got!r}, a {type(got).__name__}; return an int (bytes are whole "
-                              "numbers: no division is needed)")
-        if got == want:
-            continue
-        hint = ""
-        per = 2 * cfg.n_layers * batch * seq_len * size
-        if got == per * cfg.n_heads * cfg.d_head and cfg.n_heads != cfg.n_kv_heads:
-            hint = (f": that counts all {cfg.n_heads} query heads, but only the n_kv_heads = {cfg.n_kv_heads} "
-                    "key/value heads are cached (each is shared by a group of query heads)")
-        elif got * 2 == want:
-            hint = ": half the answer. The cache keeps K and V, two tensors per layer"
-        elif got * cfg.n_layers == want:
-            hint = f": that is one layer; each of the {cfg.n_layers} layers keeps its own K and V"
-        elif got * batch == want:
-            hint = f": that is one sequence; each of the {batch} sequences of the batch has its own cache"
-        raise CheckFailed(f"{call} = {got:,}, expected {want:,} (measured on the model: K and V of every layer){hint}")
-
-
-CHECKS = [("rope", check_rope), ("repeat_kv", check_repeat_kv), ("kv_cache_bytes", check_kv_cache_bytes)]
+CHECKS = [("attention", check_attention), ("stable_softmax", check_stable_softmax),
+          ("head_contributions", check_head_contributions)]

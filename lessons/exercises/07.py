@@ -1,203 +1,160 @@
-"""Lesson 07's exercises: the SwiGLU FFN from Tensor ops, the hidden width by Meta's rounding rule, and the FFN's
-share of a model's parameters. Each check compares with an independent oracle (SwiGLU's forward and backward
-from manual/ and nn.SwiGLU, the published widths of the presets, the parameters of each model built on the
+"""Lesson 07's exercises: RoPE from Tensor ops, repeat_kv for grouped-query attention, and the KV cache of a whole
+model. Each check compares with an independent oracle (the library's nn.apply_rope, manual/'s RoPE and rotations
+written in numpy, manual.repeat_kv and its backward, accounting.kv_cache_bytes and the K and V measured on the
 shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
-import math
+import numbers
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import manual, nn
-from tinygrad_block.measure import meta_lm
+from tinygrad_block import accounting, manual, nn
+from tinygrad_block.measure import meta_ids, meta_lm
 
 from .common import CheckFailed, tensor_result
 
-# ---------------------------------------------------------------- swiglu
-W_GATE = np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.2], [-0.1, 0.3, 0.5], [0.3, -0.1, 0.2]])   # (in, out): x @ W
-W_UP = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1, -0.3]])
-W_DOWN = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -0.5], [0.2, -0.3, 1.0], [-1.0, 0.4, 0.0]])   # (out, in) = (4, 3)
+# ---------------------------------------------------------------- RoPE
+def _rope_np(x, positions, theta, *, adjacent=False, exponent=2.0, sign=1.0) -> np.ndarray:
+    """RoPE in numpy, with the usual slips as options: adjacent pairs (2i, 2i + 1), the frequency
+    theta^(-exponent i / d), the rotation turned the other way (sign -1)."""
+    d = x.shape[-1]
+    angle = sign * np.asarray(positions, float)[:, None] * theta ** (-exponent * np.arange(d // 2) / d)   # (L, d/2)
+    c, s = np.cos(angle), np.sin(angle)
+    if adjacent:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2], out[..., 1::2] = a * c - b * s, b * c + a * s
+        return out
+    a, b = x[..., :d // 2], x[..., d // 2:]
+    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
 
 
-def _swiglu_np(x, w_gate, w_up, w_down, slip: str = ""):
-    """The oracle: manual.swiglu_forward, weights stored (out, in). `slip` gives the usual mistakes: the gate and up
-    projections swapped (SiLU on the up projection), or the gate's SiLU replaced by a sigmoid (GLU) or by 1."""
-    if slip == "gate on up":
-        w_gate, w_up = w_up, w_gate
-    if slip in ("sigmoid", "no gate"):
-        gate = manual.sigmoid(x @ w_gate.T) if slip == "sigmoid" else 1.0                  # (B, L, d_ff)
-        return (gate * (x @ w_up.T)) @ w_down.T
-    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
+def _library_rope(x: np.ndarray, positions, theta) -> np.ndarray:
+    """nn.apply_rope with the library's tables, rows taken at `positions`."""
+    cos, sin = nn.rope_tables(max(positions) + 1, x.shape[-1], theta, tb.float64, "cpu")
+    return nn.apply_rope(tb.tensor(x), cos[list(positions)], sin[list(positions)]).numpy()
 
 
-SWIGLU_SLIPS = [("gate on up", "SiLU went on the up projection; the gate is SiLU(x @ w_gate.mT), and the up "
-                               "projection x @ w_up.mT passes through unchanged"),
-                ("sigmoid", "that is GLU, whose gate is sigmoid(x @ w_gate.mT); SwiGLU's gate is "
-                            "SiLU(z) = z * sigmoid(z)"),
-                ("no gate", "the gate is missing: the hidden vector is SiLU(gate) * up, not up alone")]
+ROPE_SLIPS = [
+    (dict(adjacent=True), "you rotated adjacent pairs (2i, 2i + 1), the layout of the RoPE paper and Meta's original "
+                          "Llama code; this library, like Hugging Face's Llama, pairs dimension i with i + d_head/2"),
+    (dict(exponent=1.0), "the frequencies are theta^(-i/d_head); pair i turns by theta^(-2i/d_head) per token "
+                         "(i counts pairs, and 2i is the pair's first dimension in the adjacent layout)"),
+    (dict(sign=-1.0), "the rotation turns the wrong way: the first number of a pair becomes x1 cos - x2 sin, the "
+                      "second x2 cos + x1 sin"),
+]
+ROPE_CASES = [((2, 3, 5, 8), [37, 38, 39, 40, 41], 10000.0), ((1, 2, 5, 16), [0, 7, 2, 1000, 3], 500000.0)]
 
 
-def _call_swiglu(solution, arrays, where: str) -> np.ndarray:
-    x, wg, wu, wd = (tb.tensor(a, dtype=tb.float64) for a in arrays)
-    try:
-        got = solution.swiglu(x, wg, wu, wd)
-    except (ValueError, IndexError) as e:
-        raise CheckFailed(f"swiglu on {where} raised {type(e).__name__}: {e}. The weights are stored (out, in): "
-                          "w_gate is (d_ff, d_model), so the gate is x @ w_gate.mT, and w_down is (d_model, d_ff), "
-                          "so the output is hidden @ w_down.mT") from None
-    return tensor_result(got, "swiglu", x.shape)
-
-
-def check_swiglu(solution) -> None:
-    """The worked example (d_model 4, d_ff 3) against numpy; a random FFN against nn.SwiGLU; the gradients of x and
-    the three weights against the hand-derived backward (manual.swiglu_backward)."""
-    example = (np.array([[[1.0, -0.5, 0.2, 0.8]]]), W_GATE.T, W_UP.T, W_DOWN)
-    r = np.random.default_rng(7)
-    d, d_ff = 6, 10
-    rand = (r.standard_normal((2, 3, d)), r.standard_normal((d_ff, d)) / math.sqrt(d),
-            r.standard_normal((d_ff, d)) / math.sqrt(d), r.standard_normal((d, d_ff)) / math.sqrt(d_ff))
-    for where, arrays in (("the worked example, x = [1, -0.5, 0.2, 0.8]", example),
-                          ("a random (2, 3, 6) input, d_ff = 10", rand)):
-        got, want = _call_swiglu(solution, arrays, where), _swiglu_np(*arrays)
-        if np.abs(got - want).max() < 1e-12:
+def check_rope(solution) -> None:
+    """Values against nn.apply_rope at the given positions, for two thetas; the gradient against the inverse
+    rotation, manual.rope_backward (the transpose of a rotation is the rotation by minus the angle)."""
+    r = np.random.default_rng(0)
+    for shape, positions, theta in ROPE_CASES:
+        x = r.standard_normal(shape)
+        got = tensor_result(solution.rope(tb.tensor(x), list(positions), theta), "rope", shape)
+        want = _library_rope(x, positions, theta)
+        call = f"rope(x {shape}, positions={positions}, theta={theta:g})"
+        err = np.abs(got - want).max()
+        if err < 1e-12:
             continue
-        for slip, hint in SWIGLU_SLIPS:
-            if np.abs(got - _swiglu_np(*arrays, slip=slip)).max() < 1e-12:
-                raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 4).tolist()}..., expected "
-                                  f"{np.round(want.ravel()[:4], 4).tolist()}...: {hint}")
-        hidden = manual.silu_forward(arrays[0] @ W_GATE)[0] * (arrays[0] @ W_UP) if arrays is example else None
-        extra = (f" (the hidden vector SiLU(gate) * up should be {np.round(hidden.ravel(), 4).tolist()})"
-                 if hidden is not None else "")
-        raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 6).tolist()}..., expected "
-                          f"{np.round(want.ravel()[:4], 6).tolist()}... (W_down(SiLU(W_gate x) * W_up x)){extra}")
-    cfg = nn.BlockConfig(d_model=d, n_heads=1, n_kv_heads=1, d_ff=d_ff)
-    module = nn.SwiGLU(cfg, generator=tb.Generator(0), dtype=tb.float64)
-    module.load_state_dict({name: tb.tensor(a, dtype=tb.float64) for name, a in
-                            zip(("gate_proj.weight", "up_proj.weight", "down_proj.weight"), rand[1:])})
-    if np.abs(_call_swiglu(solution, rand, "nn.SwiGLU's input") -
-              module(tb.tensor(rand[0], dtype=tb.float64)).numpy()).max() > 1e-12:
-        raise CheckFailed("swiglu differs from nn.SwiGLU with the same weights")
-    leaves = [tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in rand]
-    out = solution.swiglu(*leaves)
+        hints = [hint for slip, hint in ROPE_SLIPS if np.abs(got - _rope_np(x, positions, theta, **slip)).max() < 1e-9]
+        if np.abs(got - manual.rope_forward(x, theta)[0]).max() < 1e-9:                      # positions 0..L-1
+            hints.append("the rotation uses positions 0..L-1; use the `positions` given")
+        if np.abs(got - _rope_np(x, positions, 10000.0)).max() < 1e-9:
+            hints.append("the rotation uses theta = 10000 whatever `theta` is given")
+        raise CheckFailed(f"{call} is off by up to {err:.3g} from nn.apply_rope" + (": " + hints[0] if hints else ""))
+    x = tb.tensor(r.standard_normal((1, 2, 5, 8)), requires_grad=True)
+    positions = [3, 4, 5, 6, 7]
+    out = solution.rope(x, positions, 10000.0)
     if not out.requires_grad:
-        raise CheckFailed("no gradient reaches x or the weights: build swiglu from Tensor ops, not numpy arrays")
-    dout = r.standard_normal(out.shape)
-    (out * tb.tensor(dout, dtype=tb.float64)).sum().backward()
-    _, cache = manual.swiglu_forward(rand[0], manual.Linear(rand[1]), manual.Linear(rand[2]), manual.Linear(rand[3]))
-    dx, grads = manual.swiglu_backward(dout, cache)
-    dw = [grads[proj]["weight"] for proj in ("gate_proj", "up_proj", "down_proj")]
-    for name, leaf, want in zip(("x", "w_gate", "w_up", "w_down"), leaves, (dx, *dw)):
-        if leaf.grad is None:
-            raise CheckFailed(f"no gradient reached {name}: build swiglu from Tensor ops, not numpy arrays")
-        if np.abs(leaf.grad.numpy() - want).max() > 1e-12:
-            raise CheckFailed(f"the gradient of {name} is off by {np.abs(leaf.grad.numpy() - want).max():.3g} from "
-                              "the hand-derived backward")
+        raise CheckFailed("no gradient reaches x: build rope from Tensor ops on x, not from numpy arrays")
+    g = r.standard_normal(x.shape)
+    (out * tb.tensor(g)).sum().backward()
+    want = manual.rope_backward(g, manual.rope_forward(x.numpy(), 10000.0, offset=positions[0])[1])   # R^T g
+    if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
+        raise CheckFailed("the gradient of rope is not the inverse rotation of the upstream gradient (off by "
+                          f"{np.inf if x.grad is None else np.abs(x.grad.numpy() - want).max():.3g})")
 
 
-# ---------------------------------------------------------------- swiglu_width
-WIDTHS = [("llama2-7b", 256, None), ("llama2-13b", 256, None), ("llama2-70b", 4096, 1.3),
-          ("llama3-8b", 1024, 1.3), ("tinyllama-1.1b", 256, None)]
-
-
-def check_swiglu_width(solution) -> None:
-    """Each published width (the presets' d_ff) from its d_model, multiple_of and multiplier."""
-    for name, multiple_of, mult in WIDTHS:
-        cfg = nn.preset(name)
-        args = f"swiglu_width({cfg.d_model}, {multiple_of}{'' if mult is None else f', {mult}'})"
-        got = solution.swiglu_width(cfg.d_model, multiple_of, mult)
-        if isinstance(got, float) and got == cfg.d_ff:
-            raise CheckFailed(f"{args} = {got!r} is a float; a width is an int (use // or int())")
-        if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
-            raise CheckFailed(f"{args} must return an int; got {type(got).__name__} {got!r}")
-        if got == cfg.d_ff:
+# ---------------------------------------------------------------- repeat_kv
+def check_repeat_kv(solution) -> None:
+    """Values against manual.repeat_kv, numpy's repeat along the head axis (head h reads KV head h // n_rep); the
+    gradient against manual.repeat_kv_backward, the sum over each group."""
+    r = np.random.default_rng(1)
+    for shape, n_rep in (((2, 3, 4, 5), 2), ((2, 2, 3, 4), 1), ((1, 1, 3, 4), 4), ((1, 2, 3, 4), 3)):
+        x = r.standard_normal(shape)
+        B, H_kv, L, d = shape
+        out_shape = (B, H_kv * n_rep, L, d)
+        got = tensor_result(solution.repeat_kv(tb.tensor(x), n_rep), f"repeat_kv(x {shape}, {n_rep})", out_shape)
+        want = manual.repeat_kv(x, n_rep)
+        if np.array_equal(got, want):
             continue
-        hidden = int(2 * 4 * cfg.d_model / 3)
-        if mult is not None:
-            hidden = int(mult * hidden)
-        up, down = -(-hidden // multiple_of) * multiple_of, hidden // multiple_of * multiple_of
-        nearest = " (the nearest one, too)" if round(hidden / multiple_of) * multiple_of == down else ""
-        slips = [(-(-int(2 * 4 * cfg.d_model / 3) // multiple_of) * multiple_of, "the multiplier was left out"),
-                 (-(-int((mult or 0) * 4 * cfg.d_model) // multiple_of) * multiple_of,
-                  "the multiplier went on 4 d_model; it multiplies the 2/3 * 4 d_model width"),
-                 (down, f"that is the multiple of {multiple_of} below {hidden}{nearest}; Meta's code rounds UP: "
-                        "multiple_of * ((hidden + multiple_of - 1) // multiple_of)"),
-                 (hidden, f"that is {hidden} before rounding; round it up to a multiple of {multiple_of}")]
-        hint = next((h for value, h in slips if value == got and value != up), "")
-        raise CheckFailed(f"{args} = {got}, but {name}'s published width is {cfg.d_ff}" + (f": {hint}" if hint else ""))
+        reads = [next((j for j in range(H_kv) if np.array_equal(got[:, h], x[:, j])), None)
+                 for h in range(H_kv * n_rep)]
+        hint = (": that is tiling, query head h reading KV head h % H_kv; GQA hands KV head j to the consecutive query "
+                "heads j * n_rep .. j * n_rep + n_rep - 1, so head h reads h // n_rep (reshape to "
+                "(B, H_kv, 1, L, d), expand the new axis to n_rep, reshape back)"
+                if reads == [h % H_kv for h in range(H_kv * n_rep)] else "")
+        raise CheckFailed(f"repeat_kv(x {shape}, {n_rep}): query heads 0..{H_kv * n_rep - 1} read KV heads {reads}, "
+                          f"expected {[h // n_rep for h in range(H_kv * n_rep)]}{hint}")
+    x = tb.tensor(r.standard_normal((2, 3, 4, 5)), requires_grad=True)
+    out = solution.repeat_kv(x, 2)
+    if not out.requires_grad:
+        raise CheckFailed("no gradient reaches x: build repeat_kv from Tensor ops, not from numpy arrays")
+    g = r.standard_normal(out.shape)
+    out.backward(tb.tensor(g))
+    want = manual.repeat_kv_backward(g, 2)                                # each KV head: the sum over its group
+    if x.grad is None or np.abs(x.grad.numpy() - want).max() > 1e-12:
+        raise CheckFailed("the gradient of each KV head must be the sum of its group's gradients (query heads 2j "
+                          "and 2j + 1 for n_rep = 2)")
 
 
-# ---------------------------------------------------------------- ffn_share
-SHARE_MODELS = ["llama2-7b", "llama2-70b", "llama3-8b", "smollm-135m", "gpt2-small"]
+# ---------------------------------------------------------------- the KV cache
+def measured_kv_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
+    """The K and V that every layer computes, measured: the whole model run on the shape-only device in float16,
+    the bytes of each layer's k_proj and v_proj outputs added up, and scaled to bytes_per_element."""
+    found = []
+
+    def keep(event):
+        if event.scope[-1:] in (("k_proj",), ("v_proj",)) and event.op.name == "matmul":
+            found.append(event.output.size)
+    with tb.no_grad(), tb.observe(keep):
+        meta_lm(cfg, tb.float16)(meta_ids(batch, seq_len))
+    return sum(found) * bytes_per_element
 
 
-def _counted(cfg: nn.BlockConfig) -> dict:
-    """Parameters of nn.LM(cfg) built on meta: the FFNs', each block's FFN weights alone, and everything."""
-    ffn = weights = total = 0
-    for name, p in meta_lm(cfg).named_parameters():
-        total += p.size
-        if ".ffn." in name:
-            ffn += p.size
-            weights += p.size if name.endswith(".weight") else 0
-    return {"ffn": ffn, "weights": weights, "total": total}
+KV_CASES = [("llama2-7b", nn.preset("llama2-7b"), 1, 4096, 2), ("llama2-70b", nn.preset("llama2-70b"), 1, 4096, 2),
+            ("llama2-70b with MQA", nn.preset("llama2-70b").with_(n_kv_heads=1), 4, 1024, 2),
+            ("llama3-8b", nn.preset("llama3-8b"), 3, 8192, 4), ("tiny", nn.preset("tiny"), 2, 16, 4)]
 
 
-def check_ffn_share(solution) -> None:
-    """The share counted on the shape-only device, for Llama-2 7B and 70B, Llama-3-8B, SmolLM (tied embeddings) and
-    GPT-2 small (the classic FFN with biases, tied embeddings, learned positions)."""
-    for name in SHARE_MODELS:
-        cfg = nn.preset(name)
-        got = solution.ffn_share(cfg)
-        if not isinstance(got, (float, int, np.floating)) or isinstance(got, bool):
-            raise CheckFailed(f"ffn_share(preset({name!r})) must return a number (a fraction); got "
-                              f"{type(got).__name__}")
-        n = _counted(cfg)
-        want = n["ffn"] / n["total"]
-        if abs(got - want) < 1e-12:
+def check_kv_cache_bytes(solution) -> None:
+    """Each case against accounting.kv_cache_bytes and the measured K and V; the usual slips named."""
+    for name, cfg, batch, seq_len, size in KV_CASES:
+        got = solution.kv_cache_bytes(cfg, batch, seq_len, size)
+        want = accounting.kv_cache_bytes(cfg, seq_len, batch, size)
+        measured = measured_kv_bytes(cfg, batch, seq_len, size)
+        assert measured == want, (name, measured, want)                  # the two oracles agree
+        call = f"kv_cache_bytes({name}, batch={batch}, seq_len={seq_len}, bytes_per_element={size})"
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+            raise CheckFailed(f"{call} returned {got!r}, a {type(got).__name__}; return an int (bytes are whole "
+                              "numbers: no division is needed)")
+        if got == want:
             continue
-        raise CheckFailed(f"ffn_share(preset({name!r})) = {float(got):.6f}, but counted on the model it is "
-                          f"{n['ffn']:,} / {n['total']:,} = {want:.6f}{_share_hint(cfg, float(got), n)}")
-    share = solution.ffn_share(nn.preset("llama2-7b"))
-    if not share > 0.6:
-        raise CheckFailed(f"Llama-2-7B's FFN share is {share:.4f}, not more than 0.6")
+        hint = ""
+        per = 2 * cfg.n_layers * batch * seq_len * size
+        if got == per * cfg.n_heads * cfg.d_head and cfg.n_heads != cfg.n_kv_heads:
+            hint = (f": that counts all {cfg.n_heads} query heads, but only the n_kv_heads = {cfg.n_kv_heads} "
+                    "key/value heads are cached (each is shared by a group of query heads)")
+        elif got * 2 == want:
+            hint = ": half the answer. The cache keeps K and V, two tensors per layer"
+        elif got * cfg.n_layers == want:
+            hint = f": that is one layer; each of the {cfg.n_layers} layers keeps its own K and V"
+        elif got * batch == want:
+            hint = f": that is one sequence; each of the {batch} sequences of the batch has its own cache"
+        raise CheckFailed(f"{call} = {got:,}, expected {want:,} (measured on the model: K and V of every layer){hint}")
 
 
-def _share_hint(cfg: nn.BlockConfig, got: float, n: dict) -> str:
-    """Name the usual slip when the learner's number is what it would give: each slip's share is counted on the
-    model of a changed config, or from the counts with one matrix too few or too many."""
-    total, per_matrix = n["total"], cfg.n_layers * cfg.d_model * cfg.d_ff
-    block = meta_lm(cfg).layers[0]
-    three = cfg.ffn == "swiglu"
-    matrices = ("that counts two matrices per FFN; SwiGLU has three: gate, up and down" if three else
-                "that counts three matrices per FFN; the classic FFN has two (up and down): only SwiGLU has a gate")
-    extra = -per_matrix if three else per_matrix
-    slips = [((n["ffn"] + extra) / (total + extra), matrices), ((n["ffn"] + extra) / total, matrices),
-             (block.ffn.num_parameters() / block.num_parameters(),
-              "that is the FFN's share of ONE BLOCK; the exercise asks for its share of the whole model, embedding "
-              "and LM head included"),
-             (_share(cfg.with_(tie_embeddings=not cfg.tie_embeddings)),
-              "the LM head was counted, but this model ties it to the embedding (cfg.tie_embeddings): the same "
-              "matrix, counted once" if cfg.tie_embeddings else
-              "the LM head is missing from the total: untied, it is a second vocab_size x d_model matrix")]
-    if cfg.bias:
-        slips.append((_share(cfg.with_(bias=False)), "the biases are missing (cfg.bias: one per output of each "
-                                                     "projection, and LayerNorm's shifts)"))
-    if not cfg.rope:
-        slips.append((_share(cfg.with_(rope=True)), "the learned position embedding (max_seq_len x d_model) is "
-                                                    "missing from the total"))
-    hint = next((f": {hint}" for value, hint in slips if abs(got - value) < 1e-9), "")
-    if hint or not got > 0:
-        return hint
-    off = round(n["ffn"] / got) - total                                   # the learner's total, if their FFN is right
-    per_block = f" ({cfg.n_layers} blocks x {abs(off) // cfg.n_layers:,})" if off % cfg.n_layers == 0 else ""
-    return (f" (if your FFN count, {n['ffn']:,}, is right, your total has {abs(off):,} parameters "
-            f"{'too few' if off < 0 else 'too many'}{per_block}: compare each part with the model's "
-            "named_parameters())" if off else "")
-
-
-def _share(cfg: nn.BlockConfig) -> float:
-    n = _counted(cfg)
-    return n["ffn"] / n["total"]
-
-
-CHECKS = [("swiglu", check_swiglu), ("swiglu_width", check_swiglu_width), ("ffn_share", check_ffn_share)]
+CHECKS = [("rope", check_rope), ("repeat_kv", check_repeat_kv), ("kv_cache_bytes", check_kv_cache_bytes)]

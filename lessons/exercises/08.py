@@ -1,183 +1,203 @@
-"""Lesson 08's exercises: the post-norm layout from a block's modules, the gradient reaching the input of a stack
-of blocks (pre-norm against post-norm, 3 blocks), and the residual stream split into one write per sublayer.
-Each check compares with an independent oracle (nn.PostNormBlock and the hand-derived forward and backward passes
-of tinygrad_block.manual, in numpy) and says what is wrong, with the numbers, naming the usual slips."""
+"""Lesson 08's exercises: the SwiGLU FFN from Tensor ops, the hidden width by Meta's rounding rule, and the FFN's
+share of a model's parameters. Each check compares with an independent oracle (SwiGLU's forward and backward
+from manual/ and nn.SwiGLU, the published widths of the presets, the parameters of each model built on the
+shape-only device) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
+from tinygrad_block.measure import meta_lm
 
 from .common import CheckFailed, tensor_result
 
-CFG = nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=32)   # GQA, d_head = 4
-B, L = 2, 5
+# ---------------------------------------------------------------- swiglu
+W_GATE = np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.2], [-0.1, 0.3, 0.5], [0.3, -0.1, 0.2]])   # (in, out): x @ W
+W_UP = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1, -0.3]])
+W_DOWN = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -0.5], [0.2, -0.3, 1.0], [-1.0, 0.4, 0.0]])   # (out, in) = (4, 3)
 
 
-def _blocks(layout: str, n: int, seed: int) -> list:
-    """n blocks of `layout` in float64 with every parameter random: weights ~ N(0, 1/fan_in), and norm gains
-    ~ 1 + 0.3 N(0, 1), so that norm1 and norm2 differ and swapping them shows."""
-    r, out = np.random.default_rng(seed), []
-    for i in range(n):
-        blk = nn.TransformerBlock(CFG.with_(layout=layout), generator=tb.Generator(seed + i), dtype=tb.float64)
-        blk.load_state_dict({name: tb.tensor(1 + 0.3 * r.standard_normal(p.shape) if p.ndim == 1 else
-                                             r.standard_normal(p.shape) / np.sqrt(p.shape[-1]), dtype=tb.float64)
-                             for name, p in blk.named_parameters()})
-        out.append(blk)
-    return out
+def _swiglu_np(x, w_gate, w_up, w_down, slip: str = ""):
+    """The oracle: manual.swiglu_forward, weights stored (out, in). `slip` gives the usual mistakes: the gate and up
+    projections swapped (SiLU on the up projection), or the gate's SiLU replaced by a sigmoid (GLU) or by 1."""
+    if slip == "gate on up":
+        w_gate, w_up = w_up, w_gate
+    if slip in ("sigmoid", "no gate"):
+        gate = manual.sigmoid(x @ w_gate.T) if slip == "sigmoid" else 1.0                  # (B, L, d_ff)
+        return (gate * (x @ w_up.T)) @ w_down.T
+    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
 
 
-def _params(block) -> dict:
-    return {name: p.numpy() for name, p in block.named_parameters()}
+SWIGLU_SLIPS = [("gate on up", "SiLU went on the up projection; the gate is SiLU(x @ w_gate.mT), and the up "
+                               "projection x @ w_up.mT passes through unchanged"),
+                ("sigmoid", "that is GLU, whose gate is sigmoid(x @ w_gate.mT); SwiGLU's gate is "
+                            "SiLU(z) = z * sigmoid(z)"),
+                ("no gate", "the gate is missing: the hidden vector is SiLU(gate) * up, not up alone")]
 
 
-def _input(seed: int) -> np.ndarray:
-    return 2.0 * np.random.default_rng(seed).standard_normal((B, L, CFG.d_model))     # RMS about 2
+def _call_swiglu(solution, arrays, where: str) -> np.ndarray:
+    x, wg, wu, wd = (tb.tensor(a, dtype=tb.float64) for a in arrays)
+    try:
+        got = solution.swiglu(x, wg, wu, wd)
+    except (ValueError, IndexError) as e:
+        raise CheckFailed(f"swiglu on {where} raised {type(e).__name__}: {e}. The weights are stored (out, in): "
+                          "w_gate is (d_ff, d_model), so the gate is x @ w_gate.mT, and w_down is (d_model, d_ff), "
+                          "so the output is hidden @ w_down.mT") from None
+    return tensor_result(got, "swiglu", x.shape)
 
 
-# ---------------------------------------------------------------- post_norm_block
-def _post_slips(block, xn: np.ndarray) -> list:
-    """(output, hint) of the usual mistakes, computed with the block's modules."""
-    x = tb.tensor(xn, dtype=tb.float64)
-    n1, n2, attn, ffn = block.norm1, block.norm2, block.attn, block.ffn
-    h = x + attn(n1(x))
-    pre = h + ffn(n2(h))
-    h = x + n1(attn(x))
-    inside = h + n2(ffn(h))
-    h = n2(x + attn(x))
-    swapped = n1(h + ffn(h))
-    h = n1(x + attn(x))
-    one_add = n2(ffn(h))
-    return [(pre, "that is the pre-norm layout, x + attn(norm1(x)): in post-norm the sublayer reads x itself and "
-                  "the norm comes AFTER the residual add, h = norm1(x + attn(x))"),
-            (inside, "the norm went on the sublayer's output before the add, x + norm1(attn(x)); post-norm "
-                     "normalises the sum: norm1(x + attn(x))"),
-            (swapped, "norm1 and norm2 are swapped: norm1 follows attention, norm2 follows the FFN"),
-            (one_add, "the second residual is missing: out = norm2(h + ffn(h)), not norm2(ffn(h))")]
-
-
-def check_post_norm_block(solution) -> None:
-    """Against nn.PostNormBlock holding the same weights and against manual.block_forward (post-norm, numpy);
-    then the gradient of x against the hand-derived post-norm backward."""
-    pre_block = _blocks("pre", 1, seed=10)[0]
-    post_block = nn.TransformerBlock(CFG.with_(layout="post"), generator=tb.Generator(0), dtype=tb.float64)
-    post_block.load_state_dict(pre_block.state_dict())
-    xn = _input(11)
-    got = tensor_result(solution.post_norm_block(pre_block, tb.tensor(xn, dtype=tb.float64)), "post_norm_block",
-                    xn.shape)
-    want, _ = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
-    if not np.abs(got - want).max() < 1e-12:
-        for wrong, hint in _post_slips(pre_block, xn):
-            if np.abs(got - wrong.numpy()).max() < 1e-12:
-                raise CheckFailed(f"post_norm_block is off by up to {np.abs(got - want).max():.3g}: {hint}")
-        library = post_block(tb.tensor(xn, dtype=tb.float64)).numpy()
-        raise CheckFailed(f"post_norm_block is off by up to {np.abs(got - library).max():.3g} from nn.PostNormBlock "
-                          "with the same weights (norm2(h + ffn(h)), h = norm1(x + attn(x)))")
-    x = tb.tensor(xn, dtype=tb.float64, requires_grad=True)
-    out = solution.post_norm_block(pre_block, x)
+def check_swiglu(solution) -> None:
+    """The worked example (d_model 4, d_ff 3) against numpy; a random FFN against nn.SwiGLU; the gradients of x and
+    the three weights against the hand-derived backward (manual.swiglu_backward)."""
+    example = (np.array([[[1.0, -0.5, 0.2, 0.8]]]), W_GATE.T, W_UP.T, W_DOWN)
+    r = np.random.default_rng(7)
+    d, d_ff = 6, 10
+    rand = (r.standard_normal((2, 3, d)), r.standard_normal((d_ff, d)) / math.sqrt(d),
+            r.standard_normal((d_ff, d)) / math.sqrt(d), r.standard_normal((d, d_ff)) / math.sqrt(d_ff))
+    for where, arrays in (("the worked example, x = [1, -0.5, 0.2, 0.8]", example),
+                          ("a random (2, 3, 6) input, d_ff = 10", rand)):
+        got, want = _call_swiglu(solution, arrays, where), _swiglu_np(*arrays)
+        if np.abs(got - want).max() < 1e-12:
+            continue
+        for slip, hint in SWIGLU_SLIPS:
+            if np.abs(got - _swiglu_np(*arrays, slip=slip)).max() < 1e-12:
+                raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 4).tolist()}..., expected "
+                                  f"{np.round(want.ravel()[:4], 4).tolist()}...: {hint}")
+        hidden = manual.silu_forward(arrays[0] @ W_GATE)[0] * (arrays[0] @ W_UP) if arrays is example else None
+        extra = (f" (the hidden vector SiLU(gate) * up should be {np.round(hidden.ravel(), 4).tolist()})"
+                 if hidden is not None else "")
+        raise CheckFailed(f"swiglu on {where} is {np.round(got.ravel()[:4], 6).tolist()}..., expected "
+                          f"{np.round(want.ravel()[:4], 6).tolist()}... (W_down(SiLU(W_gate x) * W_up x)){extra}")
+    cfg = nn.BlockConfig(d_model=d, n_heads=1, n_kv_heads=1, d_ff=d_ff)
+    module = nn.SwiGLU(cfg, generator=tb.Generator(0), dtype=tb.float64)
+    module.load_state_dict({name: tb.tensor(a, dtype=tb.float64) for name, a in
+                            zip(("gate_proj.weight", "up_proj.weight", "down_proj.weight"), rand[1:])})
+    if np.abs(_call_swiglu(solution, rand, "nn.SwiGLU's input") -
+              module(tb.tensor(rand[0], dtype=tb.float64)).numpy()).max() > 1e-12:
+        raise CheckFailed("swiglu differs from nn.SwiGLU with the same weights")
+    leaves = [tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in rand]
+    out = solution.swiglu(*leaves)
     if not out.requires_grad:
-        raise CheckFailed("no gradient reaches x: use the block's modules on Tensors, not numpy arrays")
-    dout = np.random.default_rng(12).standard_normal(xn.shape)
-    out.backward(tb.tensor(dout, dtype=tb.float64))
-    _, cache = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
-    dx, _ = manual.block_backward(dout, cache)
-    if x.grad is None or np.abs(x.grad.numpy() - dx).max() > 1e-10:
-        raise CheckFailed("the gradient of x through post_norm_block differs from the hand-derived backward")
+        raise CheckFailed("no gradient reaches x or the weights: build swiglu from Tensor ops, not numpy arrays")
+    dout = r.standard_normal(out.shape)
+    (out * tb.tensor(dout, dtype=tb.float64)).sum().backward()
+    _, cache = manual.swiglu_forward(rand[0], manual.Linear(rand[1]), manual.Linear(rand[2]), manual.Linear(rand[3]))
+    dx, grads = manual.swiglu_backward(dout, cache)
+    dw = [grads[proj]["weight"] for proj in ("gate_proj", "up_proj", "down_proj")]
+    for name, leaf, want in zip(("x", "w_gate", "w_up", "w_down"), leaves, (dx, *dw)):
+        if leaf.grad is None:
+            raise CheckFailed(f"no gradient reached {name}: build swiglu from Tensor ops, not numpy arrays")
+        if np.abs(leaf.grad.numpy() - want).max() > 1e-12:
+            raise CheckFailed(f"the gradient of {name} is off by {np.abs(leaf.grad.numpy() - want).max():.3g} from "
+                              "the hand-derived backward")
 
 
-# ---------------------------------------------------------------- input_grad_ratio
-def _grad_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> np.ndarray:
-    """dL/dx through the stack, with the hand-derived forward and backward passes."""
-    caches, h = [], xn
-    for blk in blocks:
-        h, cache = manual.block_forward(h, _params(blk), CFG.with_(layout=layout))
-        caches.append(cache)
-    g = dout
-    for cache in reversed(caches):
-        g, _ = manual.block_backward(g, cache)
-    return g
+# ---------------------------------------------------------------- swiglu_width
+WIDTHS = [("llama2-7b", 256, None), ("llama2-13b", 256, None), ("llama2-70b", 4096, 1.3),
+          ("llama3-8b", 1024, 1.3), ("tinyllama-1.1b", 256, None)]
 
 
-def _ratio_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> float:
-    """|dL/dx| / |dout| through the stack, the Frobenius norms."""
-    return float(np.linalg.norm(_grad_by_hand(blocks, xn, dout, layout)) / np.linalg.norm(dout))
+def check_swiglu_width(solution) -> None:
+    """Each published width (the presets' d_ff) from its d_model, multiple_of and multiplier."""
+    for name, multiple_of, mult in WIDTHS:
+        cfg = nn.preset(name)
+        args = f"swiglu_width({cfg.d_model}, {multiple_of}{'' if mult is None else f', {mult}'})"
+        got = solution.swiglu_width(cfg.d_model, multiple_of, mult)
+        if isinstance(got, float) and got == cfg.d_ff:
+            raise CheckFailed(f"{args} = {got!r} is a float; a width is an int (use // or int())")
+        if not isinstance(got, (int, np.integer)) or isinstance(got, bool):
+            raise CheckFailed(f"{args} must return an int; got {type(got).__name__} {got!r}")
+        if got == cfg.d_ff:
+            continue
+        hidden = int(2 * 4 * cfg.d_model / 3)
+        if mult is not None:
+            hidden = int(mult * hidden)
+        up, down = -(-hidden // multiple_of) * multiple_of, hidden // multiple_of * multiple_of
+        nearest = " (the nearest one, too)" if round(hidden / multiple_of) * multiple_of == down else ""
+        slips = [(-(-int(2 * 4 * cfg.d_model / 3) // multiple_of) * multiple_of, "the multiplier was left out"),
+                 (-(-int((mult or 0) * 4 * cfg.d_model) // multiple_of) * multiple_of,
+                  "the multiplier went on 4 d_model; it multiplies the 2/3 * 4 d_model width"),
+                 (down, f"that is the multiple of {multiple_of} below {hidden}{nearest}; Meta's code rounds UP: "
+                        "multiple_of * ((hidden + multiple_of - 1) // multiple_of)"),
+                 (hidden, f"that is {hidden} before rounding; round it up to a multiple of {multiple_of}")]
+        hint = next((h for value, h in slips if value == got and value != up), "")
+        raise CheckFailed(f"{args} = {got}, but {name}'s published width is {cfg.d_ff}" + (f": {hint}" if hint else ""))
 
 
-def check_input_grad_ratio(solution) -> None:
-    """Three pre-norm blocks and three post-norm blocks, against the hand-derived backward passes."""
-    for layout, seed in (("pre", 20), ("post", 30)):
-        blocks, xn = _blocks(layout, 3, seed), _input(seed + 5)
-        dout = np.random.default_rng(seed + 6).standard_normal(xn.shape)
-        want = _ratio_by_hand(blocks, xn, dout, layout)
-        got = solution.input_grad_ratio(blocks, tb.tensor(xn, dtype=tb.float64), tb.tensor(dout, dtype=tb.float64))
-        if isinstance(got, tb.Tensor) and got.size == 1:
-            got = got.item()
+# ---------------------------------------------------------------- ffn_share
+SHARE_MODELS = ["llama2-7b", "llama2-70b", "llama3-8b", "smollm-135m", "gpt2-small"]
+
+
+def _counted(cfg: nn.BlockConfig) -> dict:
+    """Parameters of nn.LM(cfg) built on meta: the FFNs', each block's FFN weights alone, and everything."""
+    ffn = weights = total = 0
+    for name, p in meta_lm(cfg).named_parameters():
+        total += p.size
+        if ".ffn." in name:
+            ffn += p.size
+            weights += p.size if name.endswith(".weight") else 0
+    return {"ffn": ffn, "weights": weights, "total": total}
+
+
+def check_ffn_share(solution) -> None:
+    """The share counted on the shape-only device, for Llama-2 7B and 70B, Llama-3-8B, SmolLM (tied embeddings) and
+    GPT-2 small (the classic FFN with biases, tied embeddings, learned positions)."""
+    for name in SHARE_MODELS:
+        cfg = nn.preset(name)
+        got = solution.ffn_share(cfg)
         if not isinstance(got, (float, int, np.floating)) or isinstance(got, bool):
-            raise CheckFailed(f"input_grad_ratio must return a float; got {type(got).__name__}")
-        if abs(got - want) < 1e-9 * want:
+            raise CheckFailed(f"ffn_share(preset({name!r})) must return a number (a fraction); got "
+                              f"{type(got).__name__}")
+        n = _counted(cfg)
+        want = n["ffn"] / n["total"]
+        if abs(got - want) < 1e-12:
             continue
-        grad_norm, dx = want * np.linalg.norm(dout), _grad_by_hand(blocks, xn, dout, layout)
-        other_norm = ("that is a ratio of another norm (largest entry, or sum of |entries|); use the Frobenius "
-                      "norm, the square root of the sum of squares: np.linalg.norm of the whole array")
-        ones = _ratio_by_hand(blocks, xn, np.ones_like(dout), layout)
-        hints = [(grad_norm, "that is |dL/dx| itself: divide by |dout|"),
-                 (1 / want, "that is |dout| / |dL/dx|, upside down"),
-                 (ones, "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
-                 (ones * np.sqrt(xn.size) / np.linalg.norm(dout),
-                  "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
-                 (np.abs(dx).max() / np.abs(dout).max(), other_norm),
-                 (np.abs(dx).sum() / np.abs(dout).sum(), other_norm)]
-        hint = next((h for value, h in hints if abs(got - value) < 1e-9 * abs(value)), "")
-        raise CheckFailed(f"input_grad_ratio for 3 {layout}-norm blocks = {float(got):.6f}, but the hand-derived "
-                          f"backward gives {want:.6f}" + (f": {hint}" if hint else ""))
+        raise CheckFailed(f"ffn_share(preset({name!r})) = {float(got):.6f}, but counted on the model it is "
+                          f"{n['ffn']:,} / {n['total']:,} = {want:.6f}{_share_hint(cfg, float(got), n)}")
+    share = solution.ffn_share(nn.preset("llama2-7b"))
+    if not share > 0.6:
+        raise CheckFailed(f"Llama-2-7B's FFN share is {share:.4f}, not more than 0.6")
 
 
-# ---------------------------------------------------------------- sublayer_writes
-def check_sublayer_writes(solution) -> None:
-    """Two pre-norm blocks: each write against the sublayer applied to the running stream, and x plus their sum
-    against the stack's output."""
-    blocks, xn = _blocks("pre", 2, seed=40), _input(41)
-    x = tb.tensor(xn, dtype=tb.float64)
-    got = solution.sublayer_writes(blocks, x)
-    if not isinstance(got, (list, tuple)) or len(got) != 4:
-        raise CheckFailed(f"sublayer_writes for 2 blocks must return a list of 4 Tensors (attention and FFN of each "
-                          f"block); got {type(got).__name__}"
-                          + (f" of {len(got)}" if isinstance(got, (list, tuple)) else ""))
-    got = [tensor_result(t, "each write", xn.shape) for t in got]
-    stream, want, partial, from_input, block_input = x, [], [], [], []
-    for blk in blocks:
-        block_input.append(stream)
-        want.append(blk.attn(blk.norm1(stream)).numpy())
-        from_input.append(blk.attn(blk.norm1(x)).numpy())
-        stream = stream + blk.attn(blk.norm1(stream))
-        partial.append(stream.numpy())
-        want.append(blk.ffn(blk.norm2(stream)).numpy())
-        from_input.append(blk.ffn(blk.norm2(x)).numpy())
-        stream = stream + blk.ffn(blk.norm2(stream))
-        partial.append(stream.numpy())
-    output = x
-    for blk in blocks:
-        output = blk(output)
-    names = ["attention of block 0", "FFN of block 0", "attention of block 1", "FFN of block 1"]
-    if all(np.abs(g - f).max() < 1e-12 for g, f in zip(got, from_input)):
-        raise CheckFailed("every sublayer read the stack's input x; each sublayer reads the running stream: x plus "
-                          "the writes before it")
-    for i, (g, w) in enumerate(zip(got, want)):
-        if np.abs(g - w).max() < 1e-12:
-            continue
-        if np.abs(g - partial[i]).max() < 1e-12:
-            hint = "that is the stream after this sublayer (x plus every write so far); return the write alone"
-        elif i % 2 and np.abs(g - blocks[i // 2].ffn(blocks[i // 2].norm2(block_input[i // 2])).numpy()).max() \
-                < 1e-12:
-            hint = "the FFN read the block's input; it reads the stream after attention's write, h = x + attn(...)"
-        else:
-            hint = "expected block.attn(block.norm1(stream)) or block.ffn(block.norm2(stream)) of the running stream"
-        raise CheckFailed(f"the write of the {names[i]} is off by up to {np.abs(g - w).max():.3g}: {hint}")
-    total = xn + sum(got)
-    if np.abs(total - output.numpy()).max() > 1e-12:
-        raise CheckFailed("x plus the writes does not equal the stack's output")
+def _share_hint(cfg: nn.BlockConfig, got: float, n: dict) -> str:
+    """Name the usual slip when the learner's number is what it would give: each slip's share is counted on the
+    model of a changed config, or from the counts with one matrix too few or too many."""
+    total, per_matrix = n["total"], cfg.n_layers * cfg.d_model * cfg.d_ff
+    block = meta_lm(cfg).layers[0]
+    three = cfg.ffn == "swiglu"
+    matrices = ("that counts two matrices per FFN; SwiGLU has three: gate, up and down" if three else
+                "that counts three matrices per FFN; the classic FFN has two (up and down): only SwiGLU has a gate")
+    extra = -per_matrix if three else per_matrix
+    slips = [((n["ffn"] + extra) / (total + extra), matrices), ((n["ffn"] + extra) / total, matrices),
+             (block.ffn.num_parameters() / block.num_parameters(),
+              "that is the FFN's share of ONE BLOCK; the exercise asks for its share of the whole model, embedding "
+              "and LM head included"),
+             (_share(cfg.with_(tie_embeddings=not cfg.tie_embeddings)),
+              "the LM head was counted, but this model ties it to the embedding (cfg.tie_embeddings): the same "
+              "matrix, counted once" if cfg.tie_embeddings else
+              "the LM head is missing from the total: untied, it is a second vocab_size x d_model matrix")]
+    if cfg.bias:
+        slips.append((_share(cfg.with_(bias=False)), "the biases are missing (cfg.bias: one per output of each "
+                                                     "projection, and LayerNorm's shifts)"))
+    if not cfg.rope:
+        slips.append((_share(cfg.with_(rope=True)), "the learned position embedding (max_seq_len x d_model) is "
+                                                    "missing from the total"))
+    hint = next((f": {hint}" for value, hint in slips if abs(got - value) < 1e-9), "")
+    if hint or not got > 0:
+        return hint
+    off = round(n["ffn"] / got) - total                                   # the learner's total, if their FFN is right
+    per_block = f" ({cfg.n_layers} blocks x {abs(off) // cfg.n_layers:,})" if off % cfg.n_layers == 0 else ""
+    return (f" (if your FFN count, {n['ffn']:,}, is right, your total has {abs(off):,} parameters "
+            f"{'too few' if off < 0 else 'too many'}{per_block}: compare each part with the model's "
+            "named_parameters())" if off else "")
 
 
-CHECKS = [("post_norm_block", check_post_norm_block), ("input_grad_ratio", check_input_grad_ratio),
-          ("sublayer_writes", check_sublayer_writes)]
+def _share(cfg: nn.BlockConfig) -> float:
+    n = _counted(cfg)
+    return n["ffn"] / n["total"]
+
+
+CHECKS = [("swiglu", check_swiglu), ("swiglu_width", check_swiglu_width), ("ffn_share", check_ffn_share)]

@@ -1,217 +1,183 @@
-"""Lesson 09's exercises: three backward passes by hand, in numpy. SwiGLU's (checked against autograd and finite
-differences), repeat_kv's group sum (against autograd and manual.repeat_kv_backward) and RoPE's inverse rotation
-(against autograd and manual.rope_backward, the rotation by minus the angle). Each check says what is wrong, with
-the numbers, and names the usual slip when it sees one."""
+"""Lesson 09's exercises: the post-norm layout from a block's modules, the gradient reaching the input of a stack
+of blocks (pre-norm against post-norm, 3 blocks), and the residual stream split into one write per sublayer.
+Each check compares with an independent oracle (nn.PostNormBlock and the hand-derived forward and backward passes
+of tinygrad_block.manual, in numpy) and says what is wrong, with the numbers, naming the usual slips."""
 from __future__ import annotations
 
 import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
-from tinygrad_block.gradcheck import central_difference, rel_err
 
-from .common import CheckFailed
+from .common import CheckFailed, tensor_result
 
-def _array(got, what: str, shape: tuple) -> np.ndarray:
-    """The learner's result as a float numpy array of `shape`, or CheckFailed saying what came back instead."""
-    if isinstance(got, tb.Tensor):
-        raise CheckFailed(f"{what} must be a numpy array; got a Tensor. This exercise is by hand: numpy only, "
-                          "no autograd")
-    try:
-        arr = np.asarray(got, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise CheckFailed(f"{what} must be a numpy array of shape {shape}; got {type(got).__name__}") from None
-    if arr.shape != shape:
-        raise CheckFailed(f"{what} must have shape {shape}; got {arr.shape}")
-    return arr
+CFG = nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=32)   # GQA, d_head = 4
+B, L = 2, 5
 
 
-# ---------------------------------------------------------------- SwiGLU
-def _swiglu_np(x, w_gate, w_up, w_down):
-    """SwiGLU's forward, manual.swiglu_forward, for the finite differences."""
-    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
+def _blocks(layout: str, n: int, seed: int) -> list:
+    """n blocks of `layout` in float64 with every parameter random: weights ~ N(0, 1/fan_in), and norm gains
+    ~ 1 + 0.3 N(0, 1), so that norm1 and norm2 differ and swapping them shows."""
+    r, out = np.random.default_rng(seed), []
+    for i in range(n):
+        blk = nn.TransformerBlock(CFG.with_(layout=layout), generator=tb.Generator(seed + i), dtype=tb.float64)
+        blk.load_state_dict({name: tb.tensor(1 + 0.3 * r.standard_normal(p.shape) if p.ndim == 1 else
+                                             r.standard_normal(p.shape) / np.sqrt(p.shape[-1]), dtype=tb.float64)
+                             for name, p in blk.named_parameters()})
+        out.append(blk)
+    return out
 
 
-def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
-    """(dx, dw_gate, dw_up, dw_down) by the engine's autograd."""
-    ts = [tb.tensor(a, requires_grad=True) for a in (x, w_gate, w_up, w_down)]
-    tx, tg, tu, td = ts
-    out = ((tx @ tg.mT).silu() * (tx @ tu.mT)) @ td.mT
-    out.backward(tb.tensor(grad_out))
-    return [t.grad.numpy() for t in ts]
+def _params(block) -> dict:
+    return {name: p.numpy() for name, p in block.named_parameters()}
 
 
-def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
-    """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it: SiLU's derivative
-    (manual.silu_backward) spoilt, or one of the two branches into x left out. The gate and up projections, forward
-    and backward, are manual's linear pair."""
-    (z, c_gate), (u, c_up) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)   # (B, L, d_ff)
-    (silu, silu_cache), s = manual.silu_forward(z), manual.sigmoid(z)
-    dm = grad_out @ w_down                                                # (B, L, d_ff)
-    dx_up, _ = manual.linear_backward(dm * silu, c_up)
-
-    def grads(dz, gate=True, up=True):
-        dx_gate, g_gate = manual.linear_backward(dz, c_gate)
-        return (dx_gate if gate else 0.0) + (dx_up if up else 0.0), g_gate["weight"]
-
-    right = manual.silu_backward(dm * u, silu_cache)
-    return {
-        "SiLU's derivative is not sigmoid(z) alone: by the product rule on z * sigmoid(z) it is "
-        "sigmoid(z) + z sigmoid(z) (1 - sigmoid(z))": grads(dm * u * s),
-        "that derivative, sigmoid(z) (1 - sigmoid(z)), is the sigmoid's; SiLU(z) = z sigmoid(z) has "
-        "sigmoid(z) (1 + z (1 - sigmoid(z)))": grads(dm * u * s * (1 - s)),
-        "the gate's gradient misses the factor u = x @ w_up.T: at hidden = silu(z) * u each factor gets the "
-        "upstream gradient times the other": grads(manual.silu_backward(dm, silu_cache)),
-        "dx has only the gate's branch: x feeds both the gate and the up projection, so dx = dz @ w_gate + "
-        "du @ w_up": grads(right, up=False),
-        "dx has only the up projection's branch: x feeds both, so dx = dz @ w_gate + du @ w_up":
-        grads(right, gate=False),
-    }
+def _input(seed: int) -> np.ndarray:
+    return 2.0 * np.random.default_rng(seed).standard_normal((B, L, CFG.d_model))     # RMS about 2
 
 
-def _weight_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
-    """The usual slips in dw_up and dw_down, each as (which gradient, the array it would give), keyed by the hint
-    that names it: one sequence's gradient instead of the sum over all, the wrong factor of the gated product, z
-    for SiLU(z). From manual's SwiGLU forward."""
-    (z, _), (u, _) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)            # (B, L, d_ff)
-    silu = manual.silu_forward(z)[0]
-    dm = grad_out @ w_down                                                # the gradient of silu(z) * u
-
-    def outer(d, a):                                                      # d^T a over every token
-        return d.reshape(-1, d.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-    every = ("every token of every sequence uses the same weight, so its gradient dout^T input sums over all "
-             "of them: reshape both to (B L, features) before the product")
-    return {
-        f"dw_up holds the first sequence's gradient only ({every})": ("dw_up", outer(dm[:1] * silu[:1], x[:1])),
-        f"dw_down holds the first sequence's gradient only ({every})":
-            ("dw_down", outer(grad_out[:1], silu[:1] * u[:1])),
-        "dw_up misses the factor silu(z): at hidden = silu(z) * u, u's gradient is the upstream gradient times "
-        "the other factor, silu(z)": ("dw_up", outer(dm, x)),
-        "dw_up takes z (the gate's output) for silu(z): the factor beside u in the product is silu(z) = z "
-        "sigmoid(z)": ("dw_up", outer(dm * z, x)),
-        "dw_down reads silu(z) alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, silu)),
-        "dw_down reads u alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, u)),
-    }
+# ---------------------------------------------------------------- post_norm_block
+def _post_slips(block, xn: np.ndarray) -> list:
+    """(output, hint) of the usual mistakes, computed with the block's modules."""
+    x = tb.tensor(xn, dtype=tb.float64)
+    n1, n2, attn, ffn = block.norm1, block.norm2, block.attn, block.ffn
+    h = x + attn(n1(x))
+    pre = h + ffn(n2(h))
+    h = x + n1(attn(x))
+    inside = h + n2(ffn(h))
+    h = n2(x + attn(x))
+    swapped = n1(h + ffn(h))
+    h = n1(x + attn(x))
+    one_add = n2(ffn(h))
+    return [(pre, "that is the pre-norm layout, x + attn(norm1(x)): in post-norm the sublayer reads x itself and "
+                  "the norm comes AFTER the residual add, h = norm1(x + attn(x))"),
+            (inside, "the norm went on the sublayer's output before the add, x + norm1(attn(x)); post-norm "
+                     "normalises the sum: norm1(x + attn(x))"),
+            (swapped, "norm1 and norm2 are swapped: norm1 follows attention, norm2 follows the FFN"),
+            (one_add, "the second residual is missing: out = norm2(h + ffn(h)), not norm2(ffn(h))")]
 
 
-SWIGLU_CASES = [((2, 3, 5), 7, 1.0), ((1, 4, 6), 10, 3.0)]               # (B, L, d_model), d_ff, gate scale
+def check_post_norm_block(solution) -> None:
+    """Against nn.PostNormBlock holding the same weights and against manual.block_forward (post-norm, numpy);
+    then the gradient of x against the hand-derived post-norm backward."""
+    pre_block = _blocks("pre", 1, seed=10)[0]
+    post_block = nn.TransformerBlock(CFG.with_(layout="post"), generator=tb.Generator(0), dtype=tb.float64)
+    post_block.load_state_dict(pre_block.state_dict())
+    xn = _input(11)
+    got = tensor_result(solution.post_norm_block(pre_block, tb.tensor(xn, dtype=tb.float64)), "post_norm_block",
+                    xn.shape)
+    want, _ = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
+    if not np.abs(got - want).max() < 1e-12:
+        for wrong, hint in _post_slips(pre_block, xn):
+            if np.abs(got - wrong.numpy()).max() < 1e-12:
+                raise CheckFailed(f"post_norm_block is off by up to {np.abs(got - want).max():.3g}: {hint}")
+        library = post_block(tb.tensor(xn, dtype=tb.float64)).numpy()
+        raise CheckFailed(f"post_norm_block is off by up to {np.abs(got - library).max():.3g} from nn.PostNormBlock "
+                          "with the same weights (norm2(h + ffn(h)), h = norm1(x + attn(x)))")
+    x = tb.tensor(xn, dtype=tb.float64, requires_grad=True)
+    out = solution.post_norm_block(pre_block, x)
+    if not out.requires_grad:
+        raise CheckFailed("no gradient reaches x: use the block's modules on Tensors, not numpy arrays")
+    dout = np.random.default_rng(12).standard_normal(xn.shape)
+    out.backward(tb.tensor(dout, dtype=tb.float64))
+    _, cache = manual.block_forward(xn, _params(pre_block), CFG.with_(layout="post"))
+    dx, _ = manual.block_backward(dout, cache)
+    if x.grad is None or np.abs(x.grad.numpy() - dx).max() > 1e-10:
+        raise CheckFailed("the gradient of x through post_norm_block differs from the hand-derived backward")
 
 
-def check_swiglu_backward(solution) -> None:
-    """Each gradient against autograd and finite differences (which agree with each other); the usual slips named."""
-    r = np.random.default_rng(0)
-    for (B, L, d), d_ff, scale in SWIGLU_CASES:
-        x = r.standard_normal((B, L, d))
-        w_gate = scale * r.standard_normal((d_ff, d)) / np.sqrt(d)
-        w_up, w_down = r.standard_normal((d_ff, d)) / np.sqrt(d), r.standard_normal((d, d_ff)) / np.sqrt(d_ff)
-        grad_out = r.standard_normal((B, L, d))
-        inputs = {"x": x, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
-        want = _swiglu_autograd(x, w_gate, w_up, w_down, grad_out)
-        for i, (name, value) in enumerate(inputs.items()):                # the two oracles agree
-            entries = [tuple(int(j) for j in r.integers(value.shape)) for _ in range(4)]
+# ---------------------------------------------------------------- input_grad_ratio
+def _grad_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> np.ndarray:
+    """dL/dx through the stack, with the hand-derived forward and backward passes."""
+    caches, h = [], xn
+    for blk in blocks:
+        h, cache = manual.block_forward(h, _params(blk), CFG.with_(layout=layout))
+        caches.append(cache)
+    g = dout
+    for cache in reversed(caches):
+        g, _ = manual.block_backward(g, cache)
+    return g
 
-            def loss(v, name=name, inputs=inputs, grad_out=grad_out):
-                return float((_swiglu_np(**{**inputs, name: v}) * grad_out).sum())
-            fd = central_difference(loss, value.copy(), elements=entries)
-            assert rel_err([want[i][e] for e in entries], [fd[e] for e in entries]) < 1e-8, name
-        got = solution.swiglu_backward(x.copy(), w_gate.copy(), w_up.copy(), w_down.copy(), grad_out.copy())
-        call = f"swiglu_backward(x {x.shape}, w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape}, ...)"
-        if not isinstance(got, (tuple, list)) or len(got) != 4:
-            raise CheckFailed(f"{call} must return a tuple (dx, dw_gate, dw_up, dw_down); got {type(got).__name__}"
-                              + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
-        names = ["dx", "dw_gate", "dw_up", "dw_down"]
-        for g, name, value in zip(got, names, inputs.values()):
-            if np.shape(g) == value.shape[::-1] and value.ndim == 2:
-                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}, the transpose of the weight's "
-                                  f"{value.shape}. A weight stored (out, in) gets dW = dout^T x, of shape (out, in), "
-                                  "summed over every token")
-            if np.ndim(g) == 4 or (np.ndim(g) == 3 and value.ndim == 2):
-                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}; sum over the batch and the positions, "
-                                  f"since every token uses the same weight: dW = dout^T x has the weight's shape "
-                                  f"{value.shape}")
-        got = [_array(g, f"{name} of {call}", value.shape) for g, name, value in zip(got, names, inputs.values())]
-        errs = {name: rel_err(g, w) for name, g, w in zip(names, got, want)}
-        if max(errs.values()) <= 1e-8:
+
+def _ratio_by_hand(blocks, xn: np.ndarray, dout: np.ndarray, layout: str) -> float:
+    """|dL/dx| / |dout| through the stack, the Frobenius norms."""
+    return float(np.linalg.norm(_grad_by_hand(blocks, xn, dout, layout)) / np.linalg.norm(dout))
+
+
+def check_input_grad_ratio(solution) -> None:
+    """Three pre-norm blocks and three post-norm blocks, against the hand-derived backward passes."""
+    for layout, seed in (("pre", 20), ("post", 30)):
+        blocks, xn = _blocks(layout, 3, seed), _input(seed + 5)
+        dout = np.random.default_rng(seed + 6).standard_normal(xn.shape)
+        want = _ratio_by_hand(blocks, xn, dout, layout)
+        got = solution.input_grad_ratio(blocks, tb.tensor(xn, dtype=tb.float64), tb.tensor(dout, dtype=tb.float64))
+        if isinstance(got, tb.Tensor) and got.size == 1:
+            got = got.item()
+        if not isinstance(got, (float, int, np.floating)) or isinstance(got, bool):
+            raise CheckFailed(f"input_grad_ratio must return a float; got {type(got).__name__}")
+        if abs(got - want) < 1e-9 * want:
             continue
-        bad = ", ".join(f"{name} off by {e:.3g}" for name, e in errs.items() if e > 1e-8)
-        hints = [hint for hint, (dx, dw_gate) in _swiglu_slips(x, w_gate, w_up, w_down, grad_out).items()
-                 if (errs["dx"] > 1e-8 and rel_err(got[0], dx) < 1e-9)
-                 or (errs["dw_gate"] > 1e-8 and rel_err(got[1], dw_gate) < 1e-9)][:1]
-        hints += [hint for hint, (name, slip) in _weight_slips(x, w_gate, w_up, w_down, grad_out).items()
-                  if errs[name] > 1e-8 and rel_err(got[names.index(name)], slip) < 1e-9]
-        if len(hints) == 2 and all("first sequence" in h for h in hints):     # both: say it once
-            hints = ["dw_up and dw_down hold " + hints[0].split(" holds ", 1)[1]]
-        raise CheckFailed(f"{call}: {bad} (relative error against autograd and finite differences; "
-                          f"{', '.join(n for n, e in errs.items() if e <= 1e-8) or 'none'} right)"
-                          + (f": {'; '.join(hints)}" if hints else ""))
+        grad_norm, dx = want * np.linalg.norm(dout), _grad_by_hand(blocks, xn, dout, layout)
+        other_norm = ("that is a ratio of another norm (largest entry, or sum of |entries|); use the Frobenius "
+                      "norm, the square root of the sum of squares: np.linalg.norm of the whole array")
+        ones = _ratio_by_hand(blocks, xn, np.ones_like(dout), layout)
+        hints = [(grad_norm, "that is |dL/dx| itself: divide by |dout|"),
+                 (1 / want, "that is |dout| / |dL/dx|, upside down"),
+                 (ones, "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
+                 (ones * np.sqrt(xn.size) / np.linalg.norm(dout),
+                  "that backpropagates a gradient of ones (out.sum().backward()): use out.backward(dout)"),
+                 (np.abs(dx).max() / np.abs(dout).max(), other_norm),
+                 (np.abs(dx).sum() / np.abs(dout).sum(), other_norm)]
+        hint = next((h for value, h in hints if abs(got - value) < 1e-9 * abs(value)), "")
+        raise CheckFailed(f"input_grad_ratio for 3 {layout}-norm blocks = {float(got):.6f}, but the hand-derived "
+                          f"backward gives {want:.6f}" + (f": {hint}" if hint else ""))
 
 
-# ---------------------------------------------------------------- the GQA group sum
-REPEAT_CASES = [((2, 6, 3, 4), 2), ((1, 4, 2, 3), 4), ((2, 3, 3, 2), 1), ((1, 6, 2, 3), 3)]
-
-
-def check_repeat_kv_backward(solution) -> None:
-    """Against autograd through nn.repeat_kv (an expand) and manual.repeat_kv_backward (the sum over each group)."""
-    r = np.random.default_rng(1)
-    for shape, n_rep in REPEAT_CASES:
-        B, H, L, d = shape
-        H_kv = H // n_rep
-        grad = r.standard_normal(shape)
-        k = tb.tensor(r.standard_normal((B, H_kv, L, d)), requires_grad=True)
-        nn.repeat_kv(k, n_rep).backward(tb.tensor(grad))
-        want = manual.repeat_kv_backward(grad, n_rep)
-        assert rel_err(k.grad.numpy(), want) < 1e-15
-        call = f"repeat_kv_backward(grad {shape}, n_rep={n_rep})"
-        got = solution.repeat_kv_backward(grad.copy(), n_rep)
-        if np.shape(got) == shape and n_rep > 1:
-            raise CheckFailed(f"{call} returned shape {shape}, one gradient per query head; KV head j needs one: "
-                              f"the sum over the {n_rep} query heads of its group, shape {(B, H_kv, L, d)}")
-        got = _array(got, call, (B, H_kv, L, d))
-        err = rel_err(got, want)
-        if err <= 1e-12:
+# ---------------------------------------------------------------- sublayer_writes
+def check_sublayer_writes(solution) -> None:
+    """Two pre-norm blocks: each write against the sublayer applied to the running stream, and x plus their sum
+    against the stack's output."""
+    blocks, xn = _blocks("pre", 2, seed=40), _input(41)
+    x = tb.tensor(xn, dtype=tb.float64)
+    got = solution.sublayer_writes(blocks, x)
+    if not isinstance(got, (list, tuple)) or len(got) != 4:
+        raise CheckFailed(f"sublayer_writes for 2 blocks must return a list of 4 Tensors (attention and FFN of each "
+                          f"block); got {type(got).__name__}"
+                          + (f" of {len(got)}" if isinstance(got, (list, tuple)) else ""))
+    got = [tensor_result(t, "each write", xn.shape) for t in got]
+    stream, want, partial, from_input, block_input = x, [], [], [], []
+    for blk in blocks:
+        block_input.append(stream)
+        want.append(blk.attn(blk.norm1(stream)).numpy())
+        from_input.append(blk.attn(blk.norm1(x)).numpy())
+        stream = stream + blk.attn(blk.norm1(stream))
+        partial.append(stream.numpy())
+        want.append(blk.ffn(blk.norm2(stream)).numpy())
+        from_input.append(blk.ffn(blk.norm2(x)).numpy())
+        stream = stream + blk.ffn(blk.norm2(stream))
+        partial.append(stream.numpy())
+    output = x
+    for blk in blocks:
+        output = blk(output)
+    names = ["attention of block 0", "FFN of block 0", "attention of block 1", "FFN of block 1"]
+    if all(np.abs(g - f).max() < 1e-12 for g, f in zip(got, from_input)):
+        raise CheckFailed("every sublayer read the stack's input x; each sublayer reads the running stream: x plus "
+                          "the writes before it")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if np.abs(g - w).max() < 1e-12:
             continue
-        slips = {"that is the first query head of each group alone; every head of the group read the KV head, so "
-                 "its gradient is the sum over the group": grad[:, ::n_rep],
-                 "that is the mean over each group; a value used n_rep times gets the sum of the n_rep gradients, "
-                 "not their mean": want / n_rep,
-                 "that sums every H_kv-th head (h % H_kv == j), the grouping of tiling; here query head h reads KV "
-                 "head h // n_rep, so KV head j's group is the consecutive heads j * n_rep .. j * n_rep + n_rep - 1":
-                 grad.reshape(B, n_rep, H_kv, L, d).sum(axis=1)}
-        hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
-        raise CheckFailed(f"{call} is off by {err:.3g} (relative) from the sum over each group of query heads"
-                          + (f": {hints[0]}" if hints else ""))
+        if np.abs(g - partial[i]).max() < 1e-12:
+            hint = "that is the stream after this sublayer (x plus every write so far); return the write alone"
+        elif i % 2 and np.abs(g - blocks[i // 2].ffn(blocks[i // 2].norm2(block_input[i // 2])).numpy()).max() \
+                < 1e-12:
+            hint = "the FFN read the block's input; it reads the stream after attention's write, h = x + attn(...)"
+        else:
+            hint = "expected block.attn(block.norm1(stream)) or block.ffn(block.norm2(stream)) of the running stream"
+        raise CheckFailed(f"the write of the {names[i]} is off by up to {np.abs(g - w).max():.3g}: {hint}")
+    total = xn + sum(got)
+    if np.abs(total - output.numpy()).max() > 1e-12:
+        raise CheckFailed("x plus the writes does not equal the stack's output")
 
 
-# ---------------------------------------------------------------- RoPE's inverse rotation
-ROPE_CASES = [((2, 3, 5, 8), 0, 10000.0), ((1, 2, 6, 16), 37, 500000.0)]   # shape, first position, theta
-
-
-def check_rope_backward(solution) -> None:
-    """Against autograd through nn.apply_rope and manual.rope_backward, the rotation by minus the angle (the two
-    agree); at positions from 0 and from 37, for two thetas."""
-    r = np.random.default_rng(2)
-    for shape, first, theta in ROPE_CASES:
-        B, H, L, d = shape
-        cos_t, sin_t = nn.rope_tables(first + L, d, theta, tb.float64, "cpu")
-        cos, sin = cos_t.numpy()[first:], sin_t.numpy()[first:]           # (L, d)
-        x, grad = r.standard_normal(shape), r.standard_normal(shape)
-        xt = tb.tensor(x, requires_grad=True)
-        nn.apply_rope(xt, cos_t[first:], sin_t[first:]).backward(tb.tensor(grad))
-        turned_back = manual.rope_backward(grad, manual.rope_forward(x, theta, first)[1])   # R(-angle) grad
-        assert rel_err(xt.grad.numpy(), turned_back) < 1e-14
-        call = f"rope_backward(grad {shape}, cos, sin) at positions {first}..{first + L - 1}, theta={theta:g}"
-        got = _array(solution.rope_backward(grad.copy(), cos.copy(), sin.copy()), call, shape)
-        err = rel_err(got, turned_back)
-        if err > 1e-12:
-            slips = {"that is the forward rotation again, turning the gradient by +angle; the backward of a rotation "
-                     "is its transpose, the rotation by -angle: grad * cos - rotate_half(grad) * sin":
-                     manual.rope_forward(grad, theta, first)[0],
-                     "that is the gradient unchanged; RoPE is a rotation, the identity only at position 0":
-                     grad, "cos and sin are swapped": grad * sin - manual.rotate_half(grad) * cos}
-            hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
-            raise CheckFailed(f"{call} is off by {err:.3g} (relative) from autograd's gradient"
-                              + (f": {hints[0]}" if hints else ""))
-
-
-CHECKS = [("swiglu_backward", check_swiglu_backward), ("repeat_kv_backward", check_repeat_kv_backward),
-          ("rope_backward", check_rope_backward)]
+CHECKS = [("post_norm_block", check_post_norm_block), ("input_grad_ratio", check_input_grad_ratio),
+          ("sublayer_writes", check_sublayer_writes)]

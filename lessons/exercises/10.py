@@ -1,254 +1,217 @@
-"""Lesson 10's exercises: predict from a forward graph where backward's gradients will meet; find a path through
-a block's drawing that passes no sublayer (the highway, if there is one); find the GQA group sums in the backward
-drawing. Each check compares with an independent oracle (the additions tb.observe sees backward() make, a search
-over the raw recording, the closed form of the group sum) and says what is wrong, naming the usual slips."""
+"""Lesson 10's exercises: three backward passes by hand, in numpy. SwiGLU's (checked against autograd and finite
+differences), repeat_kv's group sum (against autograd and manual.repeat_kv_backward) and RoPE's inverse rotation
+(against autograd and manual.rope_backward, the rotation by minus the angle). Each check says what is wrong, with
+the numbers, and names the usual slip when it sees one."""
 from __future__ import annotations
-
-from collections import Counter
 
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
-from tinygrad_block.graph import record_graph
+from tinygrad_block import manual, nn
+from tinygrad_block.gradcheck import central_difference, rel_err
 
 from .common import CheckFailed
 
-def _call(function, what: str, *args):
-    """The learner's function on one case; an error it raises is reported with the case it failed on."""
+def _array(got, what: str, shape: tuple) -> np.ndarray:
+    """The learner's result as a float numpy array of `shape`, or CheckFailed saying what came back instead."""
+    if isinstance(got, tb.Tensor):
+        raise CheckFailed(f"{what} must be a numpy array; got a Tensor. This exercise is by hand: numpy only, "
+                          "no autograd")
     try:
-        return function(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the learner's code: say on which graph it failed
-        raise CheckFailed(f"{function.__name__} raised {type(e).__name__}: {e} (on {what})") from None
+        arr = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"{what} must be a numpy array of shape {shape}; got {type(got).__name__}") from None
+    if arr.shape != shape:
+        raise CheckFailed(f"{what} must have shape {shape}; got {arr.shape}")
+    return arr
 
 
-# ---------------------------------------------------------------- predict_meetings
-def _reads(graph, *, only_grad_outputs: bool = True, distinct: bool = False) -> Counter:
-    """For each tensor that needs a gradient: how many forward calls read it (each read counted, or each
-    reading call once with `distinct`), counting only calls whose output needs a gradient unless told not to."""
-    reads = Counter()
-    for i in graph.ops("forward"):
-        call = graph.nodes[i]
-        if only_grad_outputs and not call.tensor.requires_grad:
+# ---------------------------------------------------------------- SwiGLU
+def _swiglu_np(x, w_gate, w_up, w_down):
+    """SwiGLU's forward, manual.swiglu_forward, for the finite differences."""
+    return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
+
+
+def _swiglu_autograd(x, w_gate, w_up, w_down, grad_out) -> list[np.ndarray]:
+    """(dx, dw_gate, dw_up, dw_down) by the engine's autograd."""
+    ts = [tb.tensor(a, requires_grad=True) for a in (x, w_gate, w_up, w_down)]
+    tx, tg, tu, td = ts
+    out = ((tx @ tg.mT).silu() * (tx @ tu.mT)) @ td.mT
+    out.backward(tb.tensor(grad_out))
+    return [t.grad.numpy() for t in ts]
+
+
+def _swiglu_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
+    """The usual slips, each as (dx, dw_gate) it would give, keyed by the hint that names it: SiLU's derivative
+    (manual.silu_backward) spoilt, or one of the two branches into x left out. The gate and up projections, forward
+    and backward, are manual's linear pair."""
+    (z, c_gate), (u, c_up) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)   # (B, L, d_ff)
+    (silu, silu_cache), s = manual.silu_forward(z), manual.sigmoid(z)
+    dm = grad_out @ w_down                                                # (B, L, d_ff)
+    dx_up, _ = manual.linear_backward(dm * silu, c_up)
+
+    def grads(dz, gate=True, up=True):
+        dx_gate, g_gate = manual.linear_backward(dz, c_gate)
+        return (dx_gate if gate else 0.0) + (dx_up if up else 0.0), g_gate["weight"]
+
+    right = manual.silu_backward(dm * u, silu_cache)
+    return {
+        "SiLU's derivative is not sigmoid(z) alone: by the product rule on z * sigmoid(z) it is "
+        "sigmoid(z) + z sigmoid(z) (1 - sigmoid(z))": grads(dm * u * s),
+        "that derivative, sigmoid(z) (1 - sigmoid(z)), is the sigmoid's; SiLU(z) = z sigmoid(z) has "
+        "sigmoid(z) (1 + z (1 - sigmoid(z)))": grads(dm * u * s * (1 - s)),
+        "the gate's gradient misses the factor u = x @ w_up.T: at hidden = silu(z) * u each factor gets the "
+        "upstream gradient times the other": grads(manual.silu_backward(dm, silu_cache)),
+        "dx has only the gate's branch: x feeds both the gate and the up projection, so dx = dz @ w_gate + "
+        "du @ w_up": grads(right, up=False),
+        "dx has only the up projection's branch: x feeds both, so dx = dz @ w_gate + du @ w_up":
+        grads(right, gate=False),
+    }
+
+
+def _weight_slips(x, w_gate, w_up, w_down, grad_out) -> dict:
+    """The usual slips in dw_up and dw_down, each as (which gradient, the array it would give), keyed by the hint
+    that names it: one sequence's gradient instead of the sum over all, the wrong factor of the gated product, z
+    for SiLU(z). From manual's SwiGLU forward."""
+    (z, _), (u, _) = manual.linear_forward(x, w_gate), manual.linear_forward(x, w_up)            # (B, L, d_ff)
+    silu = manual.silu_forward(z)[0]
+    dm = grad_out @ w_down                                                # the gradient of silu(z) * u
+
+    def outer(d, a):                                                      # d^T a over every token
+        return d.reshape(-1, d.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+    every = ("every token of every sequence uses the same weight, so its gradient dout^T input sums over all "
+             "of them: reshape both to (B L, features) before the product")
+    return {
+        f"dw_up holds the first sequence's gradient only ({every})": ("dw_up", outer(dm[:1] * silu[:1], x[:1])),
+        f"dw_down holds the first sequence's gradient only ({every})":
+            ("dw_down", outer(grad_out[:1], silu[:1] * u[:1])),
+        "dw_up misses the factor silu(z): at hidden = silu(z) * u, u's gradient is the upstream gradient times "
+        "the other factor, silu(z)": ("dw_up", outer(dm, x)),
+        "dw_up takes z (the gate's output) for silu(z): the factor beside u in the product is silu(z) = z "
+        "sigmoid(z)": ("dw_up", outer(dm * z, x)),
+        "dw_down reads silu(z) alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, silu)),
+        "dw_down reads u alone: down_proj's input is the product silu(z) * u": ("dw_down", outer(grad_out, u)),
+    }
+
+
+SWIGLU_CASES = [((2, 3, 5), 7, 1.0), ((1, 4, 6), 10, 3.0)]               # (B, L, d_model), d_ff, gate scale
+
+
+def check_swiglu_backward(solution) -> None:
+    """Each gradient against autograd and finite differences (which agree with each other); the usual slips named."""
+    r = np.random.default_rng(0)
+    for (B, L, d), d_ff, scale in SWIGLU_CASES:
+        x = r.standard_normal((B, L, d))
+        w_gate = scale * r.standard_normal((d_ff, d)) / np.sqrt(d)
+        w_up, w_down = r.standard_normal((d_ff, d)) / np.sqrt(d), r.standard_normal((d, d_ff)) / np.sqrt(d_ff)
+        grad_out = r.standard_normal((B, L, d))
+        inputs = {"x": x, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+        want = _swiglu_autograd(x, w_gate, w_up, w_down, grad_out)
+        for i, (name, value) in enumerate(inputs.items()):                # the two oracles agree
+            entries = [tuple(int(j) for j in r.integers(value.shape)) for _ in range(4)]
+
+            def loss(v, name=name, inputs=inputs, grad_out=grad_out):
+                return float((_swiglu_np(**{**inputs, name: v}) * grad_out).sum())
+            fd = central_difference(loss, value.copy(), elements=entries)
+            assert rel_err([want[i][e] for e in entries], [fd[e] for e in entries]) < 1e-8, name
+        got = solution.swiglu_backward(x.copy(), w_gate.copy(), w_up.copy(), w_down.copy(), grad_out.copy())
+        call = f"swiglu_backward(x {x.shape}, w_gate {w_gate.shape}, w_up {w_up.shape}, w_down {w_down.shape}, ...)"
+        if not isinstance(got, (tuple, list)) or len(got) != 4:
+            raise CheckFailed(f"{call} must return a tuple (dx, dw_gate, dw_up, dw_down); got {type(got).__name__}"
+                              + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
+        names = ["dx", "dw_gate", "dw_up", "dw_down"]
+        for g, name, value in zip(got, names, inputs.values()):
+            if np.shape(g) == value.shape[::-1] and value.ndim == 2:
+                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}, the transpose of the weight's "
+                                  f"{value.shape}. A weight stored (out, in) gets dW = dout^T x, of shape (out, in), "
+                                  "summed over every token")
+            if np.ndim(g) == 4 or (np.ndim(g) == 3 and value.ndim == 2):
+                raise CheckFailed(f"{call}: {name} has shape {np.shape(g)}; sum over the batch and the positions, "
+                                  f"since every token uses the same weight: dW = dout^T x has the weight's shape "
+                                  f"{value.shape}")
+        got = [_array(g, f"{name} of {call}", value.shape) for g, name, value in zip(got, names, inputs.values())]
+        errs = {name: rel_err(g, w) for name, g, w in zip(names, got, want)}
+        if max(errs.values()) <= 1e-8:
             continue
-        inputs = set(call.inputs) if distinct else call.inputs
-        reads.update(j for j in inputs if graph.nodes[j].tensor.requires_grad)
-    return reads
+        bad = ", ".join(f"{name} off by {e:.3g}" for name, e in errs.items() if e > 1e-8)
+        hints = [hint for hint, (dx, dw_gate) in _swiglu_slips(x, w_gate, w_up, w_down, grad_out).items()
+                 if (errs["dx"] > 1e-8 and rel_err(got[0], dx) < 1e-9)
+                 or (errs["dw_gate"] > 1e-8 and rel_err(got[1], dw_gate) < 1e-9)][:1]
+        hints += [hint for hint, (name, slip) in _weight_slips(x, w_gate, w_up, w_down, grad_out).items()
+                  if errs[name] > 1e-8 and rel_err(got[names.index(name)], slip) < 1e-9]
+        if len(hints) == 2 and all("first sequence" in h for h in hints):     # both: say it once
+            hints = ["dw_up and dw_down hold " + hints[0].split(" holds ", 1)[1]]
+        raise CheckFailed(f"{call}: {bad} (relative error against autograd and finite differences; "
+                          f"{', '.join(n for n, e in errs.items() if e <= 1e-8) or 'none'} right)"
+                          + (f": {'; '.join(hints)}" if hints else ""))
 
 
-def _meeting_slips(graph) -> list[tuple[int, str]]:
-    """(answer, hint) of the usual mistakes on this graph."""
-    meets = lambda reads: sum(k - 1 for k in reads.values())                                   # noqa: E731
-    every_read = _reads(graph, only_grad_outputs=False)
-    return [(meets(every_read), "you counted reads by calls whose output needs no gradient (softmax's row max, "
-                                "SiLU's sign test): they send no gradient back, so nothing meets there"),
-            (meets(_reads(graph, distinct=True)), "you counted each reading call once, as a drawing does (one arrow "
-                                                  "for x * x); x * x reads x twice and sends it two gradients"),
-            (sum(k for k in _reads(graph).values() if k > 1), "a tensor read k times gets k gradients, and adding "
-                                                               "k gradients takes k - 1 additions, not k"),
-            (sum(_reads(graph).values()), "that is the number of gradients sent; they meet with one addition fewer "
-                                          "per tensor (k - 1 for k reads)")]
+# ---------------------------------------------------------------- the GQA group sum
+REPEAT_CASES = [((2, 6, 3, 4), 2), ((1, 4, 2, 3), 4), ((2, 3, 3, 2), 1), ((1, 6, 2, 3), 3)]
 
 
-def _meeting_cases() -> list:
-    """(what, module, input) for each graph the check records; fresh modules and leaves (a leaf whose .grad
-    already holds a gradient would get one more addition)."""
-    cfg = nn.BlockConfig(d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=16)
-    square = tb.tensor(np.linspace(0.5, 1.5, 6).reshape(2, 3), dtype=tb.float64, requires_grad=True)
-
-    def rows(n: int, width: int, seed: int) -> tb.Tensor:
-        return tb.randn(2, n, width, generator=tb.Generator(seed), dtype=tb.float64, requires_grad=True)
-
-    def block(c):
-        return nn.TransformerBlock(c, generator=tb.Generator(1), dtype=tb.float64)
-
-    def lm(tied: bool):
-        c = cfg.with_(vocab_size=40, n_layers=2, tie_embeddings=tied)
-        return nn.LM(c, generator=tb.Generator(2), dtype=tb.float64)
-    ids = tb.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
-    return [("y = x * x + x * 3", lambda t: t * t + t * 3.0, square),
-            ("y = sum(softmax(x) * x)", lambda t: (t.softmax(axis=-1) * t).sum(), rows(4, 5, 3)),
-            ("a pre-norm block (RMSNorm, SwiGLU)", block(cfg), rows(6, 32, 4)),
-            ("a block with LayerNorm, GELU and biases", block(cfg.with_(norm="layer", ffn="gelu", bias=True)),
-             rows(6, 32, 5)),
-            ("a 2-layer model, untied head", lm(False), ids),
-            ("a 2-layer model whose head reuses the embedding matrix (tied)", lm(True), ids)]
-
-
-def check_predict_meetings(solution) -> None:
-    """Each prediction against the additions with origin 'accumulate' that tb.observe sees backward() make."""
-    for what, module, x in _meeting_cases():
-        with record_graph(module if isinstance(module, nn.Module) else None, x) as graph:
-            out = module(x)
-        got = _call(solution.predict_meetings, what, graph)
-        events = []
-        with tb.observe(events.append):
-            out.backward(tb.ones_like(out) if out.ndim else None)
-        want = sum(e.origin == "accumulate" for e in events)
-        if isinstance(got, np.integer):
-            got = int(got)
-        if not isinstance(got, int) or isinstance(got, bool):
-            raise CheckFailed(f"predict_meetings must return an int; got {type(got).__name__} for {what}")
-        if got != want:
-            hint = next((h for value, h in _meeting_slips(graph) if value == got and value != want), "")
-            raise CheckFailed(f"predict_meetings for {what}: got {got}, but backward() made {want} additions where "
-                              "gradients meet" + (f": {hint}" if hint else ""))
-
-
-# ---------------------------------------------------------------- box_free_path
-BOX_FREE_CFG = nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=16)
-
-
-def _raw_path_exists(graph, backward: bool, x) -> bool:
-    """The oracle, on the raw recording rather than the view: can the start reach the end through the block's
-    own calls alone (scope ('block',): the residual adds, the sums where the block's gradients meet)?"""
-    phase = "backward" if backward else "forward"
-    ops = graph.ops(phase)
-    if backward:
-        start = next(i for i, n in enumerate(graph.nodes) if n.kind == "input" and n.phase == "backward")
-        end = graph.grad_of(x.grad)
-    else:
-        start = next(i for i, n in enumerate(graph.nodes) if n.kind == "input" and n.phase == "forward")
-        end = ops[-1]                                       # the block's output is its last forward call
-    readers: dict = {}
-    for i in ops:
-        for j in graph.nodes[i].inputs:
-            readers.setdefault(j, []).append(i)
-    stack, seen = [start], {start}
-    while stack:
-        j = stack.pop()
-        if j == end:
-            return True
-        for i in readers.get(j, []):
-            if graph.nodes[i].scope == ("block",) and i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return False
-
-
-def _describe(view, name: str) -> str:
-    n = view.node(name)
-    return f"{name} ({n.label!r}, kind {n.kind!r})"
-
-
-def _check_one_path(got, view, what: str, exists: bool) -> None:
-    """The learner's path for one view: well formed, from start to end along edges, through no box; and found
-    exactly when the oracle says there is one."""
-    start = next(n.name for n in view.nodes if all(e.dst != n.name for e in view.edges))
-    end = next(n.name for n in view.nodes if all(e.src != n.name for e in view.edges))
-    if got is None:
-        if exists:
-            stream = "the gradient's highway" if view.phase == "backward" else "the residual stream"
-            raise CheckFailed(f"box_free_path for {what}: got None, but there is a path from "
-                              f"{_describe(view, start)} to {_describe(view, end)} through no box: {stream} runs "
-                              "past the sublayers")
-        return
-    if not isinstance(got, (list, tuple)) or not all(isinstance(name, str) for name in got):
-        raise CheckFailed(f"box_free_path must return a list of node names (str) or None; got "
-                          f"{type(got).__name__} for {what}")
-    names = {n.name for n in view.nodes}
-    unknown = [name for name in got if name not in names]
-    if unknown:
-        labels = {n.label for n in view.nodes}
-        hint = (": return the DOT names (node.name, like 'n3'), not the labels" if unknown[0] in labels else "")
-        raise CheckFailed(f"box_free_path for {what}: {unknown[0]!r} is not a node of the view{hint}")
-    edges = {(e.src, e.dst) for e in view.edges}
-    if not got or got[0] != start or got[-1] != end:
-        short = got and got[-1] != end and (got[-1], end) in edges and not any(
-            e.highway for e in view.edges if (e.src, e.dst) == (got[-1], end))
-        raise CheckFailed(f"box_free_path for {what}: the path must run from {_describe(view, start)} to "
-                          f"{_describe(view, end)}; yours runs from "
-                          + (f"{_describe(view, got[0])} to {_describe(view, got[-1])}" if got else "nowhere (empty)")
-                          + (" (one step short: the last edge is not flagged highway; follow the edges, not the flag)"
-                             if short else "")
-                          + ("; here no path reaches the end without a box (the norms sit on the stream itself): "
-                             "return None" if not exists else ""))
-    for a, b in zip(got, got[1:]):
-        if (a, b) not in edges:
-            raise CheckFailed(f"box_free_path for {what}: no edge leads from {_describe(view, a)} to "
-                              f"{_describe(view, b)}")
-    boxes = [name for name in got if view.node(name).kind == "box"]
-    if boxes:
-        raise CheckFailed(f"box_free_path for {what}: your path passes through the box {_describe(view, boxes[0])}"
-                          + ("; in this layout every path does (the norms sit on the stream itself), so the answer "
-                             "is None" if not exists else "; another path avoids every box"))
-    if not exists:                                          # cannot happen if the oracle is right
-        raise CheckFailed(f"box_free_path for {what}: the raw recording has no such path, yet yours checks out")
-
-
-def check_box_free_path(solution) -> None:
-    """Pre-norm, post-norm and parallel blocks, forward and backward, each path validated against the view's own
-    edges and its existence against a search over the raw recording."""
-    for layout, cfg in (("pre-norm", BOX_FREE_CFG), ("post-norm", BOX_FREE_CFG.with_(layout="post")),
-                        ("parallel", BOX_FREE_CFG.with_(layout="parallel"))):
-        block = nn.TransformerBlock(cfg, generator=tb.Generator(0), dtype=tb.float64)
-        x = tb.randn(2, 5, cfg.d_model, generator=tb.Generator(1), dtype=tb.float64, requires_grad=True)
-        with record_graph(block, x) as graph:
-            block(x).backward(tb.ones(2, 5, cfg.d_model, dtype=tb.float64))
-        for backward in (False, True):
-            view = graph.view(depth=1, backward=backward)
-            what = f"the {layout} block, {'backward' if backward else 'forward'}"
-            got = _call(solution.box_free_path, what, view)
-            _check_one_path(got, view, what, _raw_path_exists(graph, backward, x))
-
-
-# ---------------------------------------------------------------- kv_group_sums
-def _group_sums_by_hand(cfg, B: int, L: int) -> list[tuple[tuple, int]]:
-    """The closed form: with G = n_heads / n_kv_heads > 1, K and V are each expanded to G copies, and their
-    gradients are summed back over the copies: (G - 1) additions for each of the B * n_kv_heads * L * d_head
-    entries, written in the shape (B, n_kv_heads, 1, L, d_head). With G = 1 nothing is expanded."""
-    G = cfg.n_heads // cfg.n_kv_heads
-    one = ((B, cfg.n_kv_heads, 1, L, cfg.d_head), (G - 1) * B * cfg.n_kv_heads * L * cfg.d_head)
-    return [one, one] if G > 1 else []
-
-
-def _as_pairs(got, what: str) -> list[tuple[tuple, int]]:
-    """The learner's answer as (shape tuple, int) pairs, or CheckFailed saying what it should be."""
-    if not isinstance(got, (list, tuple)):
-        raise CheckFailed(f"kv_group_sums must return a list of (shape, flops) pairs; got {type(got).__name__} "
-                          f"for {what}")
-    pairs = []
-    for item in got:
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (list, tuple))
-                and isinstance(item[1], (int, np.integer)) and not isinstance(item[1], bool)):
-            raise CheckFailed(f"kv_group_sums for {what}: each item must be a pair (shape tuple, FLOPs int); got "
-                              f"{item!r}")
-        pairs.append((tuple(int(s) for s in item[0]), int(item[1])))
-    return pairs
-
-
-def check_kv_group_sums(solution) -> None:
-    """Grouped-query, multi-query and multi-head attention, against the closed form of the group sum."""
-    base = nn.BlockConfig(d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=16)
-    B, L = 2, 6
-    for cfg in (base, base.with_(n_kv_heads=1), base.with_(n_heads=8, n_kv_heads=2), base.with_(n_kv_heads=4)):
-        G = cfg.n_heads // cfg.n_kv_heads
-        what = (f"{cfg.n_heads} query heads sharing {cfg.n_kv_heads} KV heads (groups of {G}), B={B}, L={L}, "
-                f"d_head={cfg.d_head}")
-        block = nn.TransformerBlock(cfg, generator=tb.Generator(0))
-        x = tb.randn(B, L, cfg.d_model, generator=tb.Generator(1), requires_grad=True)
-        with record_graph(block, x) as graph:
-            block(x).backward(tb.ones(B, L, cfg.d_model))
-        got, want = _as_pairs(_call(solution.kv_group_sums, what, graph), what), _group_sums_by_hand(cfg, B, L)
-        if sorted(got) == sorted(want):
+def check_repeat_kv_backward(solution) -> None:
+    """Against autograd through nn.repeat_kv (an expand) and manual.repeat_kv_backward (the sum over each group)."""
+    r = np.random.default_rng(1)
+    for shape, n_rep in REPEAT_CASES:
+        B, H, L, d = shape
+        H_kv = H // n_rep
+        grad = r.standard_normal(shape)
+        k = tb.tensor(r.standard_normal((B, H_kv, L, d)), requires_grad=True)
+        nn.repeat_kv(k, n_rep).backward(tb.tensor(grad))
+        want = manual.repeat_kv_backward(grad, n_rep)
+        assert rel_err(k.grad.numpy(), want) < 1e-15
+        call = f"repeat_kv_backward(grad {shape}, n_rep={n_rep})"
+        got = solution.repeat_kv_backward(grad.copy(), n_rep)
+        if np.shape(got) == shape and n_rep > 1:
+            raise CheckFailed(f"{call} returned shape {shape}, one gradient per query head; KV head j needs one: "
+                              f"the sum over the {n_rep} query heads of its group, shape {(B, H_kv, L, d)}")
+        got = _array(got, call, (B, H_kv, L, d))
+        err = rel_err(got, want)
+        if err <= 1e-12:
             continue
-        want_shapes = {shape for shape, _ in want}
-        if want and not got:
-            hint = ("at depth 1 attention is a single box and hides them: open it, graph.view(depth=2, "
-                    "backward=True)")
-        elif not want:
-            hint = "with one KV head per query head nothing is expanded, so nothing is summed over a group"
-        elif len(got) > len(want) and want_shapes <= {shape for shape, _ in got}:
-            hint = ("you also counted sums that undo other broadcasts (the norm gains, 1/rms, softmax's "
-                    "denominator); a group sum sits in the step 'repeat kv' and writes (B, n_kv_heads, 1, L, d_head)")
-        elif sorted(shape for shape, _ in got) == sorted(shape for shape, _ in want):
-            hint = "the shapes are right but the FLOPs are not: adding G copies takes G - 1 additions per entry"
-        else:
-            hint = "a group sum writes the shape before the expand, (B, n_kv_heads, 1, L, d_head)"
-        raise CheckFailed(f"kv_group_sums for {what}: got {sorted(got)}, expected {sorted(want)}: {hint}")
+        slips = {"that is the first query head of each group alone; every head of the group read the KV head, so "
+                 "its gradient is the sum over the group": grad[:, ::n_rep],
+                 "that is the mean over each group; a value used n_rep times gets the sum of the n_rep gradients, "
+                 "not their mean": want / n_rep,
+                 "that sums every H_kv-th head (h % H_kv == j), the grouping of tiling; here query head h reads KV "
+                 "head h // n_rep, so KV head j's group is the consecutive heads j * n_rep .. j * n_rep + n_rep - 1":
+                 grad.reshape(B, n_rep, H_kv, L, d).sum(axis=1)}
+        hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
+        raise CheckFailed(f"{call} is off by {err:.3g} (relative) from the sum over each group of query heads"
+                          + (f": {hints[0]}" if hints else ""))
 
 
-CHECKS = [("predict_meetings", check_predict_meetings), ("box_free_path", check_box_free_path),
-          ("kv_group_sums", check_kv_group_sums)]
+# ---------------------------------------------------------------- RoPE's inverse rotation
+ROPE_CASES = [((2, 3, 5, 8), 0, 10000.0), ((1, 2, 6, 16), 37, 500000.0)]   # shape, first position, theta
+
+
+def check_rope_backward(solution) -> None:
+    """Against autograd through nn.apply_rope and manual.rope_backward, the rotation by minus the angle (the two
+    agree); at positions from 0 and from 37, for two thetas."""
+    r = np.random.default_rng(2)
+    for shape, first, theta in ROPE_CASES:
+        B, H, L, d = shape
+        cos_t, sin_t = nn.rope_tables(first + L, d, theta, tb.float64, "cpu")
+        cos, sin = cos_t.numpy()[first:], sin_t.numpy()[first:]           # (L, d)
+        x, grad = r.standard_normal(shape), r.standard_normal(shape)
+        xt = tb.tensor(x, requires_grad=True)
+        nn.apply_rope(xt, cos_t[first:], sin_t[first:]).backward(tb.tensor(grad))
+        turned_back = manual.rope_backward(grad, manual.rope_forward(x, theta, first)[1])   # R(-angle) grad
+        assert rel_err(xt.grad.numpy(), turned_back) < 1e-14
+        call = f"rope_backward(grad {shape}, cos, sin) at positions {first}..{first + L - 1}, theta={theta:g}"
+        got = _array(solution.rope_backward(grad.copy(), cos.copy(), sin.copy()), call, shape)
+        err = rel_err(got, turned_back)
+        if err > 1e-12:
+            slips = {"that is the forward rotation again, turning the gradient by +angle; the backward of a rotation "
+                     "is its transpose, the rotation by -angle: grad * cos - rotate_half(grad) * sin":
+                     manual.rope_forward(grad, theta, first)[0],
+                     "that is the gradient unchanged; RoPE is a rotation, the identity only at position 0":
+                     grad, "cos and sin are swapped": grad * sin - manual.rotate_half(grad) * cos}
+            hints = [hint for hint, slip in slips.items() if rel_err(got, slip) < 1e-12]
+            raise CheckFailed(f"{call} is off by {err:.3g} (relative) from autograd's gradient"
+                              + (f": {hints[0]}" if hints else ""))
+
+
+CHECKS = [("swiglu_backward", check_swiglu_backward), ("repeat_kv_backward", check_repeat_kv_backward),
+          ("rope_backward", check_rope_backward)]

@@ -1,92 +1,100 @@
-"""Lesson 12's exercises: the forward FLOPs per token of a whole model, and the utilisation a training run needs.
-Each check compares with an independent oracle (the model run on the shape-only device under count_flops, and
-accounting.training_days) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
+"""Lesson 12's exercises: the parameter count of a Llama-style model from its config, and what tying the LM head to
+the embedding saves. Each check compares with the model itself, built on the shape-only device and counted
+(num_parameters), and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
 import math
 import numbers
 
-from tinygrad_block import accounting, nn
-from tinygrad_block.counting import count_flops
-from tinygrad_block.measure import meta_ids, meta_lm
+from tinygrad_block import nn
+from tinygrad_block.measure import meta_lm
 
 from .common import CheckFailed
 
-def _counted_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
-    """The oracle: the model's forward on ids (1, seq_len) run on meta, its matmul FLOPs per token."""
-    with count_flops() as fc:
-        meta_lm(cfg)(meta_ids(1, seq_len))                              # (1, seq_len, vocab_size)
-    total = fc.total("forward", matmul_only=True)
-    assert total % seq_len == 0
-    return total // seq_len
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-FLOP_CASES = [("llama2-7b", nn.preset("llama2-7b"), 4096), ("llama2-70b", nn.preset("llama2-70b"), 4096),
-              ("llama2-70b", nn.preset("llama2-70b"), 1), ("llama3-8b", nn.preset("llama3-8b"), 8192),
-              ("smollm-135m (tied head)", nn.preset("smollm-135m"), 2048), ("tiny", nn.preset("tiny"), 100)]
+def _counted(cfg: nn.BlockConfig) -> int:
+    """The oracle: the model built on the shape-only device, its parameters added up."""
+    return meta_lm(cfg).num_parameters()
 
 
-def _flops_hint(cfg: nn.BlockConfig, L: int, got: int, want: int) -> str:
+LLAMA_CASES = [("llama2-7b", nn.preset("llama2-7b")), ("llama2-70b", nn.preset("llama2-70b")),
+               ("llama3-8b", nn.preset("llama3-8b")), ("tinyllama-1.1b", nn.preset("tinyllama-1.1b")),
+               ("smollm-135m (tied)", nn.preset("smollm-135m")), ("tiny", nn.preset("tiny")),
+               ("llama3-70b tied", nn.preset("llama3-70b").with_(tie_embeddings=True))]
+
+
+def _llama_hint(cfg: nn.BlockConfig, got: int, want: int) -> str:
     """The usual slip that gives exactly `got`, if any."""
-    d, V, n = cfg.d_model, cfg.vocab_size, cfg.n_layers
-    d_kv = cfg.n_kv_heads * cfg.d_head
-    slips = [(want - 2 * d * V, f"that leaves out the LM head: 2 x d_model x vocab_size = {2 * d * V:,} per token"),
-             (want + 2 * d * V, "the embedding is a table lookup (a gather), not a matmul: it costs no FLOPs"),
-             (want + n * 4 * d * (d - d_kv), f"under GQA W_K and W_V map d_model = {d:,} to n_kv_heads * d_head = "
-                                             f"{d_kv:,} numbers, not to d_model"),
-             (want - n * 2 * L * cfg.n_heads * cfg.d_head,
-              "q k^T and weights @ V each cost 2 x seq_len x n_heads x d_head per token, 4 x seq_len x d_model in "
-              "all; this engine computes the whole square, without halving it for the causal mask"),
-             (want * L, "that is the whole sequence; divide by seq_len for the cost per token"),
-             (3 * want, "that is training (forward and backward, 3 x the forward); the question is the forward")]
-    return next((": " + why for value, why in slips if value != want and got == value), "")
+    d, L, V = cfg.d_model, cfg.n_layers, cfg.vocab_size
+    full_kv = 2 * L * d * (d - cfg.n_kv_heads * cfg.d_head)
+    slips = [(want - (2 * L + 1) * d, "that leaves out every norm: each block has two RMSNorm gains of d_model, "
+                                      "and there is a final norm of d_model"),
+             (want - 2 * L * d, f"that leaves out the blocks' norms: 2 x d_model = {2 * d:,} per block"),
+             (want - d, f"that leaves out the final RMSNorm, d_model = {d:,} parameters"),
+             (want + full_kv, f"under GQA W_K and W_V are d_model x (n_kv_heads * d_head) = {d:,} x "
+                              f"{cfg.n_kv_heads * cfg.d_head:,}, not d_model x d_model: only n_kv_heads = "
+                              f"{cfg.n_kv_heads} key/value heads"),
+             (want + V * d if cfg.tie_embeddings else None,
+              "the head is tied to the embedding (cfg.tie_embeddings): the two are one matrix, counted once"),
+             (want - V * d if not cfg.tie_embeddings else None,
+              f"that leaves out the LM head, vocab_size x d_model = {V * d:,} (this model does not tie it)")]
+    return next((": " + why for value, why in slips if value is not None and value != want and got == value), "")
 
 
-def check_forward_flops_per_token(solution) -> None:
-    """Each case against the model's forward counted on meta; the usual slips named."""
-    for name, cfg, L in FLOP_CASES:
-        want = _counted_per_token(cfg, L)
-        got = solution.forward_flops_per_token(cfg, L)
-        call = f"forward_flops_per_token({name}, seq_len={L})"
-        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
-            raise CheckFailed(f"{call} returned {got!r}, a {type(got).__name__}; return an int (every term is a "
-                              "whole number of FLOPs per token)")
+def check_llama_params(solution) -> None:
+    """Each case against the model built on meta: MHA and GQA, tied and untied heads."""
+    for name, cfg in LLAMA_CASES:
+        want = _counted(cfg)
+        got = solution.llama_params(cfg)
+        call = f"llama_params({name})"
+        if not _is_int(got):
+            raise CheckFailed(f"{call} returned {got!r}, a {type(got).__name__}; return an int (a count of "
+                              "parameters is a whole number: no division is needed)")
         if got != want:
-            hint = _flops_hint(cfg, L, got, want)
-            if not hint and got == 2 * accounting.total_params(cfg):
-                hint = (": that is the 2N rule of thumb; count the matmuls instead (no embedding, no norms, and "
-                        "attention over the context)")
-            raise CheckFailed(f"{call} = {got:,}, but the model's forward counted on the shape-only device costs "
-                              f"{want:,} matmul FLOPs per token (off by {got - want:+,}){hint}")
+            raise CheckFailed(f"{call} = {got:,}, but the model built on the shape-only device has {want:,} "
+                              f"(off by {got - want:+,}){_llama_hint(cfg, got, want)}")
 
 
-MFU_CASES = [("70B on 1.4e12 tokens, 1,000 GPUs of 990 TFLOP/s, 42 days", (70e9, 1.4e12, 1000, 990e12, 42)),
-             ("Llama-2-7B on 2e12 tokens, 2,048 GPUs of 312 TFLOP/s, 21 days",
-              (6_738_415_616, 2e12, 2048, 312e12, 21)),
-             ("124M on 1e10 tokens, 8 GPUs of 312 TFLOP/s, 1.5 days", (124e6, 1e10, 8, 312e12, 1.5))]
+TIED_CASES = [("llama3-70b", nn.preset("llama3-70b")), ("llama3-8b", nn.preset("llama3-8b")),
+              ("llama2-7b", nn.preset("llama2-7b")), ("smollm-135m (already tied)", nn.preset("smollm-135m"))]
 
 
-def check_mfu_needed(solution) -> None:
-    """Each case: training at the returned utilisation must take exactly `days` by accounting.training_days."""
-    for name, (N, D, gpus, peak, days) in MFU_CASES:
-        got = solution.mfu_needed(N, D, gpus, peak, days)
-        call = f"mfu_needed({name})"
-        if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(got) or got <= 0:
-            raise CheckFailed(f"{call} returned {got!r}; return a positive float (the utilisation as a fraction)")
-        want = accounting.training_flops(N, D) / (gpus * peak * days * 86400)
-        took = accounting.training_days(accounting.training_flops(N, D), gpus, peak, got)
-        if math.isclose(took, days, rel_tol=1e-9):
-            continue
-        ratio = got / want
-        hints = [(1 / 3, "2 N D counts only the forward pass; training costs 6 N D (2N forward and 4N backward "
-                         "per token)"),
-                 (86400, "peak_flops_per_gpu is per second: a day is 86,400 seconds"),
-                 (24, "a day is 86,400 seconds (24 x 3,600), not 3,600"),
-                 (100, "that is a percentage; return the fraction (0.35 for 35 %)"),
-                 (7, "days is in days, not weeks"), (1 / 7, "days is in days, not weeks")]
-        hint = next((": " + why for r, why in hints if math.isclose(ratio, r, rel_tol=1e-6)), "")
-        raise CheckFailed(f"{call} = {got!r}, but at that utilisation training takes {took:.4g} days, not {days:g}; "
-                          f"expected 6 N D / (n_gpus x peak x days x 86,400) = {want!r}{hint}")
+def check_tied_saving(solution) -> None:
+    """Each case against the untied and the tied model built on meta: the difference of their counts, and that
+    difference over the untied count."""
+    for name, cfg in TIED_CASES:
+        untied, tied = _counted(cfg.with_(tie_embeddings=False)), _counted(cfg.with_(tie_embeddings=True))
+        want_saved, want_fraction = untied - tied, (untied - tied) / untied
+        got = solution.tied_saving(cfg)
+        call = f"tied_saving({name})"
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise CheckFailed(f"{call} returned {got!r}; return a pair (saved, fraction)")
+        saved, fraction = got
+        if not _is_int(saved):
+            raise CheckFailed(f"{call}: saved = {saved!r}, a {type(saved).__name__}; return it as an int")
+        if saved != want_saved:
+            hint = ""
+            if saved == 2 * want_saved:
+                hint = (": tying removes one matrix, not two. The embedding stays and the head becomes the same "
+                        "matrix, so the saving is one vocab_size x d_model")
+            elif saved == 0 and cfg.tie_embeddings:
+                hint = (": this cfg is already tied, but the question is what tying saves for its architecture, "
+                        "i.e. the untied model minus the tied one")
+            raise CheckFailed(f"{call}: saved = {saved:,}, but the untied model has {untied:,} parameters and the "
+                              f"tied one {tied:,}: {want_saved:,} fewer{hint}")
+        if not isinstance(fraction, numbers.Real) or isinstance(fraction, bool) or not math.isfinite(fraction):
+            raise CheckFailed(f"{call}: fraction = {fraction!r}; return a float between 0 and 1")
+        if abs(fraction - want_fraction) > 1e-12 * want_fraction:
+            hint = ""
+            if abs(fraction - want_saved / tied) < 1e-12:
+                hint = ": that divides by the tied model's count; the fraction is of the untied model"
+            elif abs(fraction - 100 * want_fraction) < 1e-9:
+                hint = ": that is a percentage; return the fraction (between 0 and 1)"
+            raise CheckFailed(f"{call}: fraction = {fraction!r}, expected {want_saved:,} / {untied:,} = "
+                              f"{want_fraction!r}{hint}")
 
 
-CHECKS = [("forward_flops_per_token", check_forward_flops_per_token), ("mfu_needed", check_mfu_needed)]
+CHECKS = [("llama_params", check_llama_params), ("tied_saving", check_tied_saving)]

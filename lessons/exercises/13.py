@@ -1,147 +1,92 @@
-"""Lesson 13's exercises: the LoRA layer by hand, LoRA's parameter saving, DeepNorm's constants, and the total and
-active parameters of a mixture of experts. Each check compares with an independent oracle (nn.Linear with LoRA
-and manual.linear_forward with an Adapter; the parameters of real modules; the DeepNet formula; a model built on
-the shape-only device) and says what is wrong, with the numbers, naming the usual slips."""
+"""Lesson 13's exercises: the forward FLOPs per token of a whole model, and the utilisation a training run needs.
+Each check compares with an independent oracle (the model run on the shape-only device under count_flops, and
+accounting.training_days) and says what is wrong, with the numbers, naming the usual slips when it sees one."""
 from __future__ import annotations
 
-import numpy as np
+import math
+import numbers
 
-import tinygrad_block as tb
-from tinygrad_block import manual, nn
+from tinygrad_block import accounting, nn
+from tinygrad_block.counting import count_flops
+from tinygrad_block.measure import meta_ids, meta_lm
 
-from .common import CheckFailed, tensor_result
+from .common import CheckFailed
 
-# ---------------------------------------------------------------- lora_forward
-def check_lora_forward(solution) -> None:
-    """Against nn.Linear holding the same W, A, B (float64), and numpy; then the gradient reaching A and B."""
-    r = np.random.default_rng(13)
-    N, d_in, d_out, rank, alpha = 5, 12, 10, 3, 6.0
-    W, A, B = r.standard_normal((d_out, d_in)), r.standard_normal((rank, d_in)), r.standard_normal((d_out, rank))
-    xn = r.standard_normal((N, d_in))
-    layer = nn.Linear(d_in, d_out, generator=tb.Generator(0), dtype=tb.float64, lora_rank=rank, lora_alpha=alpha)
-    layer.load_state_dict({"weight": tb.tensor(W, dtype=tb.float64), "lora_A": tb.tensor(A, dtype=tb.float64),
-                           "lora_B": tb.tensor(B, dtype=tb.float64)})
-    want = layer(tb.tensor(xn, dtype=tb.float64)).numpy()
-
-    def lora(W=W, scale=alpha / rank):                                          # manual's linear with an adapter
-        return manual.linear_forward(xn, W, adapter=manual.Adapter(A, B, scale), frozen=True)
-    y, cache = lora()
-    assert np.abs(want - y).max() < 1e-12                                       # the oracles agree
-    x, Wt, At, Bt = (tb.tensor(a, dtype=tb.float64, requires_grad=True) for a in (xn, W, A, B))
-    got = tensor_result(solution.lora_forward(x, Wt, At, Bt, alpha), "lora_forward", (N, d_out))
-    err = np.abs(got - want).max()
-    if err > 1e-10:
-        slips = [(lora(scale=alpha), f"the update is scaled by alpha = {alpha:g}; the scale is alpha / r = "
-                                     f"{alpha:g} / {rank} = {alpha / rank:g}"),
-                 (lora(scale=rank / alpha), f"the scale is upside down: r / alpha = {rank / alpha:g}, not "
-                                            f"alpha / r = {alpha / rank:g}"),
-                 (lora(scale=1.0), f"the update is not scaled: multiply (x A^T) B^T by alpha / r = {alpha / rank:g}"),
-                 (lora(W=np.zeros_like(W)), "the frozen term x W^T is missing: LoRA adds to the layer's output")]
-        hint = next((h for (value, _), h in slips if np.abs(got - value).max() < 1e-10), "")
-        raise CheckFailed(f"lora_forward is off by up to {err:.3g} from nn.Linear with the same W, A, B "
-                          f"(d_in {d_in}, d_out {d_out}, r {rank}, alpha {alpha:g})" + (f": {hint}" if hint else ""))
-    out = solution.lora_forward(x, Wt, At, Bt, alpha)
-    if not out.requires_grad:
-        raise CheckFailed("no gradient reaches A and B: compute with Tensor ops on the arguments, not numpy arrays")
-    out.backward(tb.ones_like(out))
-    if At.grad is None or Bt.grad is None:
-        raise CheckFailed("no gradient reaches A and B: compute with Tensor ops on the arguments, not numpy arrays")
-    dB = manual.linear_backward(np.ones((N, d_out)), cache)[1]["lora_B"]       # (alpha / r) dy^T (x A^T): (d_out, r)
-    if np.abs(Bt.grad.numpy() - dB).max() > 1e-9:
-        raise CheckFailed("the gradient of B differs from (alpha / r) dy^T (x A^T)")
+def _counted_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
+    """The oracle: the model's forward on ids (1, seq_len) run on meta, its matmul FLOPs per token."""
+    with count_flops() as fc:
+        meta_lm(cfg)(meta_ids(1, seq_len))                              # (1, seq_len, vocab_size)
+    total = fc.total("forward", matmul_only=True)
+    assert total % seq_len == 0
+    return total // seq_len
 
 
-# ---------------------------------------------------------------- lora_saving
-def check_lora_saving(solution) -> None:
-    """On square and non-square weights, against the parameter counts of a real nn.Linear with LoRA (meta)."""
-    for d, k, r in ((4096, 4096, 16), (4096, 11008, 8), (768, 3072, 4), (64, 48, 2)):
-        layer = nn.Linear(k, d, generator=tb.Generator(0), device="meta", lora_rank=r)   # weight (d, k)
-        want = layer.weight.size / (layer.lora_A.size + layer.lora_B.size)
-        got = solution.lora_saving(d, k, r)
-        if isinstance(got, tb.Tensor) and got.size == 1:
-            got = got.item()
-        if not isinstance(got, (float, int, np.floating, np.integer)) or isinstance(got, bool):
-            raise CheckFailed(f"lora_saving must return a number; got {type(got).__name__}")
-        if abs(got - want) <= 1e-9 * want:
+FLOP_CASES = [("llama2-7b", nn.preset("llama2-7b"), 4096), ("llama2-70b", nn.preset("llama2-70b"), 4096),
+              ("llama2-70b", nn.preset("llama2-70b"), 1), ("llama3-8b", nn.preset("llama3-8b"), 8192),
+              ("smollm-135m (tied head)", nn.preset("smollm-135m"), 2048), ("tiny", nn.preset("tiny"), 100)]
+
+
+def _flops_hint(cfg: nn.BlockConfig, L: int, got: int, want: int) -> str:
+    """The usual slip that gives exactly `got`, if any."""
+    d, V, n = cfg.d_model, cfg.vocab_size, cfg.n_layers
+    d_kv = cfg.n_kv_heads * cfg.d_head
+    slips = [(want - 2 * d * V, f"that leaves out the LM head: 2 x d_model x vocab_size = {2 * d * V:,} per token"),
+             (want + 2 * d * V, "the embedding is a table lookup (a gather), not a matmul: it costs no FLOPs"),
+             (want + n * 4 * d * (d - d_kv), f"under GQA W_K and W_V map d_model = {d:,} to n_kv_heads * d_head = "
+                                             f"{d_kv:,} numbers, not to d_model"),
+             (want - n * 2 * L * cfg.n_heads * cfg.d_head,
+              "q k^T and weights @ V each cost 2 x seq_len x n_heads x d_head per token, 4 x seq_len x d_model in "
+              "all; this engine computes the whole square, without halving it for the causal mask"),
+             (want * L, "that is the whole sequence; divide by seq_len for the cost per token"),
+             (3 * want, "that is training (forward and backward, 3 x the forward); the question is the forward")]
+    return next((": " + why for value, why in slips if value != want and got == value), "")
+
+
+def check_forward_flops_per_token(solution) -> None:
+    """Each case against the model's forward counted on meta; the usual slips named."""
+    for name, cfg, L in FLOP_CASES:
+        want = _counted_per_token(cfg, L)
+        got = solution.forward_flops_per_token(cfg, L)
+        call = f"forward_flops_per_token({name}, seq_len={L})"
+        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
+            raise CheckFailed(f"{call} returned {got!r}, a {type(got).__name__}; return an int (every term is a "
+                              "whole number of FLOPs per token)")
+        if got != want:
+            hint = _flops_hint(cfg, L, got, want)
+            if not hint and got == 2 * accounting.total_params(cfg):
+                hint = (": that is the 2N rule of thumb; count the matmuls instead (no embedding, no norms, and "
+                        "attention over the context)")
+            raise CheckFailed(f"{call} = {got:,}, but the model's forward counted on the shape-only device costs "
+                              f"{want:,} matmul FLOPs per token (off by {got - want:+,}){hint}")
+
+
+MFU_CASES = [("70B on 1.4e12 tokens, 1,000 GPUs of 990 TFLOP/s, 42 days", (70e9, 1.4e12, 1000, 990e12, 42)),
+             ("Llama-2-7B on 2e12 tokens, 2,048 GPUs of 312 TFLOP/s, 21 days",
+              (6_738_415_616, 2e12, 2048, 312e12, 21)),
+             ("124M on 1e10 tokens, 8 GPUs of 312 TFLOP/s, 1.5 days", (124e6, 1e10, 8, 312e12, 1.5))]
+
+
+def check_mfu_needed(solution) -> None:
+    """Each case: training at the returned utilisation must take exactly `days` by accounting.training_days."""
+    for name, (N, D, gpus, peak, days) in MFU_CASES:
+        got = solution.mfu_needed(N, D, gpus, peak, days)
+        call = f"mfu_needed({name})"
+        if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(got) or got <= 0:
+            raise CheckFailed(f"{call} returned {got!r}; return a positive float (the utilisation as a fraction)")
+        want = accounting.training_flops(N, D) / (gpus * peak * days * 86400)
+        took = accounting.training_days(accounting.training_flops(N, D), gpus, peak, got)
+        if math.isclose(took, days, rel_tol=1e-9):
             continue
-        slips = [(1 / want, "that is upside down: the adapter's parameters over the weight's"),
-                 (d * k / (r * d), "the adapter has two factors, B (d x r) and A (r x k): r (d + k) parameters, "
-                                   "not r d"),
-                 (d * k / (r * k), "the adapter has two factors, B (d x r) and A (r x k): r (d + k) parameters, "
-                                   "not r k"),
-                 (d * k / (r * r), "the adapter has r (d + k) parameters, not r x r"),
-                 (d * k - r * (d + k), "that is the difference in parameters; the saving is the ratio d k / "
-                                       "(r (d + k))")]
-        hint = next((h for value, h in slips if abs(got - value) <= 1e-9 * abs(value)), "")
-        raise CheckFailed(f"lora_saving({d}, {k}, {r}) = {got:g}, but the {d} x {k} weight has {layer.weight.size:,} "
-                          f"parameters and its adapter {layer.lora_A.size + layer.lora_B.size:,}: {want:g}x"
-                          + (f"; {hint}" if hint else ""))
+        ratio = got / want
+        hints = [(1 / 3, "2 N D counts only the forward pass; training costs 6 N D (2N forward and 4N backward "
+                         "per token)"),
+                 (86400, "peak_flops_per_gpu is per second: a day is 86,400 seconds"),
+                 (24, "a day is 86,400 seconds (24 x 3,600), not 3,600"),
+                 (100, "that is a percentage; return the fraction (0.35 for 35 %)"),
+                 (7, "days is in days, not weeks"), (1 / 7, "days is in days, not weeks")]
+        hint = next((": " + why for r, why in hints if math.isclose(ratio, r, rel_tol=1e-6)), "")
+        raise CheckFailed(f"{call} = {got!r}, but at that utilisation training takes {took:.4g} days, not {days:g}; "
+                          f"expected 6 N D / (n_gpus x peak x days x 86,400) = {want!r}{hint}")
 
 
-# ---------------------------------------------------------------- deepnorm_alpha_beta
-def check_deepnorm_alpha_beta(solution) -> None:
-    """For N = 1, 6, 8, 100, 1000 against DeepNet's formulas (and nn.deepnorm_alpha_beta)."""
-    for n in (1, 6, 8, 100, 1000):
-        want = ((2 * n) ** 0.25, (8 * n) ** -0.25)
-        assert np.allclose(want, nn.deepnorm_alpha_beta(n), rtol=1e-15)
-        got = solution.deepnorm_alpha_beta(n)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise CheckFailed(f"deepnorm_alpha_beta must return a pair (alpha, beta); got {got!r}")
-        a, b = (float(v.item() if isinstance(v, tb.Tensor) else v) for v in got)
-        if abs(a - want[0]) <= 1e-12 * want[0] and abs(b - want[1]) <= 1e-12 * want[1]:
-            continue
-        slips = [((want[1], want[0]), "alpha and beta are swapped: alpha = (2N)^(1/4) > 1 weights the residual, "
-                                      "beta = (8N)^(-1/4) < 1 shrinks the initial weights"),
-                 ((n ** 0.25, n ** -0.25), "the 4th roots are of 2N and of 8N, not of N"),
-                 (((2 * n) ** 0.5, (8 * n) ** -0.5), "those are square roots; DeepNorm takes 4th roots"),
-                 ((want[0], (8 * n) ** 0.25), "beta = (8N)^(-1/4), a negative power: it is below 1")]
-        hint = next((h for (sa, sb), h in slips if abs(a - sa) <= 1e-12 * sa and abs(b - sb) <= 1e-12 * sb), "")
-        raise CheckFailed(f"deepnorm_alpha_beta({n}) = ({a:.6g}, {b:.6g}), but (2N)^(1/4) = {want[0]:.6g} and "
-                          f"(8N)^(-1/4) = {want[1]:.6g}" + (f": {hint}" if hint else ""))
-
-
-# ---------------------------------------------------------------- moe_params
-def _counted(cfg: nn.BlockConfig) -> tuple[int, int]:
-    """(total, active) from the model built on the shape-only device: every parameter's size, less each block's
-    idle experts ((n_experts - top_k) / n_experts of its stacked expert tensors)."""
-    model = nn.LM(cfg, generator=tb.Generator(0), device="meta")
-    total = sum(p.size for p in model.parameters())
-    experts = sum(p.size for name, p in model.named_parameters() if name.endswith(("ffn.gate_proj", "ffn.up_proj",
-                                                                                   "ffn.down_proj")))
-    return total, total - experts * (cfg.n_experts - cfg.experts_top_k) // cfg.n_experts
-
-
-def check_moe_params(solution) -> None:
-    """Small mixtures (MHA and GQA, tied and untied) and Mixtral-8x7B's shape, against the modules' own sizes."""
-    configs = [nn.BlockConfig(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, n_layers=3, vocab_size=50,
-                              n_experts=4, experts_top_k=2, max_seq_len=32),
-               nn.BlockConfig(d_model=24, n_heads=4, n_kv_heads=4, d_ff=40, n_layers=2, vocab_size=30,
-                              n_experts=6, experts_top_k=1, tie_embeddings=True, max_seq_len=32),
-               nn.preset("mistral-7b").with_(n_experts=8, experts_top_k=2)]
-    for cfg in configs:
-        want = _counted(cfg)
-        got = solution.moe_params(cfg)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise CheckFailed(f"moe_params must return a pair (total, active); got {got!r}")
-        got = tuple(int(v) for v in got)
-        if got == want:
-            continue
-        where = (f"d_model {cfg.d_model}, {cfg.n_layers} blocks, {cfg.n_experts} experts, top {cfg.experts_top_k}"
-                 f"{', tied' if cfg.tie_embeddings else ''}")
-        if got[0] != want[0]:
-            raise CheckFailed(f"moe_params total = {got[0]:,}, but the model holds {want[0]:,} parameters ({where})")
-        idle_one_block = (cfg.n_experts - cfg.experts_top_k) * 3 * cfg.d_model * cfg.d_ff
-        slips = [(want[0] * cfg.experts_top_k // cfg.n_experts, "that is top_k / n_experts of everything; only the "
-                  "experts are idle: attention, norms, router, embedding and head run for every token"),
-                 (want[0] - idle_one_block, "the idle experts were left out of one block only: every block has "
-                                            "its own"),
-                 (want[0], "that is the total: leave out the n_experts - top_k idle experts of every block"),
-                 (want[1] - cfg.n_layers * cfg.n_experts * cfg.d_model, "the router runs for every token: its "
-                  "parameters are active")]
-        hint = next((h for value, h in slips if got[1] == value), "")
-        raise CheckFailed(f"moe_params active = {got[1]:,}, but one token uses {want[1]:,} of the {want[0]:,} "
-                          f"({where})" + (f": {hint}" if hint else ""))
-
-
-CHECKS = [("lora_forward", check_lora_forward), ("lora_saving", check_lora_saving),
-          ("deepnorm_alpha_beta", check_deepnorm_alpha_beta), ("moe_params", check_moe_params)]
+CHECKS = [("forward_flops_per_token", check_forward_flops_per_token), ("mfu_needed", check_mfu_needed)]

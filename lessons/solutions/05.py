@@ -1,28 +1,44 @@
 """Lesson 05 exercises: reference solutions."""
-import math
-
 import numpy as np
 
 import tinygrad_block as tb
 
 
-def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
-    """softmax(q k^T / sqrt(d_head) + mask) v. The mask is a constant: -inf strictly above the diagonal."""
-    L, d_head = q.shape[-2], q.shape[-1]
-    scores = (q @ k.mT) / math.sqrt(d_head)                               # (B, H, L, L)
-    if causal:
-        scores = scores + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
-    return scores.softmax(axis=-1) @ v                                    # (B, H, L, d_head)
+def masked_batchnorm(x: tb.Tensor, mask: tb.Tensor, eps: float = 1e-5) -> tb.Tensor:
+    """Sums over the real tokens only (x * mask), divided by their count; the output times the mask zeroes the
+    padding. The statistics stay in the graph, so the gradient flows through them too."""
+    m = mask.unsqueeze(-1)                                            # (B, L, 1)
+    count = m.sum()
+    mean = (x * m).sum(axis=(0, 1), keepdims=True) / count            # (1, 1, d)
+    xc = (x - mean) * m                                               # 0 at padding
+    var = (xc * xc).sum(axis=(0, 1), keepdims=True) / count           # (1, 1, d)
+    return xc * (var + eps).rsqrt()
 
 
-def stable_softmax(x: tb.Tensor, axis: int = -1) -> tb.Tensor:
-    """e^(x - m) / sum e^(x - m) with m each row's maximum, held constant (the result does not depend on it):
-    the largest exponent is e^0 = 1, so the sum lies between 1 and the row length."""
-    e = (x - x.max(axis=axis, keepdims=True).detach()).exp()
-    return e / e.sum(axis=axis, keepdims=True)
+def layernorm_backward(dout: np.ndarray, x: np.ndarray, weight: np.ndarray, eps: float):
+    """n = (x - mean) * rstd; dn = dout * weight; dx = rstd * (dn - mean(dn) - n * mean(dn * n)): RMSNorm's
+    formula on the centred x, plus the projection that removes dn's mean, as the forward removed x's."""
+    xc = x - x.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps)   # (..., 1)
+    n, dn = xc * rstd, dout * weight
+    dx = rstd * (dn - dn.mean(-1, keepdims=True) - n * (dn * n).mean(-1, keepdims=True))
+    rows = tuple(range(x.ndim - 1))                                   # every axis but the last
+    return dx, (dout * n).sum(axis=rows), dout.sum(axis=rows)
 
 
-def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
-    """Head h's output times the columns of W_O that read it: o_h W_O[:, h d_head : (h + 1) d_head]^T."""
-    H, d_head = weighted.shape[1], weighted.shape[-1]
-    return tb.stack([weighted[:, h] @ o_weight[:, h * d_head:(h + 1) * d_head].mT for h in range(H)], axis=0)
+def fused_add_rmsnorm(x: np.ndarray, residual: np.ndarray, weight: np.ndarray, eps: float):
+    """One pass: h = x + residual, then h * rstd * weight; both h and the normalised h come out."""
+    h = x + residual
+    rstd = 1.0 / np.sqrt((h * h).mean(-1, keepdims=True) + eps)     # (..., 1)
+    return h * rstd * weight, h
+
+
+def fused_add_rmsnorm_backward(d_normed: np.ndarray, d_new_residual: np.ndarray, x: np.ndarray,
+                               residual: np.ndarray, weight: np.ndarray, eps: float):
+    """dh = (through the norm) + d_new_residual: h is read by the norm and also goes on along the stream.
+    x and residual enter only through their sum, so each gets dh."""
+    h = x + residual
+    rstd = 1.0 / np.sqrt((h * h).mean(-1, keepdims=True) + eps)
+    n, dn = h * rstd, d_normed * weight
+    dh = rstd * (dn - n * (dn * n).mean(-1, keepdims=True)) + d_new_residual
+    return dh, dh.copy(), (d_normed * n).sum(axis=tuple(range(h.ndim - 1)))

@@ -1,28 +1,28 @@
 """Lesson 06 exercises: reference solutions."""
+import math
+
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
 
 
-def rope(x: tb.Tensor, positions: list[int], theta: float) -> tb.Tensor:
-    """Pair i = (x_i, x_{i + d/2}) turned by p theta^(-2i/d): the angles are constants (numpy), the rotation is
-    Tensor ops on x."""
-    d = x.shape[-1]
-    angle = np.asarray(positions, dtype=np.float64)[:, None] * theta ** (-2 * np.arange(d // 2) / d)   # (L, d/2)
-    c, s = tb.tensor(np.cos(angle), dtype=x.dtype), tb.tensor(np.sin(angle), dtype=x.dtype)
-    x1, x2 = x[..., :d // 2], x[..., d // 2:]                             # (B, H, L, d/2) each
-    return tb.concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)         # (B, H, L, d)
+def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
+    """softmax(q k^T / sqrt(d_head) + mask) v. The mask is a constant: -inf strictly above the diagonal."""
+    L, d_head = q.shape[-2], q.shape[-1]
+    scores = (q @ k.mT) / math.sqrt(d_head)                               # (B, H, L, L)
+    if causal:
+        scores = scores + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
+    return scores.softmax(axis=-1) @ v                                    # (B, H, L, d_head)
 
 
-def repeat_kv(x: tb.Tensor, n_rep: int) -> tb.Tensor:
-    """A new axis after the KV heads, expanded to n_rep: KV head j fills query heads j n_rep .. j n_rep + n_rep - 1.
-    The expand's backward sums over the group."""
-    B, H_kv, L, d = x.shape
-    x = x.reshape(B, H_kv, 1, L, d).expand(B, H_kv, n_rep, L, d)          # (B, H_kv, n_rep, L, d)
-    return x.reshape(B, H_kv * n_rep, L, d)                               # (B, H, L, d)
+def stable_softmax(x: tb.Tensor, axis: int = -1) -> tb.Tensor:
+    """e^(x - m) / sum e^(x - m) with m each row's maximum, held constant (the result does not depend on it):
+    the largest exponent is e^0 = 1, so the sum lies between 1 and the row length."""
+    e = (x - x.max(axis=axis, keepdims=True).detach()).exp()
+    return e / e.sum(axis=axis, keepdims=True)
 
 
-def kv_cache_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
-    """K and V (2) in every layer, for every token of every sequence: n_kv_heads heads of d_head numbers each."""
-    return 2 * cfg.n_layers * batch * seq_len * cfg.n_kv_heads * cfg.d_head * bytes_per_element
+def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
+    """Head h's output times the columns of W_O that read it: o_h W_O[:, h d_head : (h + 1) d_head]^T."""
+    H, d_head = weighted.shape[1], weighted.shape[-1]
+    return tb.stack([weighted[:, h] @ o_weight[:, h * d_head:(h + 1) * d_head].mT for h in range(H)], axis=0)

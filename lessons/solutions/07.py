@@ -1,28 +1,28 @@
 """Lesson 07 exercises: reference solutions."""
+import numpy as np
+
 import tinygrad_block as tb
 from tinygrad_block import nn
 
 
-def swiglu(x: tb.Tensor, w_gate: tb.Tensor, w_up: tb.Tensor, w_down: tb.Tensor) -> tb.Tensor:
-    """W_down (SiLU(W_gate x) * W_up x); weights stored (out, in), so each projection is x @ w.mT."""
-    hidden = (x @ w_gate.mT).silu() * (x @ w_up.mT)                      # (B, L, d_ff)
-    return hidden @ w_down.mT                                             # (B, L, d_model)
+def rope(x: tb.Tensor, positions: list[int], theta: float) -> tb.Tensor:
+    """Pair i = (x_i, x_{i + d/2}) turned by p theta^(-2i/d): the angles are constants (numpy), the rotation is
+    Tensor ops on x."""
+    d = x.shape[-1]
+    angle = np.asarray(positions, dtype=np.float64)[:, None] * theta ** (-2 * np.arange(d // 2) / d)   # (L, d/2)
+    c, s = tb.tensor(np.cos(angle), dtype=x.dtype), tb.tensor(np.sin(angle), dtype=x.dtype)
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]                             # (B, H, L, d/2) each
+    return tb.concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)         # (B, H, L, d)
 
 
-def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None) -> int:
-    """floor(8d/3), times the multiplier (floored), rounded up to a multiple: Meta's Llama code."""
-    hidden = 2 * 4 * d_model // 3
-    if multiplier is not None:
-        hidden = int(multiplier * hidden)
-    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)     # ceil(hidden / multiple_of) multiples
+def repeat_kv(x: tb.Tensor, n_rep: int) -> tb.Tensor:
+    """A new axis after the KV heads, expanded to n_rep: KV head j fills query heads j n_rep .. j n_rep + n_rep - 1.
+    The expand's backward sums over the group."""
+    B, H_kv, L, d = x.shape
+    x = x.reshape(B, H_kv, 1, L, d).expand(B, H_kv, n_rep, L, d)          # (B, H_kv, n_rep, L, d)
+    return x.reshape(B, H_kv * n_rep, L, d)                               # (B, H, L, d)
 
 
-def ffn_share(cfg: nn.BlockConfig) -> float:
-    """FFN parameters of all blocks over every parameter of nn.LM(cfg)."""
-    d, d_ff = cfg.d_model, cfg.d_ff
-    ffn = (3 if cfg.ffn == "swiglu" else 2) * d * d_ff + cfg.bias * (d_ff + d)
-    attn = 2 * d * d + 2 * d * cfg.n_kv_heads * cfg.d_head + cfg.bias * (2 * d + 2 * cfg.n_kv_heads * cfg.d_head)
-    norm = d * (1 + (cfg.norm == "layer" and cfg.bias))                  # gain, and a shift for LayerNorm + bias
-    embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2) + (0 if cfg.rope else cfg.max_seq_len * d)
-    total = cfg.n_layers * (ffn + attn + 2 * norm) + norm + embeddings
-    return cfg.n_layers * ffn / total
+def kv_cache_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
+    """K and V (2) in every layer, for every token of every sequence: n_kv_heads heads of d_head numbers each."""
+    return 2 * cfg.n_layers * batch * seq_len * cfg.n_kv_heads * cfg.d_head * bytes_per_element

@@ -1,32 +1,28 @@
 """Lesson 08 exercises: reference solutions."""
-import numpy as np
-
 import tinygrad_block as tb
 from tinygrad_block import nn
 
 
-def post_norm_block(block: nn.TransformerBlock, x: tb.Tensor) -> tb.Tensor:
-    """The norm after each residual add: the stream itself is normalised twice per block."""
-    h = block.norm1(x + block.attn(x))                                    # (B, L, d_model)
-    return block.norm2(h + block.ffn(h))
+def swiglu(x: tb.Tensor, w_gate: tb.Tensor, w_up: tb.Tensor, w_down: tb.Tensor) -> tb.Tensor:
+    """W_down (SiLU(W_gate x) * W_up x); weights stored (out, in), so each projection is x @ w.mT."""
+    hidden = (x @ w_gate.mT).silu() * (x @ w_up.mT)                      # (B, L, d_ff)
+    return hidden @ w_down.mT                                             # (B, L, d_model)
 
 
-def input_grad_ratio(blocks: list, x: tb.Tensor, dout: tb.Tensor) -> float:
-    """|dL/dx| / |dout| for L = sum(out * dout): backward(dout) gives dL/dx in x.grad."""
-    x = x.detach().requires_grad_()
-    out = x
-    for block in blocks:
-        out = block(out)
-    out.backward(dout)
-    return float(np.linalg.norm(x.grad.numpy()) / np.linalg.norm(dout.numpy()))
+def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None) -> int:
+    """floor(8d/3), times the multiplier (floored), rounded up to a multiple: Meta's Llama code."""
+    hidden = 2 * 4 * d_model // 3
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)     # ceil(hidden / multiple_of) multiples
 
 
-def sublayer_writes(blocks: list, x: tb.Tensor) -> list:
-    """Each sublayer reads the running stream (through its norm) and its write is added to it."""
-    stream, writes = x, []
-    for block in blocks:
-        writes.append(block.attn(block.norm1(stream)))                    # attention's write
-        stream = stream + writes[-1]
-        writes.append(block.ffn(block.norm2(stream)))                     # the FFN's write
-        stream = stream + writes[-1]
-    return writes
+def ffn_share(cfg: nn.BlockConfig) -> float:
+    """FFN parameters of all blocks over every parameter of nn.LM(cfg)."""
+    d, d_ff = cfg.d_model, cfg.d_ff
+    ffn = (3 if cfg.ffn == "swiglu" else 2) * d * d_ff + cfg.bias * (d_ff + d)
+    attn = 2 * d * d + 2 * d * cfg.n_kv_heads * cfg.d_head + cfg.bias * (2 * d + 2 * cfg.n_kv_heads * cfg.d_head)
+    norm = d * (1 + (cfg.norm == "layer" and cfg.bias))                  # gain, and a shift for LayerNorm + bias
+    embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2) + (0 if cfg.rope else cfg.max_seq_len * d)
+    total = cfg.n_layers * (ffn + attn + 2 * norm) + norm + embeddings
+    return cfg.n_layers * ffn / total

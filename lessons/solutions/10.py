@@ -1,39 +1,29 @@
 """Lesson 10 exercises: reference solutions."""
-from collections import Counter
+import numpy as np
 
 
-def predict_meetings(graph) -> int:
-    """A call whose output needs a gradient sends one gradient back along each read of an input that needs one;
-    a tensor read k times that way gets k gradients and sums them with k - 1 additions."""
-    reads = Counter()
-    for i in graph.ops("forward"):
-        call = graph.nodes[i]
-        if call.tensor.requires_grad:
-            reads.update(j for j in call.inputs if graph.nodes[j].tensor.requires_grad)
-    return sum(k - 1 for k in reads.values())
+def swiglu_backward(x, w_gate, w_up, w_down, grad_out):
+    """Back through down, the gate's product, SiLU and the two projections; x fed both, so its gradients add."""
+    z, u = x @ w_gate.T, x @ w_up.T                                       # (B, L, d_ff) each
+    s = 0.5 * (1.0 + np.tanh(0.5 * z))                                    # sigmoid(z), without overflow
+    act = z * s                                                           # SiLU(z)
+    dm = grad_out @ w_down                                                # (B, L, d_ff)
+    du = dm * act                                                         # product rule: the other factor
+    dz = dm * u * s * (1.0 + z * (1.0 - s))                               # ... times SiLU'(z)
+
+    def outer(d, a):                                                      # d^T a summed over every token
+        return d.reshape(-1, d.shape[-1]).T @ a.reshape(-1, a.shape[-1])
+    return dz @ w_gate + du @ w_up, outer(dz, x), outer(du, x), outer(grad_out, act * u)
 
 
-def box_free_path(view) -> list | None:
-    """Depth-first from the start, never stepping onto a box; each node's predecessor remembered, so the path
-    can be read back from the end."""
-    start = next(n.name for n in view.nodes if all(e.dst != n.name for e in view.edges))
-    end = next(n.name for n in view.nodes if all(e.src != n.name for e in view.edges))
-    came_from, stack = {start: None}, [start]
-    while stack:
-        name = stack.pop()
-        if name == end:
-            path = [name]
-            while came_from[path[-1]] is not None:
-                path.append(came_from[path[-1]])
-            return path[::-1]
-        for nxt in view.successors(name):
-            if nxt.kind != "box" and nxt.name not in came_from:
-                came_from[nxt.name] = name
-                stack.append(nxt.name)
-    return None
+def repeat_kv_backward(grad, n_rep):
+    """Each KV head's gradient: the sum over its n_rep consecutive query heads."""
+    B, H, L, d = grad.shape
+    return grad.reshape(B, H // n_rep, n_rep, L, d).sum(axis=2)           # (B, H_kv, L, d)
 
 
-def kv_group_sums(graph) -> list:
-    """At depth 2 attention is open; a group sum is the backward of repeat kv's expand: a sum in that step."""
-    view = graph.view(depth=2, backward=True)
-    return [(n.shape, n.flops) for n in view.find(step="repeat kv") if n.note == "backward of expand: copies add up"]
+def rope_backward(grad, cos, sin):
+    """The transpose of the rotation, the rotation by minus the angle: the forward with the sine's sign flipped."""
+    half = grad.shape[-1] // 2
+    rotated = np.concatenate([-grad[..., half:], grad[..., :half]], axis=-1)   # rotate_half(grad)
+    return grad * cos - rotated * sin

@@ -1,26 +1,34 @@
 """Lesson 16 exercises: reference solutions."""
-from tinygrad_block import accounting, nn
+import tinygrad_block as tb
+from tinygrad_block import nn
 
 
-def tp_params_per_device(cfg: nn.BlockConfig, t: int) -> int:
-    """1/t of every block's seven matrices, of the embedding and of an untied head; the norms whole."""
+def merge_softmax_states(m1: tb.Tensor, l1: tb.Tensor, acc1: tb.Tensor, m2: tb.Tensor, l2: tb.Tensor,
+                         acc2: tb.Tensor) -> tuple:
+    """m = max(m1, m2); each part's sums restated against m by exp(m_i - m) <= 1, then added."""
+    m = tb.maximum(m1, m2)                                              # (R, 1)
+    e1, e2 = (m1 - m).exp(), (m2 - m).exp()                             # (R, 1): at most 1, no overflow
+    return m, e1 * l1 + e2 * l2, e1 * acc1 + e2 * acc2                  # (R, 1), (R, 1), (R, d)
+
+
+def _flops_and_numbers(cfg: nn.BlockConfig, context_len: int, batch: int) -> tuple[int, int]:
+    """(matmul FLOPs of the step, numbers it reads: matmul weights once + the batch's KV cache)."""
     d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
-    matrices = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff             # W_Q, W_O; W_K, W_V; gate, up, down
-    norms = (2 * cfg.n_layers + 1) * d                                 # two per block and the final one
-    vocab = (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * d      # embedding, and the head unless tied
-    return (cfg.n_layers * matrices + vocab) // t + norms
+    per_layer = 2 * d * cfg.n_heads * cfg.d_head + 2 * d * d_kv + 3 * d * cfg.d_ff   # W_Q, W_O; W_K, W_V; FFN
+    weights = cfg.n_layers * per_layer + d * cfg.vocab_size                           # + the LM head
+    attention = cfg.n_layers * 4 * context_len * cfg.n_heads * cfg.d_head             # per sequence
+    cache = 2 * cfg.n_layers * batch * context_len * d_kv                             # K and V
+    return batch * (2 * weights + attention), weights + cache
 
 
-def zero_bytes_per_device(n_params: int, n_devices: int, stage: int) -> float:
-    """2 + 2 + 12 bytes per parameter; stage s divides the optimizer state (s >= 1), gradients (s >= 2) and
-    weights (s = 3) by the devices."""
-    weights, grads, adam = 2 * n_params, 2 * n_params, 12 * n_params
-    t = n_devices
-    return weights / (t if stage >= 3 else 1) + grads / (t if stage >= 2 else 1) + adam / (t if stage >= 1 else 1)
+def decode_intensity(cfg: nn.BlockConfig, context_len: int, batch: int, bytes_per_element: int) -> float:
+    """matmul FLOPs / (bytes of the matmul weights + bytes of the KV cache)."""
+    flops, numbers = _flops_and_numbers(cfg, context_len, batch)
+    return flops / (numbers * bytes_per_element)
 
 
-def training_mfu(cfg: nn.BlockConfig, batch: int, seq_len: int, step_seconds: float, n_devices: int,
-                 peak_flops: float) -> float:
-    """The step's forward + backward matmul FLOPs over what the devices could do in that time."""
-    flops = accounting.model_forward_flops(cfg, seq_len, batch) + accounting.model_backward_flops(cfg, seq_len, batch)
-    return flops / (n_devices * peak_flops * step_seconds)
+def decode_tokens_per_second(cfg: nn.BlockConfig, context_len: int, batch: int, peak_flops: float,
+                             bandwidth: float, bytes_per_element: int) -> float:
+    """batch tokens per step; a step takes max(FLOPs / peak, bytes / bandwidth)."""
+    flops, numbers = _flops_and_numbers(cfg, context_len, batch)
+    return batch / max(flops / peak_flops, numbers * bytes_per_element / bandwidth)

@@ -1,47 +1,26 @@
 """Lesson 17 exercises: reference solutions."""
-import tinygrad_block as tb
-from tinygrad_block import nn
-
-ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos"}
+from tinygrad_block import accounting, nn
 
 
-def fused_chains(steps: list, kept: set) -> list:
-    """In program order: an elementwise step joins the open chain if it reads the chain's last result once, is
-    that result's only reader, the result is not kept, and the shapes (with their layouts) agree; else it starts a
-    new chain. Any
-    other step closes the open chain."""
-    readers = {}
-    for i, (_, ins, _) in enumerate(steps):
-        for k in set(ins):
-            readers.setdefault(k, []).append(i)
-    chains, chain = [], None
-    for i, (op, ins, shape) in enumerate(steps):
-        if op not in ELEMENTWISE:
-            chain = None
-            continue
-        if chain is not None:
-            last = chain[-1]
-            if ins.count(last) == 1 and readers[last] == [i] and last not in kept and shape == steps[chain[0]][2]:
-                chain.append(i)
-                continue
-        chain = [i]
-        chains.append(chain)
-    return [c for c in chains if len(c) > 1]
+def tp_params_per_device(cfg: nn.BlockConfig, t: int) -> int:
+    """1/t of every block's seven matrices, of the embedding and of an untied head; the norms whole."""
+    d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
+    matrices = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff             # W_Q, W_O; W_K, W_V; gate, up, down
+    norms = (2 * cfg.n_layers + 1) * d                                 # two per block and the final one
+    vocab = (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * d      # embedding, and the head unless tied
+    return (cfg.n_layers * matrices + vocab) // t + norms
 
 
-def silu_in_one_kernel(x: tb.Tensor) -> tb.Tensor:
-    """neg > exp > add > div: each op reads the one before, once."""
-    return x / (1 + (-x).exp())
+def zero_bytes_per_device(n_params: int, n_devices: int, stage: int) -> float:
+    """2 + 2 + 12 bytes per parameter; stage s divides the optimizer state (s >= 1), gradients (s >= 2) and
+    weights (s = 3) by the devices."""
+    weights, grads, adam = 2 * n_params, 2 * n_params, 12 * n_params
+    t = n_devices
+    return weights / (t if stage >= 3 else 1) + grads / (t if stage >= 2 else 1) + adam / (t if stage >= 1 else 1)
 
 
-def make_sgd_step(model: nn.Module, loss_fn) -> object:
-    """lr is an argument (a 0-d tensor), so each replay reads the new one; the gradients are cleared at the end."""
-    def step(x: tb.Tensor, y: tb.Tensor, lr: tb.Tensor) -> tb.Tensor:
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        with tb.no_grad():
-            for p in model.parameters():
-                p.data = (p - lr * p.grad).data
-                p.grad = None
-        return loss
-    return tb.jit(step)
+def training_mfu(cfg: nn.BlockConfig, batch: int, seq_len: int, step_seconds: float, n_devices: int,
+                 peak_flops: float) -> float:
+    """The step's forward + backward matmul FLOPs over what the devices could do in that time."""
+    flops = accounting.model_forward_flops(cfg, seq_len, batch) + accounting.model_backward_flops(cfg, seq_len, batch)
+    return flops / (n_devices * peak_flops * step_seconds)

@@ -52,7 +52,14 @@ def test_without_the_repository_the_course_says_where_it_lives(tmp_path, monkeyp
     assert "lives in the repository's lessons/ folder" in lines[0] and "Clone the repository" in lines[0]
 
 
-@pytest.mark.parametrize("number", range(1, 18))
+GRADED = sorted(int(p.stem) for p in (course.LESSONS / "exercises").glob("[0-9][0-9].py"))
+
+
+def test_every_lesson_has_its_graded_exercises():
+    assert GRADED == sorted(int(p.stem[:2]) for p in course.LESSONS.glob("[0-9][0-9]_*.py"))
+
+
+@pytest.mark.parametrize("number", GRADED)
 def test_each_starter_is_a_file_beside_its_grader_and_fails_every_check_as_not_written_yet(tmp_path, number):
     starter = course.LESSONS / "exercises" / "starters" / f"{number:02d}.py"
     path = course.write_starter(number, tmp_path / f"exercise_{number:02d}.py")

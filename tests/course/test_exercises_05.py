@@ -1,159 +1,194 @@
 """Lesson 05's checkers (lessons/exercises/05.py) reject typical wrong answers, each with the reason."""
-import math
-
 import numpy as np
-import pytest
 
 import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def _attention(scale=None, masked=1, lower=False, after_softmax=False):
-    """Attention with one slip: another scale, the mask on another diagonal or triangle, or the future weights
-    zeroed after the softmax."""
-    def attention(q, k, v, causal):
-        L, d = q.shape[-2], q.shape[-1]
-        s = (q @ k.mT) * (1 / math.sqrt(d) if scale is None else scale)
-        if causal:
-            future = np.tril(np.ones((L, L)), k=-1) if lower else np.triu(np.ones((L, L)), k=masked)
-            if after_softmax:
-                return (s.softmax(axis=-1) * tb.tensor(1 - future, dtype=q.dtype)) @ v
-            s = s + tb.tensor(np.where(future > 0, -np.inf, 0.0), dtype=q.dtype)
-        return s.softmax(axis=-1) @ v
-    return attention
+# ---------------------------------------------------------------- masked_batchnorm
+def _batchnorm_over_every_position(x, mask, eps=1e-5):
+    """The plain BatchNorm of the lesson: statistics over batch and positions, padding included."""
+    mean = x.mean(axis=(0, 1), keepdims=True)
+    xc = x - mean
+    return xc * ((xc * xc).mean(axis=(0, 1), keepdims=True) + eps).rsqrt() * mask.unsqueeze(-1)
 
 
-def test_attention_without_the_scale_is_rejected_with_the_reason():
-    why = failures(5, solution(5, attention=_attention(scale=1.0)))["attention"]
-    assert "causal=False" in why and "not divided by sqrt(d_head) = 2" in why
+def test_batchnorm_that_counts_the_padding_is_rejected_with_the_reason():
+    why = failures(5, solution(5, masked_batchnorm=_batchnorm_over_every_position))["masked_batchnorm"]
+    assert "still count the padding" in why and "sum(mask)" in why
 
 
-def test_attention_divided_by_d_is_rejected():
-    why = failures(5, solution(5, attention=_attention(scale=0.25)))["attention"]
-    assert "divided by d_head = 4, not by its square root" in why
+def test_batchnorm_that_leaves_the_padding_nonzero_is_rejected():
+    def unmasked_output(x, mask, eps=1e-5):
+        m = mask.unsqueeze(-1)
+        mean = (x * m).sum(axis=(0, 1), keepdims=True) / m.sum()
+        xc = x - mean
+        return xc * (((xc * m) ** 2).sum(axis=(0, 1), keepdims=True) / m.sum() + eps).rsqrt()
+    why = failures(5, solution(5, masked_batchnorm=unmasked_output))["masked_batchnorm"]
+    assert "padding positions are not 0" in why
 
 
-def test_attention_masking_the_wrong_triangle_is_rejected():
-    why = failures(5, solution(5, attention=_attention(lower=True)))["attention"]
-    assert "causal=True" in why and "wrong triangle" in why and "np.triu(..., k=1)" in why
+def test_batchnorm_along_the_features_is_rejected():
+    def per_token(x, mask, eps=1e-5):
+        xc = x - x.mean(axis=-1, keepdims=True)
+        return xc * ((xc * xc).mean(axis=-1, keepdims=True) + eps).rsqrt() * mask.unsqueeze(-1)
+    assert "LayerNorm's axis" in failures(5, solution(5, masked_batchnorm=per_token))["masked_batchnorm"]
 
 
-@pytest.mark.filterwarnings("ignore:invalid value")
-def test_attention_masking_the_diagonal_is_rejected():
-    assert "hides the diagonal too" in failures(5, solution(5, attention=_attention(masked=0)))["attention"]
+def test_batchnorm_with_detached_statistics_is_rejected():
+    """Right values, but the statistics are constants to autograd: the gradient misses their terms."""
+    reference = solution(5).masked_batchnorm
+
+    def detached(x, mask, eps=1e-5):
+        m = mask.unsqueeze(-1)
+        mean = ((x * m).sum(axis=(0, 1), keepdims=True) / m.sum()).detach()
+        var = ((((x - mean) * m) ** 2).sum(axis=(0, 1), keepdims=True) / m.sum()).detach()
+        return (x - mean) * m * (var + eps).rsqrt()
+    assert np.allclose(detached(*_tensors()).numpy(), reference(*_tensors()).numpy())
+    why = failures(5, solution(5, masked_batchnorm=detached))["masked_batchnorm"]
+    assert "differs from finite differences" in why and "detached" in why
 
 
-def test_attention_masked_after_the_softmax_is_rejected():
-    why = failures(5, solution(5, attention=_attention(after_softmax=True)))["attention"]
-    assert "zeroed after the softmax" in why and "no longer sum to 1" in why
+def _tensors():
+    r = np.random.default_rng(0)
+    mask = np.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    x = r.standard_normal((2, 3, 4)) * mask[..., None]
+    return tb.tensor(x, dtype=tb.float64), tb.tensor(mask, dtype=tb.float64)
 
 
-def test_attention_with_the_future_scores_set_to_zero_is_rejected():
-    def zero_scores(q, k, v, causal):
-        L = q.shape[-2]
-        s = (q @ k.mT) / math.sqrt(q.shape[-1])
-        if causal:
-            s = s * tb.tensor(np.tril(np.ones((L, L))), dtype=q.dtype)          # 0, not -inf, above the diagonal
-        return s.softmax(axis=-1) @ v
-    why = failures(5, solution(5, attention=zero_scores))["attention"]
-    assert "causal=True" in why and "set to 0" in why and "e^-inf = 0" in why
+def test_batchnorm_returning_numpy_is_rejected():
+    as_numpy = lambda x, mask, eps=1e-5: solution(5).masked_batchnorm(x, mask, eps).numpy()   # noqa: E731
+    assert "must return a Tensor" in failures(5, solution(5, masked_batchnorm=as_numpy))["masked_batchnorm"]
 
 
-def test_attention_slightly_off_names_the_entry_and_the_expected_value():
-    off = lambda q, k, v, causal: _attention()(q, k, v, causal) * 1.001               # noqa: E731
-    why = failures(5, solution(5, attention=off))["attention"]
-    assert "attention(causal=False) at index (1, 0, 3, 3)" in why and "expected np.float64(-5.31728203540084" in why
+# ---------------------------------------------------------------- layernorm_backward
+def _layernorm_backward(mean_term=True, rstd_term=True):
+    def backward(dout, x, weight, eps):
+        xc = x - x.mean(-1, keepdims=True)
+        rstd = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
+        n, dn = xc * rstd, dout * weight
+        dx = dn - (dn.mean(-1, keepdims=True) if mean_term else 0)
+        dx = rstd * (dx - (n * (dn * n).mean(-1, keepdims=True) if rstd_term else 0))
+        return dx, (dout * n).sum(axis=(0, 1)), dout.sum(axis=(0, 1))
+    return backward
 
 
-def test_attention_that_always_masks_is_rejected():
-    masked = lambda q, k, v, causal: _attention()(q, k, v, True)                      # noqa: E731
-    why = failures(5, solution(5, attention=masked))["attention"]
-    assert "attention(causal=False) gives the causal result" in why and "must not mask anything" in why
+def test_layernorm_backward_without_the_mean_term_is_rejected_with_the_reason():
+    why = failures(5, solution(5, layernorm_backward=_layernorm_backward(mean_term=False)))["layernorm_backward"]
+    assert why.startswith("dx is off by") and "mean(dn) term is missing" in why
 
 
-def test_attention_with_the_wrong_gradient_is_rejected():
-    def steep(q, k, v, causal):
-        out = _attention()(q, k, v, causal)
-        return out + (out - out.detach()) * 0.5                        # right values, 1.5 times the gradient
-    why = failures(5, solution(5, attention=steep))["attention"]
-    assert "the gradient of q is off by 1.19 from the hand-derived one" in why
+def test_layernorm_backward_with_a_constant_rstd_is_rejected():
+    why = failures(5, solution(5, layernorm_backward=_layernorm_backward(rstd_term=False)))["layernorm_backward"]
+    assert "rstd was treated as a constant" in why
 
 
-def test_attention_that_ignores_causal_is_rejected():
-    unmasked = lambda q, k, v, causal: _attention()(q, k, v, False)                   # noqa: E731
-    why = failures(5, solution(5, attention=unmasked))["attention"]
-    assert "causal=True must hide the keys after each query" in why
+def test_layernorm_backward_with_rstd_times_dn_alone_is_rejected():
+    backward = _layernorm_backward(mean_term=False, rstd_term=False)
+    assert "only rstd * dn" in failures(5, solution(5, layernorm_backward=backward))["layernorm_backward"]
 
 
-def test_attention_outside_the_graph_is_rejected():
-    detached = lambda q, k, v, causal: tb.tensor(_attention()(q, k, v, causal).numpy())   # noqa: E731
-    assert "no gradient reaches q, k, v" in failures(5, solution(5, attention=detached))["attention"]
+def test_layernorm_backward_without_the_weight_is_rejected():
+    def unit_weight(dout, x, weight, eps):
+        _, dw, db = solution(5).layernorm_backward(dout, x, weight, eps)
+        return _layernorm_backward()(dout, x, np.ones_like(weight), eps)[0], dw, db
+    why = failures(5, solution(5, layernorm_backward=unit_weight))["layernorm_backward"]
+    assert why.startswith("dx is off by") and "the weight is missing" in why
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value")
-def test_naive_softmax_is_rejected_with_the_reason():
-    def naive(x, axis=-1):
-        e = x.exp()
-        return e / e.sum(axis=axis, keepdims=True)
-    why = failures(5, solution(5, stable_softmax=naive))["stable_softmax"]
-    assert "[1000.0, 999.0, 998.0, 0.0, -1.0] is not finite" in why and "overflows" in why
+def test_layernorm_backward_with_swapped_parameter_gradients_is_rejected():
+    def swapped(dout, x, weight, eps):
+        dx, dw, db = solution(5).layernorm_backward(dout, x, weight, eps)
+        return dx, db, dw
+    why = failures(5, solution(5, layernorm_backward=swapped))["layernorm_backward"]
+    assert why.startswith("dweight:") and "that is dbias" in why
 
 
-@pytest.mark.filterwarnings("ignore:invalid value")
-def test_softmax_shifted_by_the_global_maximum_is_rejected():
-    def global_max(x, axis=-1):
-        e = (x - x.max()).exp()
-        return e / e.sum(axis=axis, keepdims=True)
-    why = failures(5, solution(5, stable_softmax=global_max))["stable_softmax"]
-    assert "underflows" in why and "not the maximum of the whole tensor" in why
+def test_layernorm_backward_with_an_unsummed_gain_gradient_is_rejected():
+    def unsummed(dout, x, weight, eps):
+        dx, dw, db = solution(5).layernorm_backward(dout, x, weight, eps)
+        return dx, dout * (x - x.mean(-1, keepdims=True)), db
+    why = failures(5, solution(5, layernorm_backward=unsummed))["layernorm_backward"]
+    assert "dweight must have shape (6,); got (2, 3, 6)" in why and "sum over every axis but the last" in why
 
 
-def test_softmax_along_the_last_axis_only_is_rejected():
-    def last_axis(x, axis=-1):
-        e = (x - x.max(axis=-1, keepdims=True)).exp()
-        return e / e.sum(axis=-1, keepdims=True)
-    why = failures(5, solution(5, stable_softmax=last_axis))["stable_softmax"]
-    assert "axis=0" in why and "use the `axis` argument" in why
+def test_layernorm_backward_with_a_gain_gradient_summed_over_one_axis_is_rejected_with_the_reason():
+    def one_axis(dout, x, weight, eps):
+        dx, dw, db = solution(5).layernorm_backward(dout, x, weight, eps)
+        return dx, dw, dout.sum(axis=0)
+    why = failures(5, solution(5, layernorm_backward=one_axis))["layernorm_backward"]
+    assert "dbias must have shape (6,); got (3, 6)" in why and "sum over every axis but the last" in why
 
 
-def test_softmax_without_keepdims_is_rejected_with_the_reason():
-    def dropped_axis(x, axis=-1):
-        e = (x - x.max(axis=axis)).exp()
-        return e / e.sum(axis=axis, keepdims=True)
-    why = failures(5, solution(5, stable_softmax=dropped_axis))["stable_softmax"]
-    assert "raised ValueError" in why and "keepdims=True" in why
+def test_layernorm_backward_returning_one_array_is_rejected():
+    only_dx = lambda dout, x, weight, eps: solution(5).layernorm_backward(dout, x, weight, eps)[0]   # noqa: E731
+    why = failures(5, solution(5, layernorm_backward=only_dx))["layernorm_backward"]
+    assert "must return a tuple (dx, dweight, dbias); got ndarray" in why
 
 
-def test_softmax_divided_by_the_total_is_rejected():
-    def total(x, axis=-1):
-        e = (x - x.max(axis=axis, keepdims=True)).exp()
-        return e / e.sum()
-    why = failures(5, solution(5, stable_softmax=total))["stable_softmax"]
-    assert "it sums to 0.175876, not 1" in why
+# ---------------------------------------------------------------- fused_add_rmsnorm
+def test_fused_add_rmsnorm_returning_the_old_residual_is_rejected():
+    def old_residual(x, residual, weight, eps):
+        return solution(5).fused_add_rmsnorm(x, residual, weight, eps)[0], residual
+    why = failures(5, solution(5, fused_add_rmsnorm=old_residual))["fused_add_rmsnorm"]
+    assert "that is the old residual" in why
 
 
-def test_softmax_with_the_wrong_gradient_is_rejected():
-    def steep(x, axis=-1):
-        p = solution(5).stable_softmax(x, axis)
-        return p + (p - p.detach()) * 0.5                               # right values, 1.5 times the gradient
-    why = failures(5, solution(5, stable_softmax=steep))["stable_softmax"]
-    assert "the gradient of stable_softmax is" in why and "expected p (g - sum(p g))" in why
+def test_fused_add_rmsnorm_normalising_x_alone_is_rejected():
+    def x_alone(x, residual, weight, eps):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight, x + residual
+    why = failures(5, solution(5, fused_add_rmsnorm=x_alone))["fused_add_rmsnorm"]
+    assert "x alone was normalised" in why
 
 
-def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
-    def rows(weighted, w_o):
-        d_head = weighted.shape[-1]
-        return tb.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(weighted.shape[1])])
-    why = failures(5, solution(5, head_contributions=rows))["head_contributions"]
-    assert "stored (out, in)" in why and "columns" in why
+def _rmsnorm(h, weight, eps):
+    return h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * weight
 
 
-def test_head_contributions_as_a_list_are_rejected():
-    as_list = lambda weighted, w_o: list(solution(5).head_contributions(weighted, w_o))   # noqa: E731
-    assert "returned a list of 4" in failures(5, solution(5, head_contributions=as_list))["head_contributions"]
+def test_fused_add_rmsnorm_normalising_the_residual_alone_is_rejected():
+    residual_alone = lambda x, residual, weight, eps: (_rmsnorm(residual, weight, eps), x + residual)   # noqa: E731
+    why = failures(5, solution(5, fused_add_rmsnorm=residual_alone))["fused_add_rmsnorm"]
+    assert "the residual alone was normalised" in why
 
 
-def test_head_contributions_off_name_the_gap_to_the_output_projection():
-    off = lambda weighted, w_o: solution(5).head_contributions(weighted, w_o) * 1.01   # noqa: E731
-    why = failures(5, solution(5, head_contributions=off))["head_contributions"]
-    assert "the slices are off by up to 0.106" in why and "differs from o_proj(merged) by 0.121" in why
+def test_fused_add_rmsnorm_without_the_gain_or_eps_is_rejected():
+    no_gain = lambda x, residual, weight, eps: (_rmsnorm(x + residual, 1.0, eps), x + residual)   # noqa: E731
+    assert "the gain is missing" in failures(5, solution(5, fused_add_rmsnorm=no_gain))["fused_add_rmsnorm"]
+    no_eps = lambda x, residual, weight, eps: (_rmsnorm(x + residual, weight, 0.0), x + residual)   # noqa: E731
+    assert "eps is missing" in failures(5, solution(5, fused_add_rmsnorm=no_eps))["fused_add_rmsnorm"]
+
+
+# ---------------------------------------------------------------- fused_add_rmsnorm_backward
+def test_fused_backward_that_forgets_the_stream_gradient_is_rejected_with_the_reason():
+    """The typical slip: h's gradient taken only from the norm, as if new_residual went nowhere."""
+    def norm_only(d_normed, d_new_residual, x, residual, weight, eps):
+        return solution(5).fused_add_rmsnorm_backward(d_normed, np.zeros_like(d_new_residual), x, residual,
+                                                      weight, eps)
+    why = failures(5, solution(5, fused_add_rmsnorm_backward=norm_only))["fused_add_rmsnorm_backward"]
+    assert why.startswith("dx is off by") and "d_new_residual flows on" in why
+
+
+def test_fused_backward_with_a_constant_rstd_is_rejected():
+    def constant_rstd(d_normed, d_new_residual, x, residual, weight, eps):
+        h = x + residual
+        rstd = 1 / np.sqrt((h * h).mean(-1, keepdims=True) + eps)
+        dh = rstd * d_normed * weight + d_new_residual
+        return dh, dh, (d_normed * h * rstd).sum(axis=(0, 1))
+    why = failures(5, solution(5, fused_add_rmsnorm_backward=constant_rstd))["fused_add_rmsnorm_backward"]
+    assert "rstd was treated as a constant" in why
+
+
+def test_fused_backward_with_the_gain_gradient_on_h_is_rejected():
+    def raw_h(d_normed, d_new_residual, x, residual, weight, eps):
+        dx, dres, _ = solution(5).fused_add_rmsnorm_backward(d_normed, d_new_residual, x, residual, weight, eps)
+        return dx, dres, (d_normed * (x + residual)).sum(axis=(0, 1))
+    why = failures(5, solution(5, fused_add_rmsnorm_backward=raw_h))["fused_add_rmsnorm_backward"]
+    assert why.startswith("dweight:") and "use the normalised h" in why
+
+
+def test_fused_backward_that_passes_only_the_stream_gradient_is_rejected():
+    def stream_only(d_normed, d_new_residual, x, residual, weight, eps):
+        _, _, dw = solution(5).fused_add_rmsnorm_backward(d_normed, d_new_residual, x, residual, weight, eps)
+        return d_new_residual, d_new_residual, dw
+    why = failures(5, solution(5, fused_add_rmsnorm_backward=stream_only))["fused_add_rmsnorm_backward"]
+    assert "dx is only d_new_residual" in why and "must be added to it" in why

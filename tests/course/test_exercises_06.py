@@ -1,96 +1,159 @@
 """Lesson 06's checkers (lessons/exercises/06.py) reject typical wrong answers, each with the reason."""
+import math
+
 import numpy as np
+import pytest
 
 import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def _rope(adjacent=False, exponent=2.0, sign=1.0, from_zero=False):
-    """RoPE with one slip: adjacent pairs, the frequency theta^(-i/d), the rotation the other way, or positions
-    0..L-1 instead of those given."""
-    def rope(x, positions, theta):
-        d = x.shape[-1]
-        positions = range(x.shape[2]) if from_zero else positions
-        angle = sign * np.asarray(positions, float)[:, None] * theta ** (-exponent * np.arange(d // 2) / d)
-        c, s = tb.tensor(np.cos(angle), dtype=x.dtype), tb.tensor(np.sin(angle), dtype=x.dtype)
-        if adjacent:
-            pairs = x.reshape(*x.shape[:-1], d // 2, 2)
-            x1, x2 = pairs[..., 0], pairs[..., 1]
-            return tb.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).reshape(*x.shape)
-        x1, x2 = x[..., :d // 2], x[..., d // 2:]
-        return tb.concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
-    return rope
+def _attention(scale=None, masked=1, lower=False, after_softmax=False):
+    """Attention with one slip: another scale, the mask on another diagonal or triangle, or the future weights
+    zeroed after the softmax."""
+    def attention(q, k, v, causal):
+        L, d = q.shape[-2], q.shape[-1]
+        s = (q @ k.mT) * (1 / math.sqrt(d) if scale is None else scale)
+        if causal:
+            future = np.tril(np.ones((L, L)), k=-1) if lower else np.triu(np.ones((L, L)), k=masked)
+            if after_softmax:
+                return (s.softmax(axis=-1) * tb.tensor(1 - future, dtype=q.dtype)) @ v
+            s = s + tb.tensor(np.where(future > 0, -np.inf, 0.0), dtype=q.dtype)
+        return s.softmax(axis=-1) @ v
+    return attention
 
 
-def test_rope_on_adjacent_pairs_is_rejected_with_the_convention():
-    why = failures(6, solution(6, rope=_rope(adjacent=True)))["rope"]
-    assert "adjacent pairs (2i, 2i + 1)" in why and "pairs dimension i with i + d_head/2" in why
+def test_attention_without_the_scale_is_rejected_with_the_reason():
+    why = failures(6, solution(6, attention=_attention(scale=1.0)))["attention"]
+    assert "causal=False" in why and "not divided by sqrt(d_head) = 2" in why
 
 
-def test_rope_with_the_wrong_frequency_is_rejected():
-    assert "theta^(-i/d_head)" in failures(6, solution(6, rope=_rope(exponent=1.0)))["rope"]
+def test_attention_divided_by_d_is_rejected():
+    why = failures(6, solution(6, attention=_attention(scale=0.25)))["attention"]
+    assert "divided by d_head = 4, not by its square root" in why
 
 
-def test_rope_turning_the_wrong_way_is_rejected():
-    assert "turns the wrong way" in failures(6, solution(6, rope=_rope(sign=-1.0)))["rope"]
+def test_attention_masking_the_wrong_triangle_is_rejected():
+    why = failures(6, solution(6, attention=_attention(lower=True)))["attention"]
+    assert "causal=True" in why and "wrong triangle" in why and "np.triu(..., k=1)" in why
 
 
-def test_rope_ignoring_the_positions_is_rejected():
-    why = failures(6, solution(6, rope=_rope(from_zero=True)))["rope"]
-    assert "positions=[37, 38, 39, 40, 41]" in why and "uses positions 0..L-1" in why
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_attention_masking_the_diagonal_is_rejected():
+    assert "hides the diagonal too" in failures(6, solution(6, attention=_attention(masked=0)))["attention"]
 
 
-def test_rope_ignoring_theta_is_rejected():
-    fixed_theta = lambda x, positions, theta: _rope()(x, positions, 10000.0)                # noqa: E731
-    why = failures(6, solution(6, rope=fixed_theta))["rope"]
-    assert "theta=500000" in why and "uses theta = 10000 whatever `theta` is given" in why
+def test_attention_masked_after_the_softmax_is_rejected():
+    why = failures(6, solution(6, attention=_attention(after_softmax=True)))["attention"]
+    assert "zeroed after the softmax" in why and "no longer sum to 1" in why
 
 
-def test_rope_with_the_wrong_gradient_is_rejected():
-    leaky = lambda x, positions, theta: _rope()(x, positions, theta) + (x - x.detach()) * 0.1   # noqa: E731
-    assert "not the inverse rotation" in failures(6, solution(6, rope=leaky))["rope"]
+def test_attention_with_the_future_scores_set_to_zero_is_rejected():
+    def zero_scores(q, k, v, causal):
+        L = q.shape[-2]
+        s = (q @ k.mT) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s * tb.tensor(np.tril(np.ones((L, L))), dtype=q.dtype)          # 0, not -inf, above the diagonal
+        return s.softmax(axis=-1) @ v
+    why = failures(6, solution(6, attention=zero_scores))["attention"]
+    assert "causal=True" in why and "set to 0" in why and "e^-inf = 0" in why
 
 
-def test_rope_outside_the_graph_is_rejected():
-    detached = lambda x, positions, theta: tb.tensor(_rope()(x, positions, theta).numpy())   # noqa: E731
-    assert "no gradient reaches x" in failures(6, solution(6, rope=detached))["rope"]
+def test_attention_slightly_off_names_the_entry_and_the_expected_value():
+    off = lambda q, k, v, causal: _attention()(q, k, v, causal) * 1.001               # noqa: E731
+    why = failures(6, solution(6, attention=off))["attention"]
+    assert "attention(causal=False) at index (1, 0, 3, 3)" in why and "expected np.float64(-5.31728203540084" in why
 
 
-def test_repeat_kv_by_tiling_is_rejected_with_the_reason():
-    tiled = lambda x, n_rep: tb.concat([x] * n_rep, axis=1)                                # noqa: E731
-    why = failures(6, solution(6, repeat_kv=tiled))["repeat_kv"]
-    assert "read KV heads [0, 1, 2, 0, 1, 2], expected [0, 0, 1, 1, 2, 2]" in why and "tiling" in why
+def test_attention_that_always_masks_is_rejected():
+    masked = lambda q, k, v, causal: _attention()(q, k, v, True)                      # noqa: E731
+    why = failures(6, solution(6, attention=masked))["attention"]
+    assert "attention(causal=False) gives the causal result" in why and "must not mask anything" in why
 
 
-def test_repeat_kv_with_the_wrong_gradient_is_rejected():
-    def doubled(x, n_rep):
-        out = solution(6).repeat_kv(x, n_rep)
-        return out + (out - out.detach())                                 # right values, twice the gradient
-    why = failures(6, solution(6, repeat_kv=doubled))["repeat_kv"]
-    assert "the sum of its group's gradients" in why
+def test_attention_with_the_wrong_gradient_is_rejected():
+    def steep(q, k, v, causal):
+        out = _attention()(q, k, v, causal)
+        return out + (out - out.detach()) * 0.5                        # right values, 1.5 times the gradient
+    why = failures(6, solution(6, attention=steep))["attention"]
+    assert "the gradient of q is off by 1.19 from the hand-derived one" in why
 
 
-def _kv(n_heads=False, pair=2, layers=True):
-    def kv_cache_bytes(cfg, batch, seq_len, bytes_per_element):
-        heads = cfg.n_heads if n_heads else cfg.n_kv_heads
-        return pair * (cfg.n_layers if layers else 1) * batch * seq_len * heads * cfg.d_head * bytes_per_element
-    return kv_cache_bytes
+def test_attention_that_ignores_causal_is_rejected():
+    unmasked = lambda q, k, v, causal: _attention()(q, k, v, False)                   # noqa: E731
+    why = failures(6, solution(6, attention=unmasked))["attention"]
+    assert "causal=True must hide the keys after each query" in why
 
 
-def test_kv_cache_with_every_query_head_is_rejected_with_the_reason():
-    why = failures(6, solution(6, kv_cache_bytes=_kv(n_heads=True)))["kv_cache_bytes"]
-    assert "llama2-70b" in why and "= 10,737,418,240, expected 1,342,177,280" in why and "n_kv_heads = 8" in why
+def test_attention_outside_the_graph_is_rejected():
+    detached = lambda q, k, v, causal: tb.tensor(_attention()(q, k, v, causal).numpy())   # noqa: E731
+    assert "no gradient reaches q, k, v" in failures(6, solution(6, attention=detached))["attention"]
 
 
-def test_kv_cache_without_v_is_rejected():
-    why = failures(6, solution(6, kv_cache_bytes=_kv(pair=1)))["kv_cache_bytes"]
-    assert "half the answer" in why and "K and V" in why
+@pytest.mark.filterwarnings("ignore:overflow encountered", "ignore:invalid value")
+def test_naive_softmax_is_rejected_with_the_reason():
+    def naive(x, axis=-1):
+        e = x.exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(6, solution(6, stable_softmax=naive))["stable_softmax"]
+    assert "[1000.0, 999.0, 998.0, 0.0, -1.0] is not finite" in why and "overflows" in why
 
 
-def test_kv_cache_of_one_layer_is_rejected():
-    assert "that is one layer" in failures(6, solution(6, kv_cache_bytes=_kv(layers=False)))["kv_cache_bytes"]
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_softmax_shifted_by_the_global_maximum_is_rejected():
+    def global_max(x, axis=-1):
+        e = (x - x.max()).exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(6, solution(6, stable_softmax=global_max))["stable_softmax"]
+    assert "underflows" in why and "not the maximum of the whole tensor" in why
 
 
-def test_kv_cache_as_a_float_is_rejected():
-    as_float = lambda cfg, batch, seq_len, size: float(_kv()(cfg, batch, seq_len, size))     # noqa: E731
-    assert "return an int" in failures(6, solution(6, kv_cache_bytes=as_float))["kv_cache_bytes"]
+def test_softmax_along_the_last_axis_only_is_rejected():
+    def last_axis(x, axis=-1):
+        e = (x - x.max(axis=-1, keepdims=True)).exp()
+        return e / e.sum(axis=-1, keepdims=True)
+    why = failures(6, solution(6, stable_softmax=last_axis))["stable_softmax"]
+    assert "axis=0" in why and "use the `axis` argument" in why
+
+
+def test_softmax_without_keepdims_is_rejected_with_the_reason():
+    def dropped_axis(x, axis=-1):
+        e = (x - x.max(axis=axis)).exp()
+        return e / e.sum(axis=axis, keepdims=True)
+    why = failures(6, solution(6, stable_softmax=dropped_axis))["stable_softmax"]
+    assert "raised ValueError" in why and "keepdims=True" in why
+
+
+def test_softmax_divided_by_the_total_is_rejected():
+    def total(x, axis=-1):
+        e = (x - x.max(axis=axis, keepdims=True)).exp()
+        return e / e.sum()
+    why = failures(6, solution(6, stable_softmax=total))["stable_softmax"]
+    assert "it sums to 0.175876, not 1" in why
+
+
+def test_softmax_with_the_wrong_gradient_is_rejected():
+    def steep(x, axis=-1):
+        p = solution(6).stable_softmax(x, axis)
+        return p + (p - p.detach()) * 0.5                               # right values, 1.5 times the gradient
+    why = failures(6, solution(6, stable_softmax=steep))["stable_softmax"]
+    assert "the gradient of stable_softmax is" in why and "expected p (g - sum(p g))" in why
+
+
+def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
+    def rows(weighted, w_o):
+        d_head = weighted.shape[-1]
+        return tb.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(weighted.shape[1])])
+    why = failures(6, solution(6, head_contributions=rows))["head_contributions"]
+    assert "stored (out, in)" in why and "columns" in why
+
+
+def test_head_contributions_as_a_list_are_rejected():
+    as_list = lambda weighted, w_o: list(solution(6).head_contributions(weighted, w_o))   # noqa: E731
+    assert "returned a list of 4" in failures(6, solution(6, head_contributions=as_list))["head_contributions"]
+
+
+def test_head_contributions_off_name_the_gap_to_the_output_projection():
+    off = lambda weighted, w_o: solution(6).head_contributions(weighted, w_o) * 1.01   # noqa: E731
+    why = failures(6, solution(6, head_contributions=off))["head_contributions"]
+    assert "the slices are off by up to 0.106" in why and "differs from o_proj(merged) by 0.121" in why

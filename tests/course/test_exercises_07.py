@@ -1,116 +1,96 @@
 """Lesson 07's checkers (lessons/exercises/07.py) reject typical wrong answers, each with the reason."""
-import math
+import numpy as np
 
-from tinygrad_block import course, nn
+import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def test_swiglu_with_silu_on_the_up_projection_is_rejected():
-    wrong = lambda x, wg, wu, wd: ((x @ wg.mT) * (x @ wu.mT).silu()) @ wd.mT            # noqa: E731
-    why = failures(7, solution(7, swiglu=wrong))["swiglu"]
-    assert "worked example" in why and "SiLU went on the up projection" in why
+def _rope(adjacent=False, exponent=2.0, sign=1.0, from_zero=False):
+    """RoPE with one slip: adjacent pairs, the frequency theta^(-i/d), the rotation the other way, or positions
+    0..L-1 instead of those given."""
+    def rope(x, positions, theta):
+        d = x.shape[-1]
+        positions = range(x.shape[2]) if from_zero else positions
+        angle = sign * np.asarray(positions, float)[:, None] * theta ** (-exponent * np.arange(d // 2) / d)
+        c, s = tb.tensor(np.cos(angle), dtype=x.dtype), tb.tensor(np.sin(angle), dtype=x.dtype)
+        if adjacent:
+            pairs = x.reshape(*x.shape[:-1], d // 2, 2)
+            x1, x2 = pairs[..., 0], pairs[..., 1]
+            return tb.stack([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).reshape(*x.shape)
+        x1, x2 = x[..., :d // 2], x[..., d // 2:]
+        return tb.concat([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    return rope
 
 
-def test_glu_instead_of_swiglu_is_rejected():
-    glu = lambda x, wg, wu, wd: ((x @ wg.mT).sigmoid() * (x @ wu.mT)) @ wd.mT           # noqa: E731
-    assert "that is GLU" in failures(7, solution(7, swiglu=glu))["swiglu"]
+def test_rope_on_adjacent_pairs_is_rejected_with_the_convention():
+    why = failures(7, solution(7, rope=_rope(adjacent=True)))["rope"]
+    assert "adjacent pairs (2i, 2i + 1)" in why and "pairs dimension i with i + d_head/2" in why
 
 
-def test_swiglu_without_the_gate_is_rejected():
-    ungated = lambda x, wg, wu, wd: (x @ wu.mT) @ wd.mT                                 # noqa: E731
-    assert "the gate is missing" in failures(7, solution(7, swiglu=ungated))["swiglu"]
+def test_rope_with_the_wrong_frequency_is_rejected():
+    assert "theta^(-i/d_head)" in failures(7, solution(7, rope=_rope(exponent=1.0)))["rope"]
 
 
-def test_swiglu_with_another_activation_shows_the_hidden_vector():
-    relu = lambda x, wg, wu, wd: ((x @ wg.mT).relu() * (x @ wu.mT)) @ wd.mT            # noqa: E731
-    why = failures(7, solution(7, swiglu=relu))["swiglu"]
-    assert "expected [0.236482, 0.059746, -0.057338, -0.293513]" in why
-    assert "the hidden vector SiLU(gate) * up should be [0.2943, 0.0019, -0.1156]" in why
+def test_rope_turning_the_wrong_way_is_rejected():
+    assert "turns the wrong way" in failures(7, solution(7, rope=_rope(sign=-1.0)))["rope"]
 
 
-def test_swiglu_with_untransposed_weights_is_rejected_with_the_layout():
-    untransposed = lambda x, wg, wu, wd: ((x @ wg).silu() * (x @ wu)) @ wd              # noqa: E731
-    why = failures(7, solution(7, swiglu=untransposed))["swiglu"]
-    assert "stored (out, in)" in why and "x @ w_gate.mT" in why
+def test_rope_ignoring_the_positions_is_rejected():
+    why = failures(7, solution(7, rope=_rope(from_zero=True)))["rope"]
+    assert "positions=[37, 38, 39, 40, 41]" in why and "uses positions 0..L-1" in why
 
 
-def test_swiglu_outside_the_graph_is_rejected():
-    import tinygrad_block as tb
-    detached = lambda *a: tb.tensor(solution(7).swiglu(*a).numpy())                     # noqa: E731
-    assert "no gradient reaches" in failures(7, solution(7, swiglu=detached))["swiglu"]
+def test_rope_ignoring_theta_is_rejected():
+    fixed_theta = lambda x, positions, theta: _rope()(x, positions, 10000.0)                # noqa: E731
+    why = failures(7, solution(7, rope=fixed_theta))["rope"]
+    assert "theta=500000" in why and "uses theta = 10000 whatever `theta` is given" in why
 
 
-def test_swiglu_with_the_wrong_gradient_is_rejected():
-    def leaky(x, wg, wu, wd):
-        return solution(7).swiglu(x, wg, wu, wd) + (x - x.detach()) * 0.1    # right values, a gradient too many
-    why = failures(7, solution(7, swiglu=leaky))["swiglu"]
-    assert "the gradient of x is off by" in why and "hand-derived backward" in why
+def test_rope_with_the_wrong_gradient_is_rejected():
+    leaky = lambda x, positions, theta: _rope()(x, positions, theta) + (x - x.detach()) * 0.1   # noqa: E731
+    assert "not the inverse rotation" in failures(7, solution(7, rope=leaky))["rope"]
 
 
-def test_width_rounded_to_the_nearest_multiple_is_rejected():
-    def nearest(d_model, multiple_of, multiplier=None):
-        hidden = 8 * d_model // 3
-        hidden = int(multiplier * hidden) if multiplier else hidden
-        return multiple_of * round(hidden / multiple_of)
-    why = failures(7, solution(7, swiglu_width=nearest))["swiglu_width"]
-    assert "swiglu_width(5120, 256) = 13568" in why and "13824" in why and "rounds UP" in why
+def test_rope_outside_the_graph_is_rejected():
+    detached = lambda x, positions, theta: tb.tensor(_rope()(x, positions, theta).numpy())   # noqa: E731
+    assert "no gradient reaches x" in failures(7, solution(7, rope=detached))["rope"]
 
 
-def test_width_without_the_multiplier_is_rejected():
-    plain = lambda d_model, multiple_of, multiplier=None: multiple_of * math.ceil(8 * d_model // 3 / multiple_of)  # noqa: E731
-    why = failures(7, solution(7, swiglu_width=plain))["swiglu_width"]
-    assert "swiglu_width(8192, 4096, 1.3) = 24576" in why and "28672" in why and "multiplier was left out" in why
+def test_repeat_kv_by_tiling_is_rejected_with_the_reason():
+    tiled = lambda x, n_rep: tb.concat([x] * n_rep, axis=1)                                # noqa: E731
+    why = failures(7, solution(7, repeat_kv=tiled))["repeat_kv"]
+    assert "read KV heads [0, 1, 2, 0, 1, 2], expected [0, 0, 1, 1, 2, 2]" in why and "tiling" in why
 
 
-def test_width_as_a_float_is_rejected():
-    as_float = lambda *a: float(solution(7).swiglu_width(*a))                          # noqa: E731
-    assert "is a float" in failures(7, solution(7, swiglu_width=as_float))["swiglu_width"]
+def test_repeat_kv_with_the_wrong_gradient_is_rejected():
+    def doubled(x, n_rep):
+        out = solution(7).repeat_kv(x, n_rep)
+        return out + (out - out.detach())                                 # right values, twice the gradient
+    why = failures(7, solution(7, repeat_kv=doubled))["repeat_kv"]
+    assert "the sum of its group's gradients" in why
 
 
-def test_ffn_share_with_two_matrices_for_swiglu_is_rejected():
-    """The typical wrong answer: 2 d d_ff per FFN, as in the classic FFN. Llama-2-7B then seems to have 54.5 % of
-    its parameters in the FFNs, and the claim 'more than 60 %' would look false."""
-    def two_matrices(cfg):
-        d, ffn = cfg.d_model, 2 * cfg.d_model * cfg.d_ff
-        block = 4 * d * d + ffn + 2 * d
-        return cfg.n_layers * ffn / (cfg.n_layers * block + d + 2 * cfg.vocab_size * d)
-    why = failures(7, solution(7, ffn_share=two_matrices))["ffn_share"]
-    assert "ffn_share(preset('llama2-7b')) = 0.544923" in why and "SwiGLU has three" in why
+def _kv(n_heads=False, pair=2, layers=True):
+    def kv_cache_bytes(cfg, batch, seq_len, bytes_per_element):
+        heads = cfg.n_heads if n_heads else cfg.n_kv_heads
+        return pair * (cfg.n_layers if layers else 1) * batch * seq_len * heads * cfg.d_head * bytes_per_element
+    return kv_cache_bytes
 
 
-def test_ffn_share_of_one_block_is_rejected():
-    from tinygrad_block import accounting as acc
-    per_block = lambda cfg: acc.attention_ffn_shares(cfg).ffn                          # noqa: E731
-    assert "share of ONE BLOCK" in failures(7, solution(7, ffn_share=per_block))["ffn_share"]
+def test_kv_cache_with_every_query_head_is_rejected_with_the_reason():
+    why = failures(7, solution(7, kv_cache_bytes=_kv(n_heads=True)))["kv_cache_bytes"]
+    assert "llama2-70b" in why and "= 10,737,418,240, expected 1,342,177,280" in why and "n_kv_heads = 8" in why
 
 
-def test_ffn_share_that_counts_a_tied_head_twice_is_rejected():
-    def untied(cfg):
-        return solution(7).ffn_share(cfg.with_(tie_embeddings=False))
-    why = failures(7, solution(7, ffn_share=untied))["ffn_share"]
-    assert "smollm-135m" in why and "counted once" in why
+def test_kv_cache_without_v_is_rejected():
+    why = failures(7, solution(7, kv_cache_bytes=_kv(pair=1)))["kv_cache_bytes"]
+    assert "half the answer" in why and "K and V" in why
 
 
-def test_ffn_share_without_the_biases_is_rejected():
-    def no_bias(cfg):
-        return solution(7).ffn_share(cfg.with_(bias=False)) if cfg.bias else solution(7).ffn_share(cfg)
-    why = failures(7, solution(7, ffn_share=no_bias))["ffn_share"]
-    assert "gpt2-small" in why and "biases are missing" in why
+def test_kv_cache_of_one_layer_is_rejected():
+    assert "that is one layer" in failures(7, solution(7, kv_cache_bytes=_kv(layers=False)))["kv_cache_bytes"]
 
 
-def test_ffn_share_without_the_attention_biases_names_the_missing_count():
-    """A slip with no name of its own: the FFN's biases counted, attention's not. The message gives the size of
-    the gap, per block."""
-    _counted = course.exercises_module(7)._counted         # the checker's own count, loaded by path
-
-    def no_attention_bias(cfg):
-        n = _counted(cfg)                                     # the right FFN count and total, from the model
-        missing = cfg.n_layers * cfg.bias * (cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head + cfg.d_model)
-        return n["ffn"] / (n["total"] - missing)
-    why = failures(7, solution(7, ffn_share=no_attention_bias))["ffn_share"]
-    assert "gpt2-small" in why and "36,864 parameters too few (12 blocks x 3,072)" in why
-
-
-def test_the_reference_share_of_llama2_7b_is_above_sixty_percent():
-    share = solution(7).ffn_share(nn.preset("llama2-7b"))
-    assert share > 0.6 and round(share, 4) == 0.6424
+def test_kv_cache_as_a_float_is_rejected():
+    as_float = lambda cfg, batch, seq_len, size: float(_kv()(cfg, batch, seq_len, size))     # noqa: E731
+    assert "return an int" in failures(7, solution(7, kv_cache_bytes=as_float))["kv_cache_bytes"]

@@ -1,92 +1,116 @@
 """Lesson 08's checkers (lessons/exercises/08.py) reject typical wrong answers, each with the reason."""
-import numpy as np
+import math
 
-import tinygrad_block as tb
+from tinygrad_block import course, nn
 from conftest import failures, solution
 
 
-def test_pre_norm_in_place_of_post_norm_is_rejected():
-    def pre_norm(block, x):
-        h = x + block.attn(block.norm1(x))
-        return h + block.ffn(block.norm2(h))
-    why = failures(8, solution(8, post_norm_block=pre_norm))["post_norm_block"]
-    assert "that is the pre-norm layout" in why and "AFTER the residual add" in why
+def test_swiglu_with_silu_on_the_up_projection_is_rejected():
+    wrong = lambda x, wg, wu, wd: ((x @ wg.mT) * (x @ wu.mT).silu()) @ wd.mT            # noqa: E731
+    why = failures(8, solution(8, swiglu=wrong))["swiglu"]
+    assert "worked example" in why and "SiLU went on the up projection" in why
 
 
-def test_the_norm_before_the_add_is_rejected():
-    """The typical wrong post-norm: the sublayer's output normalised, then added, so the stream is never
-    normalised."""
-    def norm_then_add(block, x):
-        h = x + block.norm1(block.attn(x))
-        return h + block.norm2(block.ffn(h))
-    why = failures(8, solution(8, post_norm_block=norm_then_add))["post_norm_block"]
-    assert "before the add" in why and "norm1(x + attn(x))" in why
+def test_glu_instead_of_swiglu_is_rejected():
+    glu = lambda x, wg, wu, wd: ((x @ wg.mT).sigmoid() * (x @ wu.mT)) @ wd.mT           # noqa: E731
+    assert "that is GLU" in failures(8, solution(8, swiglu=glu))["swiglu"]
 
 
-def test_swapped_norms_are_rejected():
-    def swapped(block, x):
-        h = block.norm2(x + block.attn(x))
-        return block.norm1(h + block.ffn(h))
-    assert "swapped" in failures(8, solution(8, post_norm_block=swapped))["post_norm_block"]
+def test_swiglu_without_the_gate_is_rejected():
+    ungated = lambda x, wg, wu, wd: (x @ wu.mT) @ wd.mT                                 # noqa: E731
+    assert "the gate is missing" in failures(8, solution(8, swiglu=ungated))["swiglu"]
 
 
-def test_post_norm_outside_the_graph_is_rejected():
-    detached = lambda block, x: tb.tensor(solution(8).post_norm_block(block, x).numpy())   # noqa: E731
-    assert "no gradient reaches x" in failures(8, solution(8, post_norm_block=detached))["post_norm_block"]
+def test_swiglu_with_another_activation_shows_the_hidden_vector():
+    relu = lambda x, wg, wu, wd: ((x @ wg.mT).relu() * (x @ wu.mT)) @ wd.mT            # noqa: E731
+    why = failures(8, solution(8, swiglu=relu))["swiglu"]
+    assert "expected [0.236482, 0.059746, -0.057338, -0.293513]" in why
+    assert "the hidden vector SiLU(gate) * up should be [0.2943, 0.0019, -0.1156]" in why
 
 
-def _ratio(upstream: str = "dout", divide: bool = True, norm=np.linalg.norm):
-    def ratio(blocks, x, dout):
-        x = x.detach().requires_grad_()
-        out = x
-        for block in blocks:
-            out = block(out)
-        out.backward(dout if upstream == "dout" else tb.ones_like(out))
-        n = norm(x.grad.numpy())
-        return float(n / norm(dout.numpy())) if divide else float(n)
-    return ratio
+def test_swiglu_with_untransposed_weights_is_rejected_with_the_layout():
+    untransposed = lambda x, wg, wu, wd: ((x @ wg).silu() * (x @ wu)) @ wd              # noqa: E731
+    why = failures(8, solution(8, swiglu=untransposed))["swiglu"]
+    assert "stored (out, in)" in why and "x @ w_gate.mT" in why
 
 
-def test_the_gradient_norm_not_divided_is_rejected():
-    why = failures(8, solution(8, input_grad_ratio=_ratio(divide=False)))["input_grad_ratio"]
-    assert "3 pre-norm blocks" in why and "divide by |dout|" in why
+def test_swiglu_outside_the_graph_is_rejected():
+    import tinygrad_block as tb
+    detached = lambda *a: tb.tensor(solution(8).swiglu(*a).numpy())                     # noqa: E731
+    assert "no gradient reaches" in failures(8, solution(8, swiglu=detached))["swiglu"]
 
 
-def test_a_gradient_of_ones_in_place_of_dout_is_rejected():
-    why = failures(8, solution(8, input_grad_ratio=_ratio(upstream="ones")))["input_grad_ratio"]
-    assert "gradient of ones" in why and "out.backward(dout)" in why
+def test_swiglu_with_the_wrong_gradient_is_rejected():
+    def leaky(x, wg, wu, wd):
+        return solution(8).swiglu(x, wg, wu, wd) + (x - x.detach()) * 0.1    # right values, a gradient too many
+    why = failures(8, solution(8, swiglu=leaky))["swiglu"]
+    assert "the gradient of x is off by" in why and "hand-derived backward" in why
 
 
-def test_a_ratio_of_largest_entries_is_rejected():
-    largest = lambda a: np.abs(a).max()                                                    # noqa: E731
-    why = failures(8, solution(8, input_grad_ratio=_ratio(norm=largest)))["input_grad_ratio"]
-    assert "another norm" in why and "Frobenius" in why
+def test_width_rounded_to_the_nearest_multiple_is_rejected():
+    def nearest(d_model, multiple_of, multiplier=None):
+        hidden = 8 * d_model // 3
+        hidden = int(multiplier * hidden) if multiplier else hidden
+        return multiple_of * round(hidden / multiple_of)
+    why = failures(8, solution(8, swiglu_width=nearest))["swiglu_width"]
+    assert "swiglu_width(5120, 256) = 13568" in why and "13824" in why and "rounds UP" in why
 
 
-def test_writes_returned_as_partial_sums_are_rejected():
-    def streams(blocks, x):
-        out, stream = [], x
-        for w in solution(8).sublayer_writes(blocks, x):
-            stream = stream + w
-            out.append(stream)
-        return out
-    why = failures(8, solution(8, sublayer_writes=streams))["sublayer_writes"]
-    assert "attention of block 0" in why and "return the write alone" in why
+def test_width_without_the_multiplier_is_rejected():
+    plain = lambda d_model, multiple_of, multiplier=None: multiple_of * math.ceil(8 * d_model // 3 / multiple_of)  # noqa: E731
+    why = failures(8, solution(8, swiglu_width=plain))["swiglu_width"]
+    assert "swiglu_width(8192, 4096, 1.3) = 24576" in why and "28672" in why and "multiplier was left out" in why
 
 
-def test_sublayers_fed_the_original_input_are_rejected():
-    def from_x(blocks, x):
-        return [w for b in blocks for w in (b.attn(b.norm1(x)), b.ffn(b.norm2(x)))]
-    why = failures(8, solution(8, sublayer_writes=from_x))["sublayer_writes"]
-    assert "read the stack's input x" in why
+def test_width_as_a_float_is_rejected():
+    as_float = lambda *a: float(solution(8).swiglu_width(*a))                          # noqa: E731
+    assert "is a float" in failures(8, solution(8, swiglu_width=as_float))["swiglu_width"]
 
 
-def test_an_ffn_reading_the_block_input_is_rejected():
-    def ffn_reads_input(blocks, x):
-        writes, stream = [], x
-        for b in blocks:
-            writes += [b.attn(b.norm1(stream)), b.ffn(b.norm2(stream))]
-            stream = stream + writes[-2] + writes[-1]
-        return writes
-    why = failures(8, solution(8, sublayer_writes=ffn_reads_input))["sublayer_writes"]
-    assert "FFN of block 0" in why and "after attention's write" in why
+def test_ffn_share_with_two_matrices_for_swiglu_is_rejected():
+    """The typical wrong answer: 2 d d_ff per FFN, as in the classic FFN. Llama-2-7B then seems to have 54.5 % of
+    its parameters in the FFNs, and the claim 'more than 60 %' would look false."""
+    def two_matrices(cfg):
+        d, ffn = cfg.d_model, 2 * cfg.d_model * cfg.d_ff
+        block = 4 * d * d + ffn + 2 * d
+        return cfg.n_layers * ffn / (cfg.n_layers * block + d + 2 * cfg.vocab_size * d)
+    why = failures(8, solution(8, ffn_share=two_matrices))["ffn_share"]
+    assert "ffn_share(preset('llama2-7b')) = 0.544923" in why and "SwiGLU has three" in why
+
+
+def test_ffn_share_of_one_block_is_rejected():
+    from tinygrad_block import accounting as acc
+    per_block = lambda cfg: acc.attention_ffn_shares(cfg).ffn                          # noqa: E731
+    assert "share of ONE BLOCK" in failures(8, solution(8, ffn_share=per_block))["ffn_share"]
+
+
+def test_ffn_share_that_counts_a_tied_head_twice_is_rejected():
+    def untied(cfg):
+        return solution(8).ffn_share(cfg.with_(tie_embeddings=False))
+    why = failures(8, solution(8, ffn_share=untied))["ffn_share"]
+    assert "smollm-135m" in why and "counted once" in why
+
+
+def test_ffn_share_without_the_biases_is_rejected():
+    def no_bias(cfg):
+        return solution(8).ffn_share(cfg.with_(bias=False)) if cfg.bias else solution(8).ffn_share(cfg)
+    why = failures(8, solution(8, ffn_share=no_bias))["ffn_share"]
+    assert "gpt2-small" in why and "biases are missing" in why
+
+
+def test_ffn_share_without_the_attention_biases_names_the_missing_count():
+    """A slip with no name of its own: the FFN's biases counted, attention's not. The message gives the size of
+    the gap, per block."""
+    _counted = course.exercises_module(8)._counted         # the checker's own count, loaded by path
+
+    def no_attention_bias(cfg):
+        n = _counted(cfg)                                     # the right FFN count and total, from the model
+        missing = cfg.n_layers * cfg.bias * (cfg.n_heads * cfg.d_head + 2 * cfg.n_kv_heads * cfg.d_head + cfg.d_model)
+        return n["ffn"] / (n["total"] - missing)
+    why = failures(8, solution(8, ffn_share=no_attention_bias))["ffn_share"]
+    assert "gpt2-small" in why and "36,864 parameters too few (12 blocks x 3,072)" in why
+
+
+def test_the_reference_share_of_llama2_7b_is_above_sixty_percent():
+    share = solution(8).ffn_share(nn.preset("llama2-7b"))
+    assert share > 0.6 and round(share, 4) == 0.6424

@@ -1,70 +1,109 @@
 """Lesson 11's checkers (lessons/exercises/11.py) reject typical wrong answers, each with the reason."""
+from collections import Counter
+
 from conftest import failures, solution
 
 
-def _params(norms=True, final_norm=True, gqa=True, tied_counts=False):
-    """llama_params with one slip: no norms, no final norm, W_K and W_V d x d under GQA, a tied head counted."""
-    def llama_params(cfg):
-        d = cfg.d_model
-        d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
-        block = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff + (2 * d if norms else 0)
-        head = 0 if cfg.tie_embeddings and not tied_counts else cfg.vocab_size * d
-        return cfg.vocab_size * d + cfg.n_layers * block + (d if final_norm and norms else 0) + head
-    return llama_params
+# ---------------------------------------------------------------- predict_meetings
+def _meetings(*, every_read: bool = False, distinct: bool = False, minus_one: bool = True):
+    def predict(graph):
+        reads = Counter()
+        for i in graph.ops("forward"):
+            call = graph.nodes[i]
+            if every_read or call.tensor.requires_grad:
+                inputs = set(call.inputs) if distinct else call.inputs
+                reads.update(j for j in inputs if graph.nodes[j].tensor.requires_grad)
+        return sum(k - 1 if minus_one else k for k in reads.values() if k > 1)
+    return predict
 
 
-def test_llama_params_without_the_norms_is_rejected():
-    why = failures(11, solution(11, llama_params=_params(norms=False)))["llama_params"]
-    assert "llama_params(llama2-7b) = 6,738,149,376" in why and "leaves out every norm" in why
+def test_counting_reads_that_send_no_gradient_is_rejected():
+    why = failures(11, solution(11, predict_meetings=_meetings(every_read=True)))["predict_meetings"]
+    assert "y = sum(softmax(x) * x): got 3, but backward() made 2 additions" in why and "row max" in why
 
 
-def test_llama_params_without_the_final_norm_is_rejected():
-    why = failures(11, solution(11, llama_params=_params(final_norm=False)))["llama_params"]
-    assert "off by -4,096" in why and "final RMSNorm" in why
+def test_counting_each_reading_call_once_is_rejected():
+    """A view draws one arrow for x * x; the graph's inputs list x twice, and backward sends two gradients."""
+    why = failures(11, solution(11, predict_meetings=_meetings(distinct=True)))["predict_meetings"]
+    assert "y = x * x + x * 3: got 1, but backward() made 2" in why and "reads x twice" in why
 
 
-def test_llama_params_with_full_k_and_v_under_gqa_is_rejected():
-    why = failures(11, solution(11, llama_params=_params(gqa=False)))["llama_params"]
-    assert "llama_params(llama2-70b)" in why and "8,192 x 1,024" in why and "n_kv_heads = 8" in why
+def test_k_additions_for_k_reads_is_rejected():
+    why = failures(11, solution(11, predict_meetings=_meetings(minus_one=False)))["predict_meetings"]
+    assert "got 3, but backward() made 2" in why and "k - 1 additions" in why
 
 
-def test_llama_params_counting_a_tied_head_is_rejected():
-    why = failures(11, solution(11, llama_params=_params(tied_counts=True)))["llama_params"]
-    assert "smollm-135m (tied)" in why and "counted once" in why
+def test_a_prediction_that_is_not_an_int_is_rejected():
+    why = failures(11, solution(11, predict_meetings=lambda graph: "19"))["predict_meetings"]
+    assert "must return an int; got str" in why
 
 
-def test_llama_params_as_a_float_is_rejected():
-    as_float = lambda cfg: float(_params()(cfg))                                          # noqa: E731
-    assert "return an int" in failures(11, solution(11, llama_params=as_float))["llama_params"]
+# ---------------------------------------------------------------- box_free_path
+def _follow_the_flags(view):
+    """Follows the edges flagged highway: backward, the last step into ∂ input carries no flag."""
+    start = next(n.name for n in view.nodes if all(e.dst != n.name for e in view.edges))
+    path = [start]
+    while True:
+        nxt = [e.dst for e in view.edges if e.src == path[-1] and e.highway]
+        if not nxt:
+            return path if len(path) > 1 else None
+        path.append(nxt[0])
 
 
-def test_tied_saving_of_both_matrices_is_rejected():
-    both = lambda cfg: (2 * cfg.vocab_size * cfg.d_model, 0.0)                            # noqa: E731
-    why = failures(11, solution(11, tied_saving=both))["tied_saving"]
-    assert "saved = 2,101,346,304" in why and "one matrix, not two" in why
+def test_following_the_highway_flags_alone_is_rejected():
+    why = failures(11, solution(11, box_free_path=_follow_the_flags))["box_free_path"]
+    assert "pre-norm block, backward" in why and "'∂ input'" in why
+    assert "one step short" in why and "not the flag" in why
 
 
-def test_tied_saving_over_the_tied_model_is_rejected():
-    def over_tied(cfg):
-        saved = cfg.vocab_size * cfg.d_model
-        return saved, saved / (_params()(cfg.with_(tie_embeddings=False)) - saved)
-    assert "divides by the tied model's count" in failures(11, solution(11, tied_saving=over_tied))["tied_saving"]
+def test_labels_in_place_of_names_are_rejected():
+    labels = lambda view: [view.node(name).label for name in solution(11).box_free_path(view)]   # noqa: E731
+    why = failures(11, solution(11, box_free_path=labels))["box_free_path"]
+    assert "'input' is not a node of the view" in why and "DOT names" in why
 
 
-def test_tied_saving_as_a_percentage_is_rejected():
-    def percent(cfg):
-        saved = cfg.vocab_size * cfg.d_model
-        return saved, 100 * saved / _params()(cfg.with_(tie_embeddings=False))
-    assert "that is a percentage" in failures(11, solution(11, tied_saving=percent))["tied_saving"]
+def test_a_path_through_a_box_is_rejected_for_post_norm():
+    """Any path from start to end, boxes allowed: post-norm's runs through a norm."""
+    def any_path(view):
+        start = next(n.name for n in view.nodes if all(e.dst != n.name for e in view.edges))
+        path = [start]
+        while view.successors(path[-1]):
+            path.append(view.successors(path[-1])[-1].name)
+        return path
+    why = failures(11, solution(11, box_free_path=any_path))["box_free_path"]
+    assert "passes through the box" in why and "norms sit on the stream" in why and "None" in why
 
 
-def test_tied_saving_of_an_already_tied_model_as_zero_is_rejected():
-    def zero_if_tied(cfg):
-        saved = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
-        return saved, saved / _params()(cfg.with_(tie_embeddings=False))
-    assert "already tied" in failures(11, solution(11, tied_saving=zero_if_tied))["tied_saving"]
+def test_none_where_the_highway_exists_is_rejected():
+    why = failures(11, solution(11, box_free_path=lambda view: None))["box_free_path"]
+    assert "pre-norm block, forward: got None, but there is a path" in why
 
 
-def test_tied_saving_as_one_number_is_rejected():
-    one = lambda cfg: cfg.vocab_size * cfg.d_model                                        # noqa: E731
-    assert "return a pair (saved, fraction)" in failures(11, solution(11, tied_saving=one))["tied_saving"]
+# ---------------------------------------------------------------- kv_group_sums
+COPIES = "backward of expand: copies add up"
+
+
+def test_group_sums_looked_for_at_depth_1_are_rejected():
+    at_depth_1 = lambda graph: [(n.shape, n.flops) for n in graph.view(depth=1, backward=True).nodes   # noqa: E731
+                                if n.note == COPIES]
+    why = failures(11, solution(11, kv_group_sums=at_depth_1))["kv_group_sums"]
+    assert "got [], expected [((2, 2, 1, 6, 8), 192), ((2, 2, 1, 6, 8), 192)]" in why and "depth=2" in why
+
+
+def test_every_sum_that_undoes_a_broadcast_is_rejected():
+    every = lambda graph: [(n.shape, n.flops) for n in graph.view(depth=2, backward=True).nodes   # noqa: E731
+                           if n.note == COPIES]
+    why = failures(11, solution(11, kv_group_sums=every))["kv_group_sums"]
+    assert "other broadcasts" in why and "'repeat kv'" in why
+
+
+def test_group_sums_that_count_g_additions_per_entry_are_rejected():
+    """Groups of G = 2 in the first block checked: G additions per entry is twice the G - 1 = 1."""
+    g_per_entry = lambda graph: [(shape, 2 * flops) for shape, flops in solution(11).kv_group_sums(graph)]  # noqa: E731
+    why = failures(11, solution(11, kv_group_sums=g_per_entry))["kv_group_sums"]
+    assert "groups of 2" in why and "the FLOPs are not" in why and "G - 1 additions" in why
+
+
+def test_group_sums_that_are_not_pairs_are_rejected():
+    why = failures(11, solution(11, kv_group_sums=lambda graph: 2))["kv_group_sums"]
+    assert "must return a list of (shape, flops) pairs; got int" in why

@@ -2,75 +2,69 @@
 from conftest import failures, solution
 
 
-def _flops(head=True, embedding=False, gqa=True, l_matmuls=2, per_sequence=False):
-    """forward_flops_per_token with one slip: no head, the embedding charged as a matmul, W_K and W_V d x d under
-    GQA, one L-dependent matmul instead of two, the whole sequence instead of one token."""
-    def forward_flops_per_token(cfg, seq_len):
+def _params(norms=True, final_norm=True, gqa=True, tied_counts=False):
+    """llama_params with one slip: no norms, no final norm, W_K and W_V d x d under GQA, a tied head counted."""
+    def llama_params(cfg):
         d = cfg.d_model
         d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
-        weights = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff
-        per_token = cfg.n_layers * (2 * weights + l_matmuls * 2 * seq_len * d)
-        per_token += 2 * d * cfg.vocab_size * (head + embedding)
-        return per_token * (seq_len if per_sequence else 1)
-    return forward_flops_per_token
+        block = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff + (2 * d if norms else 0)
+        head = 0 if cfg.tie_embeddings and not tied_counts else cfg.vocab_size * d
+        return cfg.vocab_size * d + cfg.n_layers * block + (d if final_norm and norms else 0) + head
+    return llama_params
 
 
-def test_flops_without_the_head_is_rejected():
-    why = failures(12, solution(12, forward_flops_per_token=_flops(head=False)))["forward_flops_per_token"]
-    assert "forward_flops_per_token(llama2-7b, seq_len=4096) = 15,099,494,400" in why
-    assert "15,361,638,400" in why and "leaves out the LM head" in why
+def test_llama_params_without_the_norms_is_rejected():
+    why = failures(12, solution(12, llama_params=_params(norms=False)))["llama_params"]
+    assert "llama_params(llama2-7b) = 6,738,149,376" in why and "leaves out every norm" in why
 
 
-def test_flops_charging_the_embedding_is_rejected():
-    why = failures(12, solution(12, forward_flops_per_token=_flops(embedding=True)))["forward_flops_per_token"]
-    assert "table lookup" in why
+def test_llama_params_without_the_final_norm_is_rejected():
+    why = failures(12, solution(12, llama_params=_params(final_norm=False)))["llama_params"]
+    assert "off by -4,096" in why and "final RMSNorm" in why
 
 
-def test_flops_with_full_k_and_v_under_gqa_is_rejected():
-    why = failures(12, solution(12, forward_flops_per_token=_flops(gqa=False)))["forward_flops_per_token"]
-    assert "llama2-70b" in why and "n_kv_heads * d_head = 1,024" in why
+def test_llama_params_with_full_k_and_v_under_gqa_is_rejected():
+    why = failures(12, solution(12, llama_params=_params(gqa=False)))["llama_params"]
+    assert "llama_params(llama2-70b)" in why and "8,192 x 1,024" in why and "n_kv_heads = 8" in why
 
 
-def test_flops_with_one_l_dependent_matmul_is_rejected():
-    why = failures(12, solution(12, forward_flops_per_token=_flops(l_matmuls=1)))["forward_flops_per_token"]
-    assert "q k^T and weights @ V each cost" in why and "without halving it" in why
+def test_llama_params_counting_a_tied_head_is_rejected():
+    why = failures(12, solution(12, llama_params=_params(tied_counts=True)))["llama_params"]
+    assert "smollm-135m (tied)" in why and "counted once" in why
 
 
-def test_flops_per_sequence_is_rejected():
-    why = failures(12, solution(12, forward_flops_per_token=_flops(per_sequence=True)))["forward_flops_per_token"]
-    assert "that is the whole sequence" in why
+def test_llama_params_as_a_float_is_rejected():
+    as_float = lambda cfg: float(_params()(cfg))                                          # noqa: E731
+    assert "return an int" in failures(12, solution(12, llama_params=as_float))["llama_params"]
 
 
-def test_flops_as_two_n_is_rejected():
-    from tinygrad_block import accounting
-    two_n = lambda cfg, seq_len: 2 * accounting.total_params(cfg)                          # noqa: E731
-    why = failures(12, solution(12, forward_flops_per_token=two_n))["forward_flops_per_token"]
-    assert "2N rule of thumb" in why
+def test_tied_saving_of_both_matrices_is_rejected():
+    both = lambda cfg: (2 * cfg.vocab_size * cfg.d_model, 0.0)                            # noqa: E731
+    why = failures(12, solution(12, tied_saving=both))["tied_saving"]
+    assert "saved = 2,101,346,304" in why and "one matrix, not two" in why
 
 
-def test_flops_as_a_float_is_rejected():
-    as_float = lambda cfg, seq_len: float(_flops()(cfg, seq_len))                         # noqa: E731
-    assert "return an int" in failures(12, solution(12, forward_flops_per_token=as_float))["forward_flops_per_token"]
+def test_tied_saving_over_the_tied_model_is_rejected():
+    def over_tied(cfg):
+        saved = cfg.vocab_size * cfg.d_model
+        return saved, saved / (_params()(cfg.with_(tie_embeddings=False)) - saved)
+    assert "divides by the tied model's count" in failures(12, solution(12, tied_saving=over_tied))["tied_saving"]
 
 
-def _mfu(flops_per_param_token=6, seconds_per_day=86400, scale=1.0):
-    def mfu_needed(n_params, n_tokens, n_gpus, peak, days):
-        return scale * flops_per_param_token * n_params * n_tokens / (n_gpus * peak * days * seconds_per_day)
-    return mfu_needed
+def test_tied_saving_as_a_percentage_is_rejected():
+    def percent(cfg):
+        saved = cfg.vocab_size * cfg.d_model
+        return saved, 100 * saved / _params()(cfg.with_(tie_embeddings=False))
+    assert "that is a percentage" in failures(12, solution(12, tied_saving=percent))["tied_saving"]
 
 
-def test_mfu_with_two_n_d_is_rejected():
-    why = failures(12, solution(12, mfu_needed=_mfu(flops_per_param_token=2)))["mfu_needed"]
-    assert "70B on 1.4e12 tokens" in why and "expected" in why and "only the forward pass" in why
+def test_tied_saving_of_an_already_tied_model_as_zero_is_rejected():
+    def zero_if_tied(cfg):
+        saved = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+        return saved, saved / _params()(cfg.with_(tie_embeddings=False))
+    assert "already tied" in failures(12, solution(12, tied_saving=zero_if_tied))["tied_saving"]
 
 
-def test_mfu_without_seconds_per_day_is_rejected():
-    assert "86,400 seconds" in failures(12, solution(12, mfu_needed=_mfu(seconds_per_day=1)))["mfu_needed"]
-
-
-def test_mfu_in_hours_is_rejected():
-    assert "not 3,600" in failures(12, solution(12, mfu_needed=_mfu(seconds_per_day=3600)))["mfu_needed"]
-
-
-def test_mfu_as_a_percentage_is_rejected():
-    assert "that is a percentage" in failures(12, solution(12, mfu_needed=_mfu(scale=100)))["mfu_needed"]
+def test_tied_saving_as_one_number_is_rejected():
+    one = lambda cfg: cfg.vocab_size * cfg.d_model                                        # noqa: E731
+    assert "return a pair (saved, fraction)" in failures(12, solution(12, tied_saving=one))["tied_saving"]

@@ -1,102 +1,76 @@
 """Lesson 13's checkers (lessons/exercises/13.py) reject typical wrong answers, each with the reason."""
-import numpy as np
-
-import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def _lora(scale):
-    def lora_forward(x, W, A, B, alpha):
-        return x @ W.T + (x @ A.T) @ B.T * scale(alpha, A.shape[0])
-    return lora_forward
+def _flops(head=True, embedding=False, gqa=True, l_matmuls=2, per_sequence=False):
+    """forward_flops_per_token with one slip: no head, the embedding charged as a matmul, W_K and W_V d x d under
+    GQA, one L-dependent matmul instead of two, the whole sequence instead of one token."""
+    def forward_flops_per_token(cfg, seq_len):
+        d = cfg.d_model
+        d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
+        weights = 2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff
+        per_token = cfg.n_layers * (2 * weights + l_matmuls * 2 * seq_len * d)
+        per_token += 2 * d * cfg.vocab_size * (head + embedding)
+        return per_token * (seq_len if per_sequence else 1)
+    return forward_flops_per_token
 
 
-def test_a_lora_scale_of_alpha_is_rejected():
-    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: alpha)))["lora_forward"]
-    assert "scaled by alpha = 6" in why and "alpha / r = 6 / 3 = 2" in why
+def test_flops_without_the_head_is_rejected():
+    why = failures(13, solution(13, forward_flops_per_token=_flops(head=False)))["forward_flops_per_token"]
+    assert "forward_flops_per_token(llama2-7b, seq_len=4096) = 15,099,494,400" in why
+    assert "15,361,638,400" in why and "leaves out the LM head" in why
 
 
-def test_an_unscaled_lora_update_is_rejected():
-    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: 1.0)))["lora_forward"]
-    assert "not scaled" in why
+def test_flops_charging_the_embedding_is_rejected():
+    why = failures(13, solution(13, forward_flops_per_token=_flops(embedding=True)))["forward_flops_per_token"]
+    assert "table lookup" in why
 
 
-def test_a_lora_scale_upside_down_is_rejected():
-    why = failures(13, solution(13, lora_forward=_lora(lambda alpha, r: r / alpha)))["lora_forward"]
-    assert "upside down: r / alpha = 0.5, not alpha / r = 2" in why
+def test_flops_with_full_k_and_v_under_gqa_is_rejected():
+    why = failures(13, solution(13, forward_flops_per_token=_flops(gqa=False)))["forward_flops_per_token"]
+    assert "llama2-70b" in why and "n_kv_heads * d_head = 1,024" in why
 
 
-def test_lora_with_the_wrong_gradient_of_b_is_rejected():
-    def steep(x, W, A, B, alpha):
-        return solution(13).lora_forward(x, W, A, B, alpha) + ((B - B.detach()) * 0.1).sum()   # right values
-    assert "the gradient of B differs" in failures(13, solution(13, lora_forward=steep))["lora_forward"]
+def test_flops_with_one_l_dependent_matmul_is_rejected():
+    why = failures(13, solution(13, forward_flops_per_token=_flops(l_matmuls=1)))["forward_flops_per_token"]
+    assert "q k^T and weights @ V each cost" in why and "without halving it" in why
 
 
-def test_lora_without_the_frozen_term_is_rejected():
-    def update_only(x, W, A, B, alpha):
-        return (x @ A.T) @ B.T * (alpha / A.shape[0])
-    assert "frozen term x W^T is missing" in failures(13, solution(13, lora_forward=update_only))["lora_forward"]
+def test_flops_per_sequence_is_rejected():
+    why = failures(13, solution(13, forward_flops_per_token=_flops(per_sequence=True)))["forward_flops_per_token"]
+    assert "that is the whole sequence" in why
 
 
-def test_lora_outside_the_graph_is_rejected():
-    def detached(x, W, A, B, alpha):
-        return tb.tensor(solution(13).lora_forward(x, W, A, B, alpha).numpy(), dtype=tb.float64)
-    assert "no gradient reaches A and B" in failures(13, solution(13, lora_forward=detached))["lora_forward"]
+def test_flops_as_two_n_is_rejected():
+    from tinygrad_block import accounting
+    two_n = lambda cfg, seq_len: 2 * accounting.total_params(cfg)                          # noqa: E731
+    why = failures(13, solution(13, forward_flops_per_token=two_n))["forward_flops_per_token"]
+    assert "2N rule of thumb" in why
 
 
-def test_an_adapter_counted_as_r_d_is_rejected():
-    why = failures(13, solution(13, lora_saving=lambda d, k, r: d * k / (r * d)))["lora_saving"]
-    assert "lora_saving(4096, 4096, 16) = 256" in why and "r (d + k) parameters, not r d" in why
+def test_flops_as_a_float_is_rejected():
+    as_float = lambda cfg, seq_len: float(_flops()(cfg, seq_len))                         # noqa: E731
+    assert "return an int" in failures(13, solution(13, forward_flops_per_token=as_float))["forward_flops_per_token"]
 
 
-def test_the_saving_upside_down_is_rejected():
-    why = failures(13, solution(13, lora_saving=lambda d, k, r: r * (d + k) / (d * k)))["lora_saving"]
-    assert "lora_saving(4096, 4096, 16)" in why and "128x" in why and "upside down" in why
+def _mfu(flops_per_param_token=6, seconds_per_day=86400, scale=1.0):
+    def mfu_needed(n_params, n_tokens, n_gpus, peak, days):
+        return scale * flops_per_param_token * n_params * n_tokens / (n_gpus * peak * days * seconds_per_day)
+    return mfu_needed
 
 
-def test_swapped_deepnorm_constants_are_rejected():
-    def swapped(n):
-        a, b = solution(13).deepnorm_alpha_beta(n)
-        return b, a
-    why = failures(13, solution(13, deepnorm_alpha_beta=swapped))["deepnorm_alpha_beta"]
-    assert "deepnorm_alpha_beta(1)" in why and "swapped" in why
+def test_mfu_with_two_n_d_is_rejected():
+    why = failures(13, solution(13, mfu_needed=_mfu(flops_per_param_token=2)))["mfu_needed"]
+    assert "70B on 1.4e12 tokens" in why and "expected" in why and "only the forward pass" in why
 
 
-def test_roots_of_n_are_rejected():
-    why = failures(13, solution(13, deepnorm_alpha_beta=lambda n: (n ** 0.25, n ** -0.25)))["deepnorm_alpha_beta"]
-    assert "deepnorm_alpha_beta(1) = (1, 1)" in why and "not of N" in why
+def test_mfu_without_seconds_per_day_is_rejected():
+    assert "86,400 seconds" in failures(13, solution(13, mfu_needed=_mfu(seconds_per_day=1)))["mfu_needed"]
 
 
-def test_square_roots_are_rejected():
-    why = failures(13, solution(13, deepnorm_alpha_beta=lambda n: ((2 * n) ** 0.5, (8 * n) ** -0.5)))
-    assert "square roots" in why["deepnorm_alpha_beta"]
+def test_mfu_in_hours_is_rejected():
+    assert "not 3,600" in failures(13, solution(13, mfu_needed=_mfu(seconds_per_day=3600)))["mfu_needed"]
 
 
-def test_active_as_a_fraction_of_the_total_is_rejected():
-    def fraction(cfg):
-        total, _ = solution(13).moe_params(cfg)
-        return total, total * cfg.experts_top_k // cfg.n_experts
-    why = failures(13, solution(13, moe_params=fraction))["moe_params"]
-    assert "top_k / n_experts of everything" in why and "3 blocks" in why
-
-
-def test_idle_experts_of_one_block_only_are_rejected():
-    def one_block(cfg):
-        total, _ = solution(13).moe_params(cfg)
-        return total, total - (cfg.n_experts - cfg.experts_top_k) * 3 * cfg.d_model * cfg.d_ff
-    assert "one block only" in failures(13, solution(13, moe_params=one_block))["moe_params"]
-
-
-def test_a_wrong_total_is_rejected():
-    def untied(cfg):
-        total, active = solution(13).moe_params(cfg.with_(tie_embeddings=False))
-        return total, active
-    why = failures(13, solution(13, moe_params=untied))["moe_params"]
-    assert "moe_params total" in why and "tied" in why
-
-
-def test_the_reference_mixtral_counts_are_the_published_ones():
-    from tinygrad_block import nn
-    assert solution(13).moe_params(nn.preset("mistral-7b").with_(n_experts=8, experts_top_k=2)) == \
-        (46_702_792_704, 12_879_925_248)
-    assert np.isclose(solution(13).lora_saving(4096, 4096, 16), 128.0)
+def test_mfu_as_a_percentage_is_rejected():
+    assert "that is a percentage" in failures(13, solution(13, mfu_needed=_mfu(scale=100)))["mfu_needed"]

@@ -1,147 +1,102 @@
 """Lesson 15's checkers (lessons/exercises/15.py) reject typical wrong answers, each with the reason."""
+import numpy as np
+
 import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def _merge(rescale_acc=True, rescale_l=True, sign=1, normalise=False, common_max=True):
-    """merge_softmax_states with one slip."""
-    def merge_softmax_states(m1, l1, acc1, m2, l2, acc2):
-        m = tb.maximum(m1, m2) if common_max else m1
-        e1, e2 = (sign * (m1 - m)).exp(), (sign * (m2 - m)).exp()
-        ell = e1 * l1 + e2 * l2 if rescale_l else l1 + l2
-        acc = e1 * acc1 + e2 * acc2 if rescale_acc else acc1 + acc2
-        return (m, tb.ones_like(ell), acc / ell) if normalise else (m, ell, acc)
-    return merge_softmax_states
+def _lora(scale):
+    def lora_forward(x, W, A, B, alpha):
+        return x @ W.T + (x @ A.T) @ B.T * scale(alpha, A.shape[0])
+    return lora_forward
 
 
-def _merge_failure(**slip) -> str:
-    return failures(15, solution(15, merge_softmax_states=_merge(**slip)))["merge_softmax_states"]
+def test_a_lora_scale_of_alpha_is_rejected():
+    why = failures(15, solution(15, lora_forward=_lora(lambda alpha, r: alpha)))["lora_forward"]
+    assert "scaled by alpha = 6" in why and "alpha / r = 6 / 3 = 2" in why
 
 
-def test_merge_without_rescaling_acc_is_rejected():
-    why = _merge_failure(rescale_acc=False)
-    assert "merge_softmax_states(scores around 0, R=6, d=3): acc is off" in why and "rescaled like l" in why
+def test_an_unscaled_lora_update_is_rejected():
+    why = failures(15, solution(15, lora_forward=_lora(lambda alpha, r: 1.0)))["lora_forward"]
+    assert "not scaled" in why
 
 
-def test_merge_without_rescaling_l_is_rejected():
-    assert "l must be rescaled" in _merge_failure(rescale_l=False)
+def test_a_lora_scale_upside_down_is_rejected():
+    why = failures(15, solution(15, lora_forward=_lora(lambda alpha, r: r / alpha)))["lora_forward"]
+    assert "upside down: r / alpha = 0.5, not alpha / r = 2" in why
 
 
-def test_merge_without_any_rescaling_is_rejected():
-    assert "against its own maximum" in _merge_failure(rescale_acc=False, rescale_l=False)
+def test_lora_with_the_wrong_gradient_of_b_is_rejected():
+    def steep(x, W, A, B, alpha):
+        return solution(15).lora_forward(x, W, A, B, alpha) + ((B - B.detach()) * 0.1).sum()   # right values
+    assert "the gradient of B differs" in failures(15, solution(15, lora_forward=steep))["lora_forward"]
 
 
-def test_merge_with_the_wrong_sign_is_rejected():
-    assert "the rescaling's sign" in _merge_failure(sign=-1)
+def test_lora_without_the_frozen_term_is_rejected():
+    def update_only(x, W, A, B, alpha):
+        return (x @ A.T) @ B.T * (alpha / A.shape[0])
+    assert "frozen term x W^T is missing" in failures(15, solution(15, lora_forward=update_only))["lora_forward"]
 
 
-def test_merge_returning_the_normalised_output_is_rejected():
-    assert "return acc itself, not acc / l" in _merge_failure(normalise=True)
+def test_lora_outside_the_graph_is_rejected():
+    def detached(x, W, A, B, alpha):
+        return tb.tensor(solution(15).lora_forward(x, W, A, B, alpha).numpy(), dtype=tb.float64)
+    assert "no gradient reaches A and B" in failures(15, solution(15, lora_forward=detached))["lora_forward"]
 
 
-def test_merge_keeping_the_first_max_is_rejected():
-    assert "m is" in _merge_failure(common_max=False) and "the larger of m1 and m2" in _merge_failure(common_max=False)
+def test_an_adapter_counted_as_r_d_is_rejected():
+    why = failures(15, solution(15, lora_saving=lambda d, k, r: d * k / (r * d)))["lora_saving"]
+    assert "lora_saving(4096, 4096, 16) = 256" in why and "r (d + k) parameters, not r d" in why
 
 
-def test_merge_through_exp_of_the_scores_overflows_and_is_rejected():
-    def merge_softmax_states(m1, l1, acc1, m2, l2, acc2):             # exp(m) itself: inf at scores around 700
-        m = tb.maximum(m1, m2)
-        return m, (l1 * m1.exp() + l2 * m2.exp()) / m.exp(), (acc1 * m1.exp() + acc2 * m2.exp()) / m.exp()
-    why = failures(15, solution(15, merge_softmax_states=merge_softmax_states))["merge_softmax_states"]
-    assert "scores around 720" in why and "nan" in why
+def test_the_saving_upside_down_is_rejected():
+    why = failures(15, solution(15, lora_saving=lambda d, k, r: r * (d + k) / (d * k)))["lora_saving"]
+    assert "lora_saving(4096, 4096, 16)" in why and "128x" in why and "upside down" in why
 
 
-def test_merge_returning_a_list_is_rejected():
-    as_list = lambda *args: list(_merge()(*args))                                       # noqa: E731
-    assert "return a tuple of three Tensors" in failures(15, solution(15, merge_softmax_states=as_list))[
-        "merge_softmax_states"]
+def test_swapped_deepnorm_constants_are_rejected():
+    def swapped(n):
+        a, b = solution(15).deepnorm_alpha_beta(n)
+        return b, a
+    why = failures(15, solution(15, deepnorm_alpha_beta=swapped))["deepnorm_alpha_beta"]
+    assert "deepnorm_alpha_beta(1)" in why and "swapped" in why
 
 
-def _counts(kv_heads=True, cache_batch=True, weights_batch=False, flops_batch=True, cache=True, attention=True,
-            embedding=False):
-    """(FLOPs, numbers read) of a decode step with one slip."""
-    def flops_and_numbers(cfg, n, batch):
-        d, d_kv = cfg.d_model, (cfg.n_kv_heads if kv_heads else cfg.n_heads) * cfg.d_head
-        layer = 2 * d * d + 2 * d * cfg.n_kv_heads * cfg.d_head + 3 * d * cfg.d_ff
-        weights = cfg.n_layers * layer + d * cfg.vocab_size
-        flops = 2 * weights + attention * cfg.n_layers * 4 * n * cfg.n_heads * cfg.d_head
-        numbers = weights * (batch if weights_batch else 1) + embedding * d * cfg.vocab_size
-        numbers += cache * 2 * cfg.n_layers * (batch if cache_batch else 1) * n * d_kv
-        return flops * (batch if flops_batch else 1), numbers
-    return flops_and_numbers
+def test_roots_of_n_are_rejected():
+    why = failures(15, solution(15, deepnorm_alpha_beta=lambda n: (n ** 0.25, n ** -0.25)))["deepnorm_alpha_beta"]
+    assert "deepnorm_alpha_beta(1) = (1, 1)" in why and "not of N" in why
 
 
-def _intensity_failure(**slip) -> str:
-    counts = _counts(**slip)
-
-    def decode_intensity(cfg, n, batch, b):
-        flops, numbers = counts(cfg, n, batch)
-        return flops / (numbers * b)
-    return failures(15, solution(15, decode_intensity=decode_intensity))["decode_intensity"]
+def test_square_roots_are_rejected():
+    why = failures(15, solution(15, deepnorm_alpha_beta=lambda n: ((2 * n) ** 0.5, (8 * n) ** -0.5)))
+    assert "square roots" in why["deepnorm_alpha_beta"]
 
 
-def test_intensity_with_a_cache_of_n_heads_is_rejected():
-    why = _intensity_failure(kv_heads=False)
-    assert "decode_intensity(llama2-70b, context_len=4096, batch=64" in why and "n_kv_heads = 8" in why
+def test_active_as_a_fraction_of_the_total_is_rejected():
+    def fraction(cfg):
+        total, _ = solution(15).moe_params(cfg)
+        return total, total * cfg.experts_top_k // cfg.n_experts
+    why = failures(15, solution(15, moe_params=fraction))["moe_params"]
+    assert "top_k / n_experts of everything" in why and "3 blocks" in why
 
 
-def test_intensity_with_one_cache_for_the_batch_is_rejected():
-    assert "every sequence has its own cache" in _intensity_failure(cache_batch=False)
+def test_idle_experts_of_one_block_only_are_rejected():
+    def one_block(cfg):
+        total, _ = solution(15).moe_params(cfg)
+        return total, total - (cfg.n_experts - cfg.experts_top_k) * 3 * cfg.d_model * cfg.d_ff
+    assert "one block only" in failures(15, solution(15, moe_params=one_block))["moe_params"]
 
 
-def test_intensity_reading_the_weights_per_sequence_is_rejected():
-    assert "read once for the whole batch" in _intensity_failure(weights_batch=True)
+def test_a_wrong_total_is_rejected():
+    def untied(cfg):
+        total, active = solution(15).moe_params(cfg.with_(tie_embeddings=False))
+        return total, active
+    why = failures(15, solution(15, moe_params=untied))["moe_params"]
+    assert "moe_params total" in why and "tied" in why
 
 
-def test_intensity_with_flops_of_one_sequence_is_rejected():
-    assert "multiply them by batch" in _intensity_failure(flops_batch=False)
-
-
-def test_intensity_without_the_cache_is_rejected():
-    why = _intensity_failure(cache=False)
-    assert "decode_intensity(llama2-7b, context_len=1001, batch=1, bytes_per_element=2) = 1.03" in why
-    assert ": 1 FLOPs per byte" in why and "reads the whole KV cache" in why
-
-
-def test_intensity_without_attention_is_rejected():
-    assert "the weighted sum of V over context_len keys" in _intensity_failure(attention=False)
-
-
-def test_intensity_reading_the_embedding_is_rejected():
-    assert "lookup of one row per token" in _intensity_failure(embedding=True)
-
-
-def _speed(combine=max, tokens="batch"):
-    counts = _counts()
-
-    def decode_tokens_per_second(cfg, n, batch, peak, bandwidth, b):
-        flops, numbers = counts(cfg, n, batch)
-        compute, memory = flops / peak, numbers * b / bandwidth
-        step = compute + memory if combine is sum else combine(compute, memory)
-        return (batch if tokens == "batch" else 1) / step
-    return decode_tokens_per_second
-
-
-def _speed_failure(**slip) -> str:
-    return failures(15, solution(15, decode_tokens_per_second=_speed(**slip)))["decode_tokens_per_second"]
-
-
-def test_speed_adding_the_two_times_is_rejected():
-    assert "not their sum" in _speed_failure(combine=sum)
-
-
-def test_speed_with_the_shorter_time_is_rejected():
-    assert "take the longer time, not the shorter" in _speed_failure(combine=min)
-
-
-def test_speed_assuming_memory_bound_is_rejected():
-    counts = _counts()
-
-    def decode_tokens_per_second(cfg, n, batch, peak, bandwidth, b):      # the bytes' time only
-        return batch / (counts(cfg, n, batch)[1] * b / bandwidth)
-    why = failures(15, solution(15, decode_tokens_per_second=decode_tokens_per_second))["decode_tokens_per_second"]
-    assert "llama2-70b, context_len=1001, batch=1024" in why and "the step is compute-bound" in why
-
-
-def test_speed_of_one_token_per_step_is_rejected():
-    assert "batch tokens, not one" in _speed_failure(tokens="one")
+def test_the_reference_mixtral_counts_are_the_published_ones():
+    from tinygrad_block import nn
+    assert solution(15).moe_params(nn.preset("mistral-7b").with_(n_experts=8, experts_top_k=2)) == \
+        (46_702_792_704, 12_879_925_248)
+    assert np.isclose(solution(15).lora_saving(4096, 4096, 16), 128.0)

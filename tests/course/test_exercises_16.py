@@ -1,108 +1,147 @@
 """Lesson 16's checkers (lessons/exercises/16.py) reject typical wrong answers, each with the reason."""
+import tinygrad_block as tb
 from conftest import failures, solution
 
-from tinygrad_block import accounting
+
+def _merge(rescale_acc=True, rescale_l=True, sign=1, normalise=False, common_max=True):
+    """merge_softmax_states with one slip."""
+    def merge_softmax_states(m1, l1, acc1, m2, l2, acc2):
+        m = tb.maximum(m1, m2) if common_max else m1
+        e1, e2 = (sign * (m1 - m)).exp(), (sign * (m2 - m)).exp()
+        ell = e1 * l1 + e2 * l2 if rescale_l else l1 + l2
+        acc = e1 * acc1 + e2 * acc2 if rescale_acc else acc1 + acc2
+        return (m, tb.ones_like(ell), acc / ell) if normalise else (m, ell, acc)
+    return merge_softmax_states
 
 
-def _tp(split_norms=False, split_vocab=True, gqa=True, tied_twice=False):
-    """tp_params_per_device with one slip: norms divided by t, embedding and head kept whole, W_K and W_V
-    d x d under GQA, a tied head counted as a second matrix."""
-    def tp_params_per_device(cfg, t):
-        d = cfg.d_model
-        d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
-        matrices = cfg.n_layers * (2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff)
-        norms = (2 * cfg.n_layers + 1) * d
-        vocab = (1 if cfg.tie_embeddings and not tied_twice else 2) * cfg.vocab_size * d
-        split = matrices + (vocab if split_vocab else 0) + (norms if split_norms else 0)
-        return split // t + (0 if split_vocab else vocab) + (0 if split_norms else norms)
-    return tp_params_per_device
+def _merge_failure(**slip) -> str:
+    return failures(16, solution(16, merge_softmax_states=_merge(**slip)))["merge_softmax_states"]
 
 
-def test_tp_with_the_norms_divided_is_rejected():
-    why = failures(16, solution(16, tp_params_per_device=_tp(split_norms=True)))["tp_params_per_device"]
-    assert "tp_params_per_device(llama2-7b, t=2)" in why and "the norms are not split" in why
+def test_merge_without_rescaling_acc_is_rejected():
+    why = _merge_failure(rescale_acc=False)
+    assert "merge_softmax_states(scores around 0, R=6, d=3): acc is off" in why and "rescaled like l" in why
 
 
-def test_tp_with_the_vocabulary_whole_is_rejected():
-    why = failures(16, solution(16, tp_params_per_device=_tp(split_vocab=False)))["tp_params_per_device"]
-    assert "are split too" in why and "vocab_size / t" in why
+def test_merge_without_rescaling_l_is_rejected():
+    assert "l must be rescaled" in _merge_failure(rescale_l=False)
 
 
-def test_tp_with_full_k_and_v_under_gqa_is_rejected():
-    why = failures(16, solution(16, tp_params_per_device=_tp(gqa=False)))["tp_params_per_device"]
-    assert "llama2-70b" in why and "n_kv_heads * d_head = 1,024" in why
+def test_merge_without_any_rescaling_is_rejected():
+    assert "against its own maximum" in _merge_failure(rescale_acc=False, rescale_l=False)
 
 
-def test_tp_counting_a_tied_head_twice_is_rejected():
-    why = failures(16, solution(16, tp_params_per_device=_tp(tied_twice=True)))["tp_params_per_device"]
-    assert "smollm-135m (tied), t=3" in why and "hold its slice once" in why
+def test_merge_with_the_wrong_sign_is_rejected():
+    assert "the rescaling's sign" in _merge_failure(sign=-1)
 
 
-def test_tp_dividing_everything_is_rejected():
-    everything = lambda cfg, t: accounting.total_params(cfg) // t                        # noqa: E731
-    why = failures(16, solution(16, tp_params_per_device=everything))["tp_params_per_device"]
-    assert "tp_params_per_device(llama2-7b, t=2)" in why and "every device holds them whole" in why
+def test_merge_returning_the_normalised_output_is_rejected():
+    assert "return acc itself, not acc / l" in _merge_failure(normalise=True)
 
 
-def test_tp_as_a_float_is_rejected():
-    as_float = lambda cfg, t: float(_tp()(cfg, t))                                      # noqa: E731
-    assert "return an int" in failures(16, solution(16, tp_params_per_device=as_float))["tp_params_per_device"]
+def test_merge_keeping_the_first_max_is_rejected():
+    assert "m is" in _merge_failure(common_max=False) and "the larger of m1 and m2" in _merge_failure(common_max=False)
 
 
-def _zero(shift=0, everything=False, per_param=16):
-    """zero_bytes_per_device with one slip: stages numbered one off, every stage dividing everything, or 12
-    bytes per parameter (Adam's state alone)."""
-    def zero_bytes_per_device(n_params, n_devices, stage):
-        stage = min(3, max(0, stage + shift))
-        if everything and stage:
-            return per_param * n_params / n_devices
-        sizes = {"w": 2, "g": 2, "a": 12} if per_param == 16 else {"w": 0, "g": 0, "a": 12}
-        t = n_devices
-        return sizes["w"] * n_params / (t if stage >= 3 else 1) + sizes["g"] * n_params / (t if stage >= 2 else 1) \
-            + sizes["a"] * n_params / (t if stage >= 1 else 1)
-    return zero_bytes_per_device
+def test_merge_through_exp_of_the_scores_overflows_and_is_rejected():
+    def merge_softmax_states(m1, l1, acc1, m2, l2, acc2):             # exp(m) itself: inf at scores around 700
+        m = tb.maximum(m1, m2)
+        return m, (l1 * m1.exp() + l2 * m2.exp()) / m.exp(), (acc1 * m1.exp() + acc2 * m2.exp()) / m.exp()
+    why = failures(16, solution(16, merge_softmax_states=merge_softmax_states))["merge_softmax_states"]
+    assert "scores around 720" in why and "nan" in why
 
 
-def test_zero_with_stages_one_off_is_rejected():
-    why = failures(16, solution(16, zero_bytes_per_device=_zero(shift=1)))["zero_bytes_per_device"]
-    assert "stage=0" in why and "that is stage 1's answer" in why
+def test_merge_returning_a_list_is_rejected():
+    as_list = lambda *args: list(_merge()(*args))                                       # noqa: E731
+    assert "return a tuple of three Tensors" in failures(16, solution(16, merge_softmax_states=as_list))[
+        "merge_softmax_states"]
 
 
-def test_zero_dividing_everything_from_stage_one_is_rejected():
-    why = failures(16, solution(16, zero_bytes_per_device=_zero(everything=True)))["zero_bytes_per_device"]
-    assert "stage=1" in why and "only stage 3 divides everything" in why and "keeps the bf16 weights" in why
+def _counts(kv_heads=True, cache_batch=True, weights_batch=False, flops_batch=True, cache=True, attention=True,
+            embedding=False):
+    """(FLOPs, numbers read) of a decode step with one slip."""
+    def flops_and_numbers(cfg, n, batch):
+        d, d_kv = cfg.d_model, (cfg.n_kv_heads if kv_heads else cfg.n_heads) * cfg.d_head
+        layer = 2 * d * d + 2 * d * cfg.n_kv_heads * cfg.d_head + 3 * d * cfg.d_ff
+        weights = cfg.n_layers * layer + d * cfg.vocab_size
+        flops = 2 * weights + attention * cfg.n_layers * 4 * n * cfg.n_heads * cfg.d_head
+        numbers = weights * (batch if weights_batch else 1) + embedding * d * cfg.vocab_size
+        numbers += cache * 2 * cfg.n_layers * (batch if cache_batch else 1) * n * d_kv
+        return flops * (batch if flops_batch else 1), numbers
+    return flops_and_numbers
 
 
-def test_zero_with_twelve_bytes_is_rejected():
-    why = failures(16, solution(16, zero_bytes_per_device=_zero(per_param=12)))["zero_bytes_per_device"]
-    assert "stage=0" in why and "16 bytes per parameter in all" in why
+def _intensity_failure(**slip) -> str:
+    counts = _counts(**slip)
+
+    def decode_intensity(cfg, n, batch, b):
+        flops, numbers = counts(cfg, n, batch)
+        return flops / (numbers * b)
+    return failures(16, solution(16, decode_intensity=decode_intensity))["decode_intensity"]
 
 
-def _mfu(scale=1.0, six_n=False):
-    def training_mfu(cfg, batch, seq_len, step_seconds, n_devices, peak_flops):
-        if six_n:
-            flops = 6 * accounting.total_params(cfg) * batch * seq_len
-        else:
-            flops = accounting.model_forward_flops(cfg, seq_len, batch) + \
-                accounting.model_backward_flops(cfg, seq_len, batch)
-        return scale * flops / (n_devices * peak_flops * step_seconds)
-    return training_mfu
+def test_intensity_with_a_cache_of_n_heads_is_rejected():
+    why = _intensity_failure(kv_heads=False)
+    assert "decode_intensity(llama2-70b, context_len=4096, batch=64" in why and "n_kv_heads = 8" in why
 
 
-def test_mfu_forward_only_is_rejected():
-    why = failures(16, solution(16, training_mfu=_mfu(scale=1 / 3)))["training_mfu"]
-    assert "training_mfu(llama2-7b, batch=4, seq_len=4096" in why and "forward only" in why
+def test_intensity_with_one_cache_for_the_batch_is_rejected():
+    assert "every sequence has its own cache" in _intensity_failure(cache_batch=False)
 
 
-def test_mfu_on_one_device_is_rejected():
-    why = failures(16, solution(16, training_mfu=_mfu(scale=8)))["training_mfu"]
-    assert "divide by all of their peaks" in why
+def test_intensity_reading_the_weights_per_sequence_is_rejected():
+    assert "read once for the whole batch" in _intensity_failure(weights_batch=True)
 
 
-def test_mfu_as_a_percentage_is_rejected():
-    assert "percentage" in failures(16, solution(16, training_mfu=_mfu(scale=100)))["training_mfu"]
+def test_intensity_with_flops_of_one_sequence_is_rejected():
+    assert "multiply them by batch" in _intensity_failure(flops_batch=False)
 
 
-def test_mfu_by_six_n_is_rejected():
-    why = failures(16, solution(16, training_mfu=_mfu(six_n=True)))["training_mfu"]
-    assert "6 N per token" in why and "matmul FLOPs" in why
+def test_intensity_without_the_cache_is_rejected():
+    why = _intensity_failure(cache=False)
+    assert "decode_intensity(llama2-7b, context_len=1001, batch=1, bytes_per_element=2) = 1.03" in why
+    assert ": 1 FLOPs per byte" in why and "reads the whole KV cache" in why
+
+
+def test_intensity_without_attention_is_rejected():
+    assert "the weighted sum of V over context_len keys" in _intensity_failure(attention=False)
+
+
+def test_intensity_reading_the_embedding_is_rejected():
+    assert "lookup of one row per token" in _intensity_failure(embedding=True)
+
+
+def _speed(combine=max, tokens="batch"):
+    counts = _counts()
+
+    def decode_tokens_per_second(cfg, n, batch, peak, bandwidth, b):
+        flops, numbers = counts(cfg, n, batch)
+        compute, memory = flops / peak, numbers * b / bandwidth
+        step = compute + memory if combine is sum else combine(compute, memory)
+        return (batch if tokens == "batch" else 1) / step
+    return decode_tokens_per_second
+
+
+def _speed_failure(**slip) -> str:
+    return failures(16, solution(16, decode_tokens_per_second=_speed(**slip)))["decode_tokens_per_second"]
+
+
+def test_speed_adding_the_two_times_is_rejected():
+    assert "not their sum" in _speed_failure(combine=sum)
+
+
+def test_speed_with_the_shorter_time_is_rejected():
+    assert "take the longer time, not the shorter" in _speed_failure(combine=min)
+
+
+def test_speed_assuming_memory_bound_is_rejected():
+    counts = _counts()
+
+    def decode_tokens_per_second(cfg, n, batch, peak, bandwidth, b):      # the bytes' time only
+        return batch / (counts(cfg, n, batch)[1] * b / bandwidth)
+    why = failures(16, solution(16, decode_tokens_per_second=decode_tokens_per_second))["decode_tokens_per_second"]
+    assert "llama2-70b, context_len=1001, batch=1024" in why and "the step is compute-bound" in why
+
+
+def test_speed_of_one_token_per_step_is_rejected():
+    assert "batch tokens, not one" in _speed_failure(tokens="one")

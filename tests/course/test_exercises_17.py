@@ -1,149 +1,108 @@
 """Lesson 17's checkers (lessons/exercises/17.py) reject typical wrong answers, each with the reason."""
-import pytest
-
-import tinygrad_block as tb
 from conftest import failures, solution
-from tinygrad_block.compiled import Compiled
+
+from tinygrad_block import accounting
 
 
-def _exercises():
-    from tinygrad_block import course
-    return course.exercises_module(17)
+def _tp(split_norms=False, split_vocab=True, gqa=True, tied_twice=False):
+    """tp_params_per_device with one slip: norms divided by t, embedding and head kept whole, W_K and W_V
+    d x d under GQA, a tied head counted as a second matrix."""
+    def tp_params_per_device(cfg, t):
+        d = cfg.d_model
+        d_kv = cfg.n_kv_heads * cfg.d_head if gqa else d
+        matrices = cfg.n_layers * (2 * d * d + 2 * d * d_kv + 3 * d * cfg.d_ff)
+        norms = (2 * cfg.n_layers + 1) * d
+        vocab = (1 if cfg.tie_embeddings and not tied_twice else 2) * cfg.vocab_size * d
+        split = matrices + (vocab if split_vocab else 0) + (norms if split_norms else 0)
+        return split // t + (0 if split_vocab else vocab) + (0 if split_norms else norms)
+    return tp_params_per_device
 
 
-def test_the_graders_rule_with_nothing_switched_off_is_the_librarys():
-    """The slips are variants of one rule; unswitched, it makes exactly the chains tb.jit made of every case."""
-    grader = _exercises()
-    for _, program in grader._cases():
-        steps, kept, chains = grader._steps(program)
-        assert grader.rule(steps, kept) == chains
+def test_tp_with_the_norms_divided_is_rejected():
+    why = failures(17, solution(17, tp_params_per_device=_tp(split_norms=True)))["tp_params_per_device"]
+    assert "tp_params_per_device(llama2-7b, t=2)" in why and "the norms are not split" in why
 
 
-def test_the_cases_hold_the_chains_they_are_named_for_and_the_block_the_lessons_24():
-    grader = _exercises()
-    found = {name: len(grader._steps(program)[2]) for name, program in grader._cases()}
-    assert found == {"one chain": 1, "read twice": 1, "two readers": 2, "kept": 1, "shape change": 1, "in between": 0,
-                     "two starts": 1, "RMSNorm forward": 2, "RMSNorm forward and backward": 4,
-                     "the tiny block, forward and backward": 24}
+def test_tp_with_the_vocabulary_whole_is_rejected():
+    why = failures(17, solution(17, tp_params_per_device=_tp(split_vocab=False)))["tp_params_per_device"]
+    assert "are split too" in why and "vocab_size / t" in why
 
 
-@pytest.mark.parametrize("switches, fragment", [
-    (dict(single_reader=False), "the only reader of the chain's last result"),
-    (dict(read_once=False), "reads the chain's result twice"),
-    (dict(not_kept=False), "a result that is kept"),
-    (dict(same_shape=False), "only if it has the chain's shape"),
-    (dict(in_order=False), "chains follow the program's order"),
-    (dict(lone=True), "return only chains of two or more steps"),
-])
-def test_each_slip_in_the_fusion_rule_gets_its_hint(switches, fragment):
-    rule = _exercises().rule
-    why = failures(17, solution(17, fused_chains=lambda steps, kept: rule(steps, kept, **switches)))["fused_chains"]
-    assert why.startswith("fused_chains(") and "tb.jit made" in why and fragment in why
+def test_tp_with_full_k_and_v_under_gqa_is_rejected():
+    why = failures(17, solution(17, tp_params_per_device=_tp(gqa=False)))["tp_params_per_device"]
+    assert "llama2-70b" in why and "n_kv_heads * d_head = 1,024" in why
 
 
-def test_fused_chains_returning_something_else_is_rejected():
-    why = failures(17, solution(17, fused_chains=lambda steps, kept: 3))["fused_chains"]
-    assert "return a list of chains" in why
+def test_tp_counting_a_tied_head_twice_is_rejected():
+    why = failures(17, solution(17, tp_params_per_device=_tp(tied_twice=True)))["tp_params_per_device"]
+    assert "smollm-135m (tied), t=3" in why and "hold its slice once" in why
 
 
-@pytest.mark.parametrize("silu, fragment", [
-    (lambda x: x.silu(), "where and compare"),
-    (lambda x: x * x.sigmoid(), "where and compare"),
-    (lambda x: x * x.exp() / (1 + x.exp()), "use it once"),
-    (lambda x: x / (1 + x.exp()), "the exponent is -x"),
-    (lambda x: 1 / (1 + (-x).exp()), "the sigmoid alone"),
-    (lambda x: x * (1 + (-x).exp()), "x times the sigmoid"),
-])
-def test_silu_slips_are_named(silu, fragment):
-    why = failures(17, solution(17, silu_in_one_kernel=silu))["silu_in_one_kernel"]
-    assert why.startswith("silu_in_one_kernel(float64 (4, 16))") and fragment in why
+def test_tp_dividing_everything_is_rejected():
+    everything = lambda cfg, t: accounting.total_params(cfg) // t                        # noqa: E731
+    why = failures(17, solution(17, tp_params_per_device=everything))["tp_params_per_device"]
+    assert "tp_params_per_device(llama2-7b, t=2)" in why and "every device holds them whole" in why
 
 
-def test_silu_in_several_kernels_shows_the_program():
-    why = failures(17, solution(17, silu_in_one_kernel=lambda x: x.silu()))["silu_in_one_kernel"]
-    assert "compiles to 6 kernels" in why and "program: 6 kernels for 8 primitives" in why
+def test_tp_as_a_float_is_rejected():
+    as_float = lambda cfg, t: float(_tp()(cfg, t))                                      # noqa: E731
+    assert "return an int" in failures(17, solution(17, tp_params_per_device=as_float))["tp_params_per_device"]
 
 
-def test_silu_changing_the_dtype_is_rejected():
-    why = failures(17, solution(17, silu_in_one_kernel=lambda x: x.to(tb.float64) / (1 + (-x.to(tb.float64)).exp())))
-    assert "keep the input's dtype, float32" in why["silu_in_one_kernel"]
+def _zero(shift=0, everything=False, per_param=16):
+    """zero_bytes_per_device with one slip: stages numbered one off, every stage dividing everything, or 12
+    bytes per parameter (Adam's state alone)."""
+    def zero_bytes_per_device(n_params, n_devices, stage):
+        stage = min(3, max(0, stage + shift))
+        if everything and stage:
+            return per_param * n_params / n_devices
+        sizes = {"w": 2, "g": 2, "a": 12} if per_param == 16 else {"w": 0, "g": 0, "a": 12}
+        t = n_devices
+        return sizes["w"] * n_params / (t if stage >= 3 else 1) + sizes["g"] * n_params / (t if stage >= 2 else 1) \
+            + sizes["a"] * n_params / (t if stage >= 1 else 1)
+    return zero_bytes_per_device
 
 
-def _sgd(sign=-1, clear=True, read_lr=False, numpy_update=False, compiled=True, fixed_lr=None):
-    """make_sgd_step with one slip."""
-    def make_sgd_step(model, loss_fn):
-        def step(x, y, lr):
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            rate = lr.item() if read_lr else (fixed_lr if fixed_lr is not None else lr)
-            with tb.no_grad():
-                for p in model.parameters():
-                    if numpy_update:
-                        p.data = p.data - rate.data * p.grad.data
-                    else:
-                        p.data = (p + sign * rate * p.grad).data
-                    if clear:
-                        p.grad = None
-            return loss
-        return tb.jit(step) if compiled else step
-    return make_sgd_step
+def test_zero_with_stages_one_off_is_rejected():
+    why = failures(17, solution(17, zero_bytes_per_device=_zero(shift=1)))["zero_bytes_per_device"]
+    assert "stage=0" in why and "that is stage 1's answer" in why
 
 
-def _sgd_failure(**slip) -> str:
-    return failures(17, solution(17, make_sgd_step=_sgd(**slip)))["make_sgd_step"]
+def test_zero_dividing_everything_from_stage_one_is_rejected():
+    why = failures(17, solution(17, zero_bytes_per_device=_zero(everything=True)))["zero_bytes_per_device"]
+    assert "stage=1" in why and "only stage 3 divides everything" in why and "keeps the bf16 weights" in why
 
 
-def test_sgd_going_uphill_is_rejected():
-    why = _sgd_failure(sign=+1)
-    assert "make_sgd_step(nn.Linear(8, 4)): call 2" in why and "returned the loss" in why
+def test_zero_with_twelve_bytes_is_rejected():
+    why = failures(17, solution(17, zero_bytes_per_device=_zero(per_param=12)))["zero_bytes_per_device"]
+    assert "stage=0" in why and "16 bytes per parameter in all" in why
 
 
-def test_sgd_keeping_the_gradients_is_rejected():
-    why = _sgd_failure(clear=False)
-    assert "call 2 raised JitError" in why and "set p.grad = None" in why
+def _mfu(scale=1.0, six_n=False):
+    def training_mfu(cfg, batch, seq_len, step_seconds, n_devices, peak_flops):
+        if six_n:
+            flops = 6 * accounting.total_params(cfg) * batch * seq_len
+        else:
+            flops = accounting.model_forward_flops(cfg, seq_len, batch) + \
+                accounting.model_backward_flops(cfg, seq_len, batch)
+        return scale * flops / (n_devices * peak_flops * step_seconds)
+    return training_mfu
 
 
-def test_sgd_reading_the_learning_rate_is_rejected():
-    assert "do not read a value inside the step" in _sgd_failure(read_lr=True)
+def test_mfu_forward_only_is_rejected():
+    why = failures(17, solution(17, training_mfu=_mfu(scale=1 / 3)))["training_mfu"]
+    assert "training_mfu(llama2-7b, batch=4, seq_len=4096" in why and "forward only" in why
 
 
-def test_sgd_updating_in_numpy_is_rejected():
-    assert "numpy arithmetic on p.data is not recorded" in _sgd_failure(numpy_update=True)
+def test_mfu_on_one_device_is_rejected():
+    why = failures(17, solution(17, training_mfu=_mfu(scale=8)))["training_mfu"]
+    assert "divide by all of their peaks" in why
 
 
-def test_sgd_not_compiled_is_rejected():
-    assert "return the step compiled: tb.jit(step)" in _sgd_failure(compiled=False)
+def test_mfu_as_a_percentage_is_rejected():
+    assert "percentage" in failures(17, solution(17, training_mfu=_mfu(scale=100)))["training_mfu"]
 
 
-def test_sgd_with_a_fixed_learning_rate_is_rejected():
-    why = _sgd_failure(fixed_lr=0.02)
-    assert "each call must update with its own lr" in why or "returned the loss" in why
-
-
-def test_sgd_with_the_learning_rate_as_a_changing_python_number_is_rejected():
-    schedule = iter([0.02 / (1 + i) for i in range(100)])
-
-    def make_sgd_step(model, loss_fn):
-        def step(x, y, lr):
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            rate = next(schedule)                                         # a new Python number at every call
-            with tb.no_grad():
-                for p in model.parameters():
-                    p.data = (p - rate * p.grad).data
-                    p.grad = None
-            return loss
-        return tb.jit(step)
-    why = failures(17, solution(17, make_sgd_step=make_sgd_step))["make_sgd_step"]
-    assert "call 3 raised JitError" in why and "the learning rate must enter the step as the tensor" in why
-
-
-def test_the_reference_sgd_step_replays():
-    from tinygrad_block import nn
-    make = solution(17).make_sgd_step
-    step = make(nn.Linear(8, 4, generator=tb.Generator(0), dtype=tb.float64), lambda p, y: ((p - y) ** 2).sum())
-    g = tb.Generator(0)
-    x, y = tb.randn(16, 8, generator=g, dtype=tb.float64), tb.randn(16, 4, generator=g, dtype=tb.float64)
-    for i in range(5):
-        step(x, y, tb.tensor(0.01 / (1 + i), dtype=tb.float64))
-    assert isinstance(step, Compiled) and (step.captures, step.replays) == (2, 3)
+def test_mfu_by_six_n_is_rejected():
+    why = failures(17, solution(17, training_mfu=_mfu(six_n=True)))["training_mfu"]
+    assert "6 N per token" in why and "matmul FLOPs" in why

@@ -1,5 +1,5 @@
 """The residual add and the RMSNorm after it as one fused op, with its hand-derived backward, and a count of
-the memory traffic that fusing saves. Lesson 04's Hard exercise (fused_add_rmsnorm) is the same math.
+the memory traffic that fusing saves. Lesson 05's Hard exercise (fused_add_rmsnorm) is the same math.
 
 In a pre-norm block every sublayer ends with `h = x + residual` and the next one starts with `RMSNorm(h)`:
 two kernels, so h is written to memory by the first and read straight back by the second. Fused, one kernel

@@ -1,30 +1,34 @@
 """Lesson 05 exercises. Fill in each function, then run:  python -m tinygrad_block check 05"""
-import math
-
 import numpy as np
 
 import tinygrad_block as tb
 
 
-def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
-    """Scaled dot-product attention, softmax(q k^T / sqrt(d_head) + mask) v, for q, k, v of shape
-    (B, H, L, d_head) (one key/value head per query head). With causal=True, query i may read keys j <= i only:
-    add -inf to the scores where j > i, before the softmax (an (L, L) table made with numpy's np.triu and
-    tb.tensor(..., dtype=q.dtype) will do). Use Tensor ops so that autograd differentiates it: k.mT swaps the last
-    two axes, scores.softmax(axis=-1) is the library's softmax. Returns (B, H, L, d_head)."""
+def masked_batchnorm(x: tb.Tensor, mask: tb.Tensor, eps: float = 1e-5) -> tb.Tensor:
+    """BatchNorm over the real tokens only. x: (B, L, d); mask: (B, L), 1.0 at real tokens and 0.0 at padding.
+    Each feature j is normalised by the mean and the biased variance (divide by the count) of x[..., j] over
+    the real tokens, (x - mean) / sqrt(var + eps); padding positions come out as 0. No gain or shift. Use
+    Tensor ops (sum, *, /, rsqrt, ...) so that autograd differentiates it. Returns (B, L, d)."""
     raise NotImplementedError
 
 
-def stable_softmax(x: tb.Tensor, axis: int = -1) -> tb.Tensor:
-    """e^x / sum e^x along `axis`, from Tensor ops (without x.softmax): finite for entries of +-1000, exactly 0
-    where x is -inf (a masked key), right along any axis, and differentiable."""
+def layernorm_backward(dout: np.ndarray, x: np.ndarray, weight: np.ndarray, eps: float):
+    """The gradients of y = weight * (x - mean) / sqrt(var + eps) + bias over the last axis (var biased), for
+    x of shape (..., d) and weight of shape (d,), given dout = dL/dy (x's shape). Plain numpy, by hand.
+    Returns (dx, dweight, dbias): dx of x's shape, dweight and dbias of shape (d,)."""
     raise NotImplementedError
 
 
-def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
-    """What each head adds to attention's output. weighted: (B, H, L, d_head), the heads' outputs before the
-    merge; o_weight: o_proj.weight, shape (d_model, H * d_head), stored (out, in), so that o_proj(m) is
-    m @ o_weight.mT. Return one Tensor of shape (H, B, L, d_model) whose slice h is head h's contribution
-    (tb.stack makes one Tensor of a list); summed over h, it must equal o_proj of the merged heads,
-    weighted.transpose(1, 2).reshape(B, L, H * d_head) @ o_weight.mT."""
+def fused_add_rmsnorm(x: np.ndarray, residual: np.ndarray, weight: np.ndarray, eps: float):
+    """h = x + residual (the residual stream after a sublayer's output x is added), and RMSNorm(h) with gain
+    weight: h / sqrt(mean(h^2) + eps) * weight over the last axis. x, residual: (..., d); weight: (d,).
+    Returns (normed, new_residual) = (RMSNorm(h), h), numpy arrays of x's shape."""
+    raise NotImplementedError
+
+
+def fused_add_rmsnorm_backward(d_normed: np.ndarray, d_new_residual: np.ndarray, x: np.ndarray,
+                               residual: np.ndarray, weight: np.ndarray, eps: float):
+    """The backward of fused_add_rmsnorm, by hand in numpy: d_normed and d_new_residual are the gradients of
+    the loss with respect to its two outputs. Returns (dx, dresidual, dweight): dx and dresidual of x's shape,
+    dweight of shape (d,)."""
     raise NotImplementedError

@@ -4,28 +4,27 @@ import math
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
 
 
-def rope(x: tb.Tensor, positions: list[int], theta: float) -> tb.Tensor:
-    """Rotary position embedding of queries or keys x, shape (B, H, L, d_head), whose L tokens stand at
-    `positions` (L ints, not necessarily 0, 1, 2, ...). Pair i (i < d_head/2) is dimension i with dimension
-    i + d_head/2 (the half-split layout of this library and Hugging Face's Llama), turned by the angle
-    p * theta^(-2i/d_head) at position p: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-    Use Tensor ops on x (the angles may be computed with numpy and made tensors in x's dtype, tb.tensor(...,
-    dtype=x.dtype)), so that autograd differentiates it."""
+def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
+    """Scaled dot-product attention, softmax(q k^T / sqrt(d_head) + mask) v, for q, k, v of shape
+    (B, H, L, d_head) (one key/value head per query head). With causal=True, query i may read keys j <= i only:
+    add -inf to the scores where j > i, before the softmax (an (L, L) table made with numpy's np.triu and
+    tb.tensor(..., dtype=q.dtype) will do). Use Tensor ops so that autograd differentiates it: k.mT swaps the last
+    two axes, scores.softmax(axis=-1) is the library's softmax. Returns (B, H, L, d_head)."""
     raise NotImplementedError
 
 
-def repeat_kv(x: tb.Tensor, n_rep: int) -> tb.Tensor:
-    """(B, H_kv, L, d_head) -> (B, H_kv * n_rep, L, d_head): query head h reads KV head h // n_rep, so KV head j
-    serves query heads j * n_rep .. j * n_rep + n_rep - 1. From Tensor ops (reshape, expand), so that the
-    gradient of each KV head is the sum over its group."""
+def stable_softmax(x: tb.Tensor, axis: int = -1) -> tb.Tensor:
+    """e^x / sum e^x along `axis`, from Tensor ops (without x.softmax): finite for entries of +-1000, exactly 0
+    where x is -inf (a masked key), right along any axis, and differentiable."""
     raise NotImplementedError
 
 
-def kv_cache_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
-    """Bytes of the KV cache of the whole model cfg (cfg.n_layers blocks) for `batch` sequences of seq_len
-    tokens, bytes_per_element bytes a number (2 for bf16). The fields you need are on cfg: n_layers, n_heads,
-    n_kv_heads, d_head, d_model."""
+def head_contributions(weighted: tb.Tensor, o_weight: tb.Tensor) -> tb.Tensor:
+    """What each head adds to attention's output. weighted: (B, H, L, d_head), the heads' outputs before the
+    merge; o_weight: o_proj.weight, shape (d_model, H * d_head), stored (out, in), so that o_proj(m) is
+    m @ o_weight.mT. Return one Tensor of shape (H, B, L, d_model) whose slice h is head h's contribution
+    (tb.stack makes one Tensor of a list); summed over h, it must equal o_proj of the merged heads,
+    weighted.transpose(1, 2).reshape(B, L, H * d_head) @ o_weight.mT."""
     raise NotImplementedError

@@ -1,29 +1,31 @@
 """Lesson 07 exercises. Fill in each function, then run:  python -m tinygrad_block check 07"""
 import math
 
+import numpy as np
+
 import tinygrad_block as tb
 from tinygrad_block import nn
 
 
-def swiglu(x: tb.Tensor, w_gate: tb.Tensor, w_up: tb.Tensor, w_down: tb.Tensor) -> tb.Tensor:
-    """The SwiGLU FFN, W_down (SiLU(W_gate x) * W_up x), from Tensor ops. x: (B, L, d_model). The weights are
-    stored (out, in) as the library stores them: w_gate and w_up are (d_ff, d_model), w_down is (d_model, d_ff),
-    so a projection is x @ w.mT. Returns (B, L, d_model)."""
+def rope(x: tb.Tensor, positions: list[int], theta: float) -> tb.Tensor:
+    """Rotary position embedding of queries or keys x, shape (B, H, L, d_head), whose L tokens stand at
+    `positions` (L ints, not necessarily 0, 1, 2, ...). Pair i (i < d_head/2) is dimension i with dimension
+    i + d_head/2 (the half-split layout of this library and Hugging Face's Llama), turned by the angle
+    p * theta^(-2i/d_head) at position p: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+    Use Tensor ops on x (the angles may be computed with numpy and made tensors in x's dtype, tb.tensor(...,
+    dtype=x.dtype)), so that autograd differentiates it."""
     raise NotImplementedError
 
 
-def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None) -> int:
-    """Llama's FFN hidden width: floor(2/3 * 4 d_model); if a multiplier is given, times the multiplier and floored
-    again; then rounded UP to a multiple of `multiple_of`. Llama-2-7B: swiglu_width(4096, 256) = 11008."""
+def repeat_kv(x: tb.Tensor, n_rep: int) -> tb.Tensor:
+    """(B, H_kv, L, d_head) -> (B, H_kv * n_rep, L, d_head): query head h reads KV head h // n_rep, so KV head j
+    serves query heads j * n_rep .. j * n_rep + n_rep - 1. From Tensor ops (reshape, expand), so that the
+    gradient of each KV head is the sum over its group."""
     raise NotImplementedError
 
 
-def ffn_share(cfg: nn.BlockConfig) -> float:
-    """The fraction of ALL parameters of nn.LM(cfg) (embedding, every block, final norm and LM head) that sit in
-    the blocks' FFNs, worked out from the config's numbers. SwiGLU (cfg.ffn == 'swiglu') has three matrices
-    d_model x d_ff; the classic FFN ('gelu', 'gelu_tanh', 'relu') has two, plus a bias per output when cfg.bias.
-    Attention has W_Q and W_O, d_model x (n_heads * d_head), and W_K and W_V, d_model x (n_kv_heads * d_head),
-    each with a bias per output when cfg.bias. A norm has a gain of d_model (and a shift of d_model for LayerNorm
-    with cfg.bias); with cfg.tie_embeddings the LM head is the embedding itself; without RoPE (cfg.rope False) the
-    model also has learned positions, max_seq_len x d_model. Llama-2-7B: more than 0.6."""
+def kv_cache_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int, bytes_per_element: int) -> int:
+    """Bytes of the KV cache of the whole model cfg (cfg.n_layers blocks) for `batch` sequences of seq_len
+    tokens, bytes_per_element bytes a number (2 for bf16). The fields you need are on cfg: n_layers, n_heads,
+    n_kv_heads, d_head, d_model."""
     raise NotImplementedError

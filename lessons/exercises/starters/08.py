@@ -1,27 +1,29 @@
 """Lesson 08 exercises. Fill in each function, then run:  python -m tinygrad_block check 08"""
-import numpy as np
+import math
 
 import tinygrad_block as tb
 from tinygrad_block import nn
 
 
-def post_norm_block(block: nn.TransformerBlock, x: tb.Tensor) -> tb.Tensor:
-    """The post-norm layout (the 2017 transformer, BERT) with the modules of `block` (block.norm1, block.attn,
-    block.norm2, block.ffn; call them like functions):  h = norm1(x + attn(x));  out = norm2(h + ffn(h)).
-    x: (B, L, d_model). Returns (B, L, d_model)."""
+def swiglu(x: tb.Tensor, w_gate: tb.Tensor, w_up: tb.Tensor, w_down: tb.Tensor) -> tb.Tensor:
+    """The SwiGLU FFN, W_down (SiLU(W_gate x) * W_up x), from Tensor ops. x: (B, L, d_model). The weights are
+    stored (out, in) as the library stores them: w_gate and w_up are (d_ff, d_model), w_down is (d_model, d_ff),
+    so a projection is x @ w.mT. Returns (B, L, d_model)."""
     raise NotImplementedError
 
 
-def input_grad_ratio(blocks: list, x: tb.Tensor, dout: tb.Tensor) -> float:
-    """Run x through the blocks in order (out = blocks[-1](...blocks[0](x))), backpropagate `dout` (the gradient
-    of the loss with respect to out) and return |dL/dx| / |dout|, the ratio of the Frobenius norms, as a float.
-    x is given without requires_grad: make a leaf that requires it (x.detach().requires_grad_())."""
+def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None) -> int:
+    """Llama's FFN hidden width: floor(2/3 * 4 d_model); if a multiplier is given, times the multiplier and floored
+    again; then rounded UP to a multiple of `multiple_of`. Llama-2-7B: swiglu_width(4096, 256) = 11008."""
     raise NotImplementedError
 
 
-def sublayer_writes(blocks: list, x: tb.Tensor) -> list:
-    """What each sublayer of a stack of pre-norm blocks adds to the residual stream, in order: [attention of
-    block 0, FFN of block 0, attention of block 1, ...], each a Tensor of x's shape, such that x plus all of them
-    equals the stack's output. Attention reads norm1 of the stream it sees; the FFN reads norm2 of the stream
-    after attention's write."""
+def ffn_share(cfg: nn.BlockConfig) -> float:
+    """The fraction of ALL parameters of nn.LM(cfg) (embedding, every block, final norm and LM head) that sit in
+    the blocks' FFNs, worked out from the config's numbers. SwiGLU (cfg.ffn == 'swiglu') has three matrices
+    d_model x d_ff; the classic FFN ('gelu', 'gelu_tanh', 'relu') has two, plus a bias per output when cfg.bias.
+    Attention has W_Q and W_O, d_model x (n_heads * d_head), and W_K and W_V, d_model x (n_kv_heads * d_head),
+    each with a bias per output when cfg.bias. A norm has a gain of d_model (and a shift of d_model for LayerNorm
+    with cfg.bias); with cfg.tie_embeddings the LM head is the embedding itself; without RoPE (cfg.rope False) the
+    model also has learned positions, max_seq_len x d_model. Llama-2-7B: more than 0.6."""
     raise NotImplementedError

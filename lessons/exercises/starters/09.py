@@ -1,26 +1,27 @@
 """Lesson 09 exercises. Fill in each function, then run:  python -m tinygrad_block check 09"""
 import numpy as np
 
+import tinygrad_block as tb
+from tinygrad_block import nn
 
-def swiglu_backward(x, w_gate, w_up, w_down, grad_out):
-    """SwiGLU's backward by hand, in numpy (no autograd). The forward is
-        out = (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T,    silu(z) = z * sigmoid(z),
-    with x: (B, L, d_model), w_gate and w_up: (d_ff, d_model), w_down: (d_model, d_ff) (weights stored
-    (out, in), as in PyTorch). grad_out, (B, L, d_model), is the gradient of the loss with respect to out.
-    Return (dx, dw_gate, dw_up, dw_down): numpy arrays of the shapes of x, w_gate, w_up and w_down."""
+
+def post_norm_block(block: nn.TransformerBlock, x: tb.Tensor) -> tb.Tensor:
+    """The post-norm layout (the 2017 transformer, BERT) with the modules of `block` (block.norm1, block.attn,
+    block.norm2, block.ffn; call them like functions):  h = norm1(x + attn(x));  out = norm2(h + ffn(h)).
+    x: (B, L, d_model). Returns (B, L, d_model)."""
     raise NotImplementedError
 
 
-def repeat_kv_backward(grad, n_rep):
-    """repeat_kv's backward, in numpy. The forward turned k, (B, H_kv, L, d_head), into (B, H_kv * n_rep, L, d_head):
-    query head h reads KV head h // n_rep. grad is the gradient of that repeated tensor,
-    (B, H_kv * n_rep, L, d_head). Return the gradient of k, (B, H_kv, L, d_head)."""
+def input_grad_ratio(blocks: list, x: tb.Tensor, dout: tb.Tensor) -> float:
+    """Run x through the blocks in order (out = blocks[-1](...blocks[0](x))), backpropagate `dout` (the gradient
+    of the loss with respect to out) and return |dL/dx| / |dout|, the ratio of the Frobenius norms, as a float.
+    x is given without requires_grad: make a leaf that requires it (x.detach().requires_grad_())."""
     raise NotImplementedError
 
 
-def rope_backward(grad, cos, sin):
-    """RoPE's backward, in numpy. The forward is y = x * cos + rotate_half(x) * sin, where rotate_half maps the
-    two halves (x1, x2) of the last axis to (-x2, x1): pair i is dimension i with dimension i + d_head/2.
-    x, y and grad: (B, H, L, d_head); cos, sin: (L, d_head), the cosine and sine of each pair's angle at each
-    position, written twice along the last axis (cat(c, c)). grad is the gradient of y; return that of x."""
+def sublayer_writes(blocks: list, x: tb.Tensor) -> list:
+    """What each sublayer of a stack of pre-norm blocks adds to the residual stream, in order: [attention of
+    block 0, FFN of block 0, attention of block 1, ...], each a Tensor of x's shape, such that x plus all of them
+    equals the stack's output. Attention reads norm1 of the stream it sees; the FFN reads norm2 of the stream
+    after attention's write."""
     raise NotImplementedError

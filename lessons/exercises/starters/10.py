@@ -1,34 +1,26 @@
 """Lesson 10 exercises. Fill in each function, then run:  python -m tinygrad_block check 10"""
-import tinygrad_block as tb
-from tinygrad_block import nn
-from tinygrad_block.graph import record_graph
+import numpy as np
 
 
-def predict_meetings(graph) -> int:
-    """`graph` was recorded around a forward pass only:  with record_graph(module, x) as graph: out = module(x).
-    Return how many additions backward() will make where gradients meet (the 'paths meet' sums of lesson 10,
-    section 4), before it runs.
-
-    Work it out from the recording: graph.ops("forward") lists the indices of the primitive calls;
-    graph.nodes[i].inputs lists the indices of the nodes call i read (as often as it read them);
-    graph.nodes[i].tensor is the tensor node i stands for, and tensor.requires_grad says whether any gradient
-    is ever computed for it."""
+def swiglu_backward(x, w_gate, w_up, w_down, grad_out):
+    """SwiGLU's backward by hand, in numpy (no autograd). The forward is
+        out = (silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T,    silu(z) = z * sigmoid(z),
+    with x: (B, L, d_model), w_gate and w_up: (d_ff, d_model), w_down: (d_model, d_ff) (weights stored
+    (out, in), as in PyTorch). grad_out, (B, L, d_model), is the gradient of the loss with respect to out.
+    Return (dx, dw_gate, dw_up, dw_down): numpy arrays of the shapes of x, w_gate, w_up and w_down."""
     raise NotImplementedError
 
 
-def box_free_path(view) -> list | None:
-    """`view` is a depth-1 view of one block, forward (graph.view(depth=1)) or backward
-    (graph.view(depth=1, backward=True)). Start at the one node that no edge enters (the input, or ∂ output)
-    and end at the one node that no edge leaves (the block's output, or ∂ input). Return the DOT names
-    (node.name, like 'n3') of the nodes along a path from start to end that passes through no box (no node of
-    kind 'box'), start and end included; or None if every path passes through a box.
-    view.nodes, view.edges (e.src, e.dst), view.successors(name) (the nodes an edge from `name` enters, not
-    their names) and view.node(name) are all you need."""
+def repeat_kv_backward(grad, n_rep):
+    """repeat_kv's backward, in numpy. The forward turned k, (B, H_kv, L, d_head), into (B, H_kv * n_rep, L, d_head):
+    query head h reads KV head h // n_rep. grad is the gradient of that repeated tensor,
+    (B, H_kv * n_rep, L, d_head). Return the gradient of k, (B, H_kv, L, d_head)."""
     raise NotImplementedError
 
 
-def kv_group_sums(graph) -> list:
-    """`graph` was recorded around a block's forward and backward pass. Return, for each node of the backward
-    pass that sums a K or V gradient over the group of query heads sharing that KV head, the pair
-    (shape, flops): the shape it writes, as a tuple, and its FLOPs. An empty list if there are none."""
+def rope_backward(grad, cos, sin):
+    """RoPE's backward, in numpy. The forward is y = x * cos + rotate_half(x) * sin, where rotate_half maps the
+    two halves (x1, x2) of the last axis to (-x2, x1): pair i is dimension i with dimension i + d_head/2.
+    x, y and grad: (B, H, L, d_head); cos, sin: (L, d_head), the cosine and sine of each pair's angle at each
+    position, written twice along the last axis (cat(c, c)). grad is the gradient of y; return that of x."""
     raise NotImplementedError

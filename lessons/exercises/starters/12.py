@@ -2,18 +2,17 @@
 from tinygrad_block import nn
 
 
-def forward_flops_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
-    """Forward matmul FLOPs per token of the whole Llama-style model cfg (SwiGLU FFN, no biases) reading one
-    sequence of seq_len tokens, as this engine computes it: in each of the n_layers blocks the weight matmuls
-    (W_Q, W_K, W_V, W_O, W_gate, W_up, W_down: 2 FLOPs per weight per token), plus the scores q k^T and the
-    weighted sum of V over the whole seq_len x seq_len square (no saving from the causal mask); then the LM head.
-    A matmul (M, K) @ (K, N) costs 2 M K N. Fields: cfg.d_model, n_heads, n_kv_heads, d_head, d_ff, n_layers,
-    vocab_size."""
+def llama_params(cfg: nn.BlockConfig) -> int:
+    """Parameters of the whole Llama-style model cfg (RMSNorm, SwiGLU FFN, no biases, RoPE): the embedding
+    (vocab_size x d_model), n_layers blocks, the final RMSNorm, and the LM head (vocab_size x d_model), which is
+    absent when cfg.tie_embeddings is true (the head reuses the embedding). A block: W_Q and W_O are
+    d_model x d_model, W_K and W_V d_model x (n_kv_heads * d_head), the FFN's gate, up and down matrices
+    d_model x d_ff each, and two RMSNorm gains of d_model. Fields: cfg.d_model, n_heads, n_kv_heads, d_head,
+    d_ff, n_layers, vocab_size, tie_embeddings."""
     raise NotImplementedError
 
 
-def mfu_needed(n_params: float, n_tokens: float, n_gpus: int, peak_flops_per_gpu: float, days: float) -> float:
-    """The model FLOPs utilisation (a fraction, 0.35 for 35 %) at which training n_params parameters on n_tokens
-    tokens takes `days` days on n_gpus GPUs of peak_flops_per_gpu FLOP/s each, with the 6 N D rule for the
-    training FLOPs."""
+def tied_saving(cfg: nn.BlockConfig) -> tuple[int, float]:
+    """(saved, fraction): how many parameters tying the LM head to the embedding saves for the architecture cfg
+    (whatever cfg.tie_embeddings says), and what fraction of the untied model's parameters that is."""
     raise NotImplementedError

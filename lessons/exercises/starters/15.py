@@ -3,33 +3,30 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 
 
-def merge_softmax_states(m1: tb.Tensor, l1: tb.Tensor, acc1: tb.Tensor, m2: tb.Tensor, l2: tb.Tensor,
-                         acc2: tb.Tensor) -> tuple:
-    """Merge two partial results of the online softmax, each over its own set of keys, into the result over
-    both sets. For every row (a query), part i holds m_i = the largest of its scores s_j, l_i = sum_j exp(s_j - m_i)
-    and acc_i = sum_j exp(s_j - m_i) v_j. Shapes: m_i and l_i (R, 1), acc_i (R, d). Return the Tensors (m, l, acc)
-    of the union of the two key sets, in the same form (m the largest score of all; l and acc taken against it),
-    so that acc / l = softmax(all scores) @ V. Scores can be large (700 and more): exp of a score overflows.
-    tb.maximum(a, b) is the elementwise maximum."""
+def lora_forward(x: tb.Tensor, W: tb.Tensor, A: tb.Tensor, B: tb.Tensor, alpha: float) -> tb.Tensor:
+    """A linear layer with a LoRA adapter:  y = x W^T + (alpha / r) (x A^T) B^T,  r = the rank = A.shape[0].
+    x: (N, d_in); W: (d_out, d_in), frozen; A: (r, d_in); B: (d_out, r). Returns (N, d_out)."""
     raise NotImplementedError
 
 
-def decode_intensity(cfg: nn.BlockConfig, context_len: int, batch: int, bytes_per_element: int) -> float:
-    """Arithmetic intensity (FLOPs per byte) of one decode step of the Llama-style model cfg (SwiGLU FFN, no
-    biases, an LM head of its own): `batch` sequences each add one token, which attends to context_len keys (its
-    own and context_len - 1 cached). FLOPs: the step's matmul FLOPs (2 per weight per token for every projection
-    of every block and for the LM head, plus per layer, per sequence, 4 x context_len x n_heads x d_head for the
-    scores and the weighted sum of V). Bytes: every matmul weight, read once for the whole batch (the embedding
-    table and the norm gains are not counted), plus the whole KV cache the step reads: context_len positions of
-    K and V per layer, per sequence, per KV head. bytes_per_element: 2 for bf16, 4 for fp32. Fields:
-    cfg.d_model, n_heads, n_kv_heads, d_head, d_ff, n_layers, vocab_size."""
+def lora_saving(d: int, k: int, r: int) -> float:
+    """How many times fewer parameters a rank-r adapter (B: d x r and A: r x k) has than the d x k weight it
+    adapts, as a float. Count both from the shapes; the lesson's section on LoRA gives one case to compare with."""
     raise NotImplementedError
 
 
-def decode_tokens_per_second(cfg: nn.BlockConfig, context_len: int, batch: int, peak_flops: float,
-                             bandwidth: float, bytes_per_element: int) -> float:
-    """The roofline's upper bound on decode speed: tokens per second that one accelerator (peak_flops FLOP/s,
-    bandwidth bytes/s) produces for `batch` sequences at context_len, with the step's FLOPs and bytes defined as
-    in decode_intensity. The step takes at least its FLOPs at peak and at least its bytes at full bandwidth
-    (the two overlap, so the longer one decides), and gives one new token per sequence."""
+def deepnorm_alpha_beta(n_layers: int) -> tuple:
+    """DeepNorm's constants for a decoder of N = n_layers blocks, (alpha, beta) as floats: alpha weights the
+    residual in each add, beta scales the initial FFN, W_V and W_O weights. The lesson's section 2 says how each
+    grows or shrinks with N; at N = 8 both come out round."""
+    raise NotImplementedError
+
+
+def moe_params(cfg: nn.BlockConfig) -> tuple:
+    """(total, active) parameters of nn.LM(cfg) for a config with a mixture of experts (cfg.n_experts SwiGLU
+    experts, cfg.experts_top_k of them used per token), from the config's numbers (not tinygrad_block.accounting).
+    Each block: attention W_Q, W_O (d_model x d_model) and W_K, W_V (d_model x n_kv_heads * d_head); two RMSNorm
+    gains of d_model; a router of n_experts x d_model; n_experts experts of 3 d_model x d_ff matrices. Around the
+    blocks: the embedding (vocab_size x d_model), a final norm (d_model) and the head (vocab_size x d_model, none
+    when cfg.tie_embeddings). Active: what one token uses, every block's idle experts left out."""
     raise NotImplementedError

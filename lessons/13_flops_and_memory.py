@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 12 — FLOPs and memory
+# # Lesson 13 — FLOPs and memory
 #
 # How much arithmetic does one token cost, how long does training a 70B model take, and how much memory does it
 # need? The usual answers are rules of thumb: $2N$ per token, $6N$ for training, 16 bytes per parameter. This
@@ -25,8 +25,8 @@
 # - training memory: weights, gradients, Adam, and the activations kept for backward, estimated and measured;
 # - the KV cache of generation, beside all that.
 #
-# Run it as a script, `python -m tinygrad_block lesson 12`, or as a notebook,
-# `python -m tinygrad_block lesson 12 --notebook --execute` (it lands in `lessons/out/12/`).
+# Run it as a script, `python -m tinygrad_block lesson 13`, or as a notebook,
+# `python -m tinygrad_block lesson 13 --notebook --execute` (it lands in `lessons/out/13/`).
 
 # %%
 import json
@@ -43,7 +43,7 @@ from tinygrad_block.counting import count_flops, count_saved_bytes
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import measured_activations, meta_ids, meta_lm, walk
 
-OUT = out_dir(12)         # lessons/out/12/: this lesson's pictures
+OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
 GiB, KiB = 2**30, 2**10
 cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 
@@ -126,7 +126,7 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # 3,911,999,488 FLOPs to the forward's 1,932,735,283,200 of matmuls: 0.20 % of the total. Most of them act on
 # the $32 \times 4096 \times 4096$ scores ($T$ = 536,870,912): the mask is one add per score, and the softmax
 # is $5T - 2R$ = 2,684,092,416 for its $R = 32 \times 4096$ rows. They barely count as arithmetic, but on a GPU
-# each one is a trip through memory, so they still take real time (lesson 15 counts that traffic, kernel by kernel).
+# each one is a trip through memory, so they still take real time (lesson 16 counts that traffic, kernel by kernel).
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` derive the same numbers on
 # paper, for matmuls alone and for all ops. They equal the counts exactly, a difference of 0 in all four.
@@ -187,7 +187,7 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are 15,099,494,400: that is the
 # 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation that allows 64,446
 # tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because reading the
-# weights from memory takes time (lesson 15, section 3: decoding is bound by memory).
+# weights from memory takes time (lesson 16, section 3: decoding is bound by memory).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -451,7 +451,7 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # the optimizer updates an fp32 copy. So each parameter costs 16 bytes: the bf16 weight takes 2 and its
 # gradient 2; the fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is
 # 1,103,626,371,072 bytes, about 1.1 TB, before a single activation. No GPU holds that, so the state is split
-# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; lesson 16, section 9).
+# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; lesson 17, section 9).
 #
 # **Activations, estimated.** What training keeps for backward is often estimated at about $10d$ bytes per
 # token per layer (bf16), assuming FlashAttention (an attention that never stores its $L \times L$ scores, see
@@ -470,7 +470,7 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # - **Attention keeps two $H \times L \times L$ tensors**: the exponentials (the softmax's division needs them)
 #   and the probabilities (the weighted sum of $V$ needs them). $2 \times 64 \times 4096^2 \times 2$ bytes
 #   = 4 GiB, 62 % of the block. FlashAttention keeps neither: it recomputes them in backward from q, k, v and
-#   one statistic per row (lesson 15, sections 5 and 6).
+#   one statistic per row (lesson 16, sections 5 and 6).
 # - **SwiGLU keeps eight $L \times d_{ff}$ tensors** (the gate and up outputs, the stable sigmoid's pieces,
 #   SiLU, their product): 1,879,048,192 bytes (1.75 GiB). A fused kernel keeps one or two.
 # - **The rest** are the $d$-wide tensors the estimate is about (the norms' inputs and outputs, q, k, v,
@@ -530,7 +530,7 @@ assert in_model["per_layer"] - measured == 4096 * d70 * 2 == 64 * 2**20 and roun
 # %% [markdown]
 # ## 7. The KV cache, beside the rest
 #
-# Generation keeps each layer's keys and values for every past token (lesson 06):
+# Generation keeps each layer's keys and values for every past token (lesson 07):
 # $2\, n_{layers} L\, n_{kv} d_{head}$ numbers. For Llama-2-70B at $L = 4096$ in bf16 that is 1,342,177,280
 # bytes (1.25 GiB) per sequence, 320 KiB per token. With one KV head per query head (MHA, 64 instead of 8) it
 # would be 10 GiB: GQA cuts the cache by $n_{heads} / n_{kv} = 8$. Training keeps K and V among its activations,
@@ -586,5 +586,5 @@ assert rows["KV cache, one sequence"] == min(rows.values())
 #    on `n_gpus` GPUs (section 5). It is checked against `accounting.training_days`, including the six-week
 #    claim for a 70B model.
 #
-# `python -m tinygrad_block exercise 12` writes `exercise_12.py` with the two functions to fill in;
-# `python -m tinygrad_block check 12` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 13` writes `exercise_13.py` with the two functions to fill in;
+# `python -m tinygrad_block check 13` checks them and says what is wrong.

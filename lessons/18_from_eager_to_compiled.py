@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 17 — From eager to compiled
+# # Lesson 18 — From eager to compiled
 #
 # Everything so far ran *eagerly*: each `a + b` computed its result at once, built a `Tensor` for it, and
 # wrote down how it was made, so that `backward()` could walk back later. That bookkeeping is what makes the
@@ -31,8 +31,8 @@
 # - the guards: a value read inside, a Python number that changes, a new shape, leftover gradients, a replaced
 #   parameter.
 #
-# Run it as a script, `python -m tinygrad_block lesson 17`, or as a notebook,
-# `python -m tinygrad_block lesson 17 --notebook --execute` (it lands in `lessons/out/17/`). The reference for
+# Run it as a script, `python -m tinygrad_block lesson 18`, or as a notebook,
+# `python -m tinygrad_block lesson 18 --notebook --execute` (it lands in `lessons/out/18/`). The reference for
 # the compiler itself is `docs/compiled.md`.
 
 # %%
@@ -52,7 +52,7 @@ from tinygrad_block.course import LESSONS, out_dir, show
 from tinygrad_block.fuse import kernel_steps
 from tinygrad_block.graph import render
 
-OUT = out_dir(17)         # lessons/out/17/: this lesson's pictures
+OUT = out_dir(18)         # lessons/out/18/: this lesson's pictures
 HAVE_GRAPHVIZ = shutil.which("dot") is not None and importlib.util.find_spec("graphviz") is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 CFG = nn.preset("tiny")   # d_model 64, 4 query heads sharing 2 key/value heads, d_ff 172
@@ -75,9 +75,9 @@ def results(x: tb.Tensor, out: tb.Tensor) -> list[np.ndarray]:
     return [out.numpy().copy(), x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in block.parameters()]
 
 
-print(f"pictures go to lessons/out/17/; graphviz {'found' if HAVE_GRAPHVIZ else 'missing'}; "
+print(f"pictures go to lessons/out/18/; graphviz {'found' if HAVE_GRAPHVIZ else 'missing'}; "
       f"PyTorch {'found' if HAVE_TORCH else 'missing (its timings are left out)'}")
-assert OUT.is_dir() and OUT.name == "17" and len(block.parameters()) == 9
+assert OUT.is_dir() and OUT.name == "18" and len(block.parameters()) == 9
 
 # %% [markdown]
 # ## 1. What an eager primitive call costs
@@ -125,7 +125,7 @@ assert add_graph > add_array and add_no_grad > add_array
 # reshapes (46), permutes (42), expands (20), slices (14), pads (4) and concats (2), which compute nothing: they
 # give a new view of the numbers, or copy them. A matmul of the tiny
 # block is a $(32 \times 64) \cdot (64 \times 172)$ product at most, a few microseconds of arithmetic, so here
-# the fixed cost of each call is a large part of the whole. Lesson 16 saw the same thing from the other side:
+# the fixed cost of each call is a large part of the whole. Lesson 17 saw the same thing from the other side:
 # a small block reaches almost nothing of the machine's peak.
 
 # %%
@@ -302,7 +302,7 @@ assert str(fwd_program).splitlines()[0].startswith("program: 89 kernels for 118 
 # What does fusion save? A chain of $n$ primitives passes its $n - 1$ intermediate results through its one
 # buffer instead of giving each an array of its own. Over the 24 chains of the forward and backward, that is
 # 31 arrays, 167,424 bytes of float32, that a replay never allocates: little at this size, but it is the same
-# count that lesson 15 made for the memory traffic of a real block.
+# count that lesson 16 made for the memory traffic of a real block.
 
 # %%
 names = [" > ".join(s.op.name for s in kernel_steps(k)) for k in fwd_program.kernels]     # the forward alone
@@ -381,7 +381,7 @@ show(page.save(OUT / "compiled_explorer.html"))                 # in a notebook:
 # - **eager**: `step` as written;
 # - **replayed, unfused**: `tb.jit(step, fuse=False)`, each primitive's own `forward` on the arrays;
 # - **compiled**: `tb.jit(step)`, fused and lowered;
-# - **manual**: lesson 09's hand-derived pairs (`manual.block_forward` and `block_backward`), plain numpy code;
+# - **manual**: lesson 10's hand-derived pairs (`manual.block_forward` and `block_backward`), plain numpy code;
 # - **PyTorch eager**, if it is installed: the same block written in PyTorch from its equations
 #   (`tools/torch_block.py`, the oracle the tests compare with), held to one thread
 #   (`torch.set_num_threads(1)`) so that it does not compete with numpy for the cores.
@@ -573,5 +573,5 @@ assert new_weight_equal and not old_weight_equal
 #    reaches it as a 0-d tensor. Checked against the same steps run eagerly (losses and weights bit for bit)
 #    and for really replaying.
 #
-# `python -m tinygrad_block exercise 17` writes `exercise_17.py` with the functions to fill in;
-# `python -m tinygrad_block check 17` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 18` writes `exercise_18.py` with the functions to fill in;
+# `python -m tinygrad_block check 18` checks them and says what is wrong.

@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown]
-# # Lesson 06 — Positions and sharing
+# # Lesson 07 — Positions and sharing
 #
-# The scores of lesson 05 do not depend on where the tokens stand: $q_i \cdot k_j$ is the same number whether
+# The scores of lesson 06 do not depend on where the tokens stand: $q_i \cdot k_j$ is the same number whether
 # token $j$ comes right before token $i$ or a hundred tokens earlier. Only the causal mask knows about order,
 # and all it says is which keys are allowed. This lesson adds positions the way Llama does, by rotating queries
 # and keys (RoPE). Then it
@@ -26,8 +26,8 @@
 # - grouped-query and multi-query attention: which query head reads which key/value head, and the
 #   parameters and KV-cache bytes they save, computed for Llama-sized models.
 #
-# Run it as a script, `python -m tinygrad_block lesson 06`, or as a notebook,
-# `python -m tinygrad_block lesson 06 --notebook --execute` (it lands in `lessons/out/06/`).
+# Run it as a script, `python -m tinygrad_block lesson 07`, or as a notebook,
+# `python -m tinygrad_block lesson 07 --notebook --execute` (it lands in `lessons/out/07/`).
 
 # %%
 import math
@@ -40,7 +40,7 @@ from tinygrad_block import nn
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_ids, meta_lm
 
-OUT = out_dir(6)          # lessons/out/06/: this lesson's pictures
+OUT = out_dir(7)          # lessons/out/07/: this lesson's pictures
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 
 # %% [markdown]
@@ -484,5 +484,5 @@ assert math.ceil(80e9 / mha70) == 8 and weights_bf16 == 137_953_296_384 and roun
 #    model's KV cache (section 6). It is checked against `accounting.kv_cache_bytes` and against the K and V
 #    measured on the shape-only device, for MHA, GQA and MQA models.
 #
-# `python -m tinygrad_block exercise 06` writes `exercise_06.py` with the three functions to fill in;
-# `python -m tinygrad_block check 06` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 07` writes `exercise_07.py` with the three functions to fill in;
+# `python -m tinygrad_block check 07` checks them and says what is wrong.

@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown]
-# # Lesson 08 — The pre-norm block
+# # Lesson 09 — The pre-norm block
 #
-# Lessons 04 to 07 built the parts: the norms, attention, the positions, the FFN. This lesson wires them into
+# Lessons 05 to 08 built the parts: the norms, attention, the positions, the FFN. This lesson wires them into
 # the block that Llama, Mistral and GPT-2 repeat dozens of times. The wiring is only two residual adds, yet it
 # decides what a model can be read for and how deep it can be trained.
 #
@@ -24,8 +24,8 @@
 # - pre-norm against post-norm: the gradient through stacks of 1 to 48 blocks, measured and plotted, and the
 #   identity path that keeps the pre-norm gradient in check.
 #
-# Run it as a script, `python -m tinygrad_block lesson 08`, or as a notebook,
-# `python -m tinygrad_block lesson 08 --notebook --execute` (it lands in `lessons/out/08/`).
+# Run it as a script, `python -m tinygrad_block lesson 09`, or as a notebook,
+# `python -m tinygrad_block lesson 09 --notebook --execute` (it lands in `lessons/out/09/`).
 
 # %%
 import numpy as np
@@ -34,7 +34,7 @@ import tinygrad_block as tb
 from tinygrad_block import measure, nn
 from tinygrad_block.course import figure, out_dir, show
 
-OUT = out_dir(8)          # lessons/out/08/: this lesson's pictures
+OUT = out_dir(9)          # lessons/out/09/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. The block in two lines
@@ -276,7 +276,7 @@ show(fig, OUT / "logit_attribution.png")
 #
 # The last column is what **one token** sees: drop the batch axis and the token axis. This is the per-token
 # walk that Llama-2-7B is often described with: a 4096-vector, 32 query heads of 128, one row of $L$ scores per
-# head, a hidden vector of 11008, and back to 4096. Lesson 12 adds the FLOPs of each step.
+# head, a hidden vector of 11008, and back to 4096. Lesson 13 adds the FLOPs of each step.
 
 # %%
 def token_shape(shape: tuple) -> tuple:
@@ -463,5 +463,5 @@ show(fig, OUT / "pre_vs_post_norm_gradients.png")
 #    that $x$ plus their sum is the stack's output (section 2). The checker recognises sublayers fed the
 #    original input instead of the running stream, and partial sums returned instead of writes.
 #
-# `python -m tinygrad_block exercise 08` writes `exercise_08.py` with the three functions to fill in;
-# `python -m tinygrad_block check 08` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 09` writes `exercise_09.py` with the three functions to fill in;
+# `python -m tinygrad_block check 09` checks them and says what is wrong.

@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 04 — Normalisation
+# # Lesson 05 — Normalisation
 #
 # Every sublayer of a transformer block reads its input through a norm. A norm rescales each token's vector to
 # a fixed size, so the sublayer sees the same scale at layer 1 and at layer 80. This lesson shows what the two
@@ -24,8 +24,8 @@
 #   sequence, a token that depends on the other sequences, and padding that changes every real token;
 # - RMSNorm's backward pass by hand, checked against autograd and finite differences.
 #
-# Run it as a script, `python -m tinygrad_block lesson 04`, or as a notebook,
-# `python -m tinygrad_block lesson 04 --notebook --execute` (it lands in `lessons/out/04/`).
+# Run it as a script, `python -m tinygrad_block lesson 05`, or as a notebook,
+# `python -m tinygrad_block lesson 05 --notebook --execute` (it lands in `lessons/out/05/`).
 
 # %%
 import math
@@ -39,7 +39,7 @@ from tinygrad_block.counting import count_flops
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.gradcheck import central_difference, rel_err
 
-OUT = out_dir(4)          # lessons/out/04/: this lesson's pictures
+OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. Two norms, one token at a time
@@ -649,5 +649,5 @@ assert np.abs(radial - predicted).max() < 1e-13 and np.abs(cos0).max() < 1e-14
 #    $h$ is what comes back through the norm **plus** `d_new_residual`. The checker compares with autograd
 #    of the unfused version and with finite differences, and says so when that second gradient is missing.
 #
-# `python -m tinygrad_block exercise 04` writes `exercise_04.py` with the four functions to fill in;
-# `python -m tinygrad_block check 04` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 05` writes `exercise_05.py` with the four functions to fill in;
+# `python -m tinygrad_block check 05` checks them and says what is wrong.

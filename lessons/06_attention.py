@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 05 — Attention
+# # Lesson 06 — Attention
 #
 # Attention is the only place in a transformer block where tokens exchange information: every other step works
 # on each position alone. This lesson builds it from its parts: scores, a scale, a mask, a softmax, heads and an
@@ -22,8 +22,8 @@
 # - what the heads compute, and why the output projection $W_O$ is what mixes them;
 # - what attention patterns look like, drawn as heatmaps.
 #
-# Run it as a script, `python -m tinygrad_block lesson 05`, or as a notebook,
-# `python -m tinygrad_block lesson 05 --notebook --execute` (it lands in `lessons/out/05/`).
+# Run it as a script, `python -m tinygrad_block lesson 06`, or as a notebook,
+# `python -m tinygrad_block lesson 06 --notebook --execute` (it lands in `lessons/out/06/`).
 
 # %%
 import math
@@ -34,7 +34,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.course import figure, out_dir, show
 
-OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
+OUT = out_dir(6)          # lessons/out/06/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. Scores, and why they are divided by $\sqrt{d_k}$
@@ -232,8 +232,8 @@ assert np.abs(s.grad.numpy() - by_hand).max() < 1e-15
 # | `q = q_proj(a)` | (2, 8, 64): 4 heads × 16 |
 # | `k = k_proj(a)`, `v = v_proj(a)` | (2, 8, 32): only 2 KV heads × 16 |
 # | split heads: `reshape(B, L, heads, d_head).transpose(1, 2)` | q (2, 4, 8, 16); k, v (2, 2, 8, 16) |
-# | RoPE on q and k, not v (lesson 06) | unchanged |
-# | `repeat_kv`: each KV head copied for its 2 query heads (lesson 06) | k, v (2, 4, 8, 16) |
+# | RoPE on q and k, not v (lesson 07) | unchanged |
+# | `repeat_kv`: each KV head copied for its 2 query heads (lesson 07) | k, v (2, 4, 8, 16) |
 # | scores $q k^\top / \sqrt{16}$ | (2, 4, 8, 8) |
 # | plus the causal mask | (2, 4, 8, 8) |
 # | `softmax(scores) @ v` | (2, 4, 8, 16) |
@@ -378,7 +378,7 @@ assert ranks == [d_head] * H == [16, 16, 16, 16]
 # sequence of 12 random tokens. Everything above the diagonal is exactly 0 (drawn in grey: the future), the first
 # row is always a single 1 (position 0 can only read itself), and each row sums to 1.
 #
-# Heads 0 and 1 read the same keys (they share KV head 0; lesson 06), yet their patterns differ, because their
+# Heads 0 and 1 read the same keys (they share KV head 0; lesson 07), yet their patterns differ, because their
 # queries differ. These weights are random, so the patterns have no meaning yet. In a trained model, heads
 # learn sharp, readable patterns, such as "look at the previous token" or "look at the first token".
 # Lesson 14 trains a small model and finds one: a head that looks back to copy (its section 6).
@@ -425,5 +425,5 @@ show(fig, OUT / "attention_patterns.png")
 #    (out, in)), `head_contributions(weighted, o_weight)` returns a tensor (H, B, L, d_model) whose sum over
 #    heads is the output projection of the merged heads.
 #
-# `python -m tinygrad_block exercise 05` writes `exercise_05.py` with the three functions to fill in;
-# `python -m tinygrad_block check 05` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 06` writes `exercise_06.py` with the three functions to fill in;
+# `python -m tinygrad_block check 06` checks them and says what is wrong.

@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown]
-# # Lesson 16 — The same block on a GPU
+# # Lesson 17 — The same block on a GPU
 #
-# Lesson 12 counted what a block costs: FLOPs per token, bytes of memory. This lesson sets those counts against
+# Lesson 13 counted what a block costs: FLOPs per token, bytes of memory. This lesson sets those counts against
 # a clock. It runs the same block on a GPU through CuPy, times it honestly, and asks what fraction of the
 # card's peak it reaches. It then times the two phases of generation, prefill and decode, and shows why one
 # runs near the peak and the other far below it. Last, it goes beyond one device: a 70B model fits on no
@@ -29,8 +29,8 @@
 #
 # Without a GPU the lesson runs on the CPU and says so: the counts are the same, the timings are the CPU's.
 #
-# Run it as a script, `python -m tinygrad_block lesson 16`, or as a notebook,
-# `python -m tinygrad_block lesson 16 --notebook --execute` (it lands in `lessons/out/16/`).
+# Run it as a script, `python -m tinygrad_block lesson 17`, or as a notebook,
+# `python -m tinygrad_block lesson 17 --notebook --execute` (it lands in `lessons/out/17/`).
 
 # %%
 import math
@@ -48,7 +48,7 @@ from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.device import get_backend
 from tinygrad_block.measure import generation_phases, meta_ids, meta_lm
 
-OUT = out_dir(16)         # lessons/out/16/: this lesson's pictures
+OUT = out_dir(17)         # lessons/out/17/: this lesson's pictures
 GB, GiB, MiB = 10**9, 2**30, 2**20
 
 # %% [markdown]
@@ -153,13 +153,13 @@ assert gemm_time > 0 and 0 < GEMM <= PEAK
 # ## 3. One block: the FLOP count against the clock
 #
 # The block's FLOPs are counted on the shape-only device, forward and backward, and they equal the closed forms
-# of `accounting` (lesson 12) exactly. Dividing the matmul FLOPs by the measured time gives the **achieved
+# of `accounting` (lesson 13) exactly. Dividing the matmul FLOPs by the measured time gives the **achieved
 # FLOP/s**; dividing that by the peak gives the fraction of the hardware the block uses. Over a training run
 # that fraction is the MFU, the *model FLOPs utilisation*.
 #
-# Only matmul FLOPs count, as in lesson 12: the elementwise ops and reductions are under 2 % of the FLOPs here,
+# Only matmul FLOPs count, as in lesson 13: the elementwise ops and reductions are under 2 % of the FLOPs here,
 # but far more of the time, since each one reads and writes its whole tensor, and a GPU's peak is a rate of
-# matmuls. Lesson 15's memory traffic, and the GPU record in `docs/gpu.md`, say where the rest of the time goes.
+# matmuls. Lesson 16's memory traffic, and the GPU record in `docs/gpu.md`, say where the rest of the time goes.
 #
 # Below: a Llama-3-8B block (8 sequences of 2,048 tokens) on the GPU, or a block of $d_{model} = 512$ on 2
 # sequences of 256 tokens on the CPU.
@@ -267,7 +267,7 @@ show(fig, OUT / "rate_by_size.png")
 # %% [markdown]
 # ## 5. Prefill and decode, timed
 #
-# Generation runs a model in two phases (lesson 15). **Prefill** reads the prompt in one call: every weight is
+# Generation runs a model in two phases (lesson 16). **Prefill** reads the prompt in one call: every weight is
 # read once from memory and used for every prompt token. **Decode** makes one token per call: every weight is
 # read for that one token, and the KV cache on top. The *arithmetic intensity*, FLOPs per byte read, tells them
 # apart. `measure.generation_phases` counts both on the shape-only device: the FLOPs (equal to
@@ -351,7 +351,7 @@ assert round(989.4e12 / 3.35e12) == 295
 # makes 1,009 primitive calls (counted on meta) and reads 844 MB, which an H100 reads in 0.25 ms at 3.35 TB/s:
 # 0.25 µs per call. Each of this engine's calls takes microseconds in Python alone (the tiny block's time per
 # call in section 4). So on a GPU this engine's decode is bound by its launches, not by memory, and its
-# measured point lies far below the roofline; an engine reaches the roof with fewer, fused kernels (lesson 15,
+# measured point lies far below the roofline; an engine reaches the roof with fewer, fused kernels (lesson 16,
 # section 4). The two lines printed before the picture make the same comparison on this machine.
 
 # %%
@@ -535,7 +535,7 @@ assert step_bytes == 35 * GiB and cfg70.n_kv_heads == t
 #
 # Tensor parallelism divides the model; data parallelism copies it. With plain data parallelism each of $t$
 # devices trains on its own share of the batch and keeps a whole copy of the training state: 16 bytes per
-# parameter (lesson 12), 1.1 TB for Llama-2-70B. ZeRO (the "zero redundancy optimizer") removes the copies in
+# parameter (lesson 13), 1.1 TB for Llama-2-70B. ZeRO (the "zero redundancy optimizer") removes the copies in
 # three stages:
 #
 # | stage | divided by $t$ | bytes per parameter per device |
@@ -612,5 +612,5 @@ show(fig, OUT / "zero_stages.png")
 #    `batch` sequences of `seq_len` tokens, over what `n_devices` devices at `peak_flops` each could do in
 #    `step_seconds`. The checker counts the step on the shape-only device.
 #
-# `python -m tinygrad_block exercise 16` writes `exercise_16.py` with the three functions to fill in;
-# `python -m tinygrad_block check 16` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 17` writes `exercise_17.py` with the three functions to fill in;
+# `python -m tinygrad_block check 17` checks them and says what is wrong.

@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 10 — Drawing the graphs
+# # Lesson 11 — Drawing the graphs
 #
 # Lesson 01 showed that running a forward pass records a graph and that `backward()` walks it in reverse. This
 # lesson draws that graph for a whole transformer block and reads it. Nothing is drawn by hand. Every primitive
@@ -27,8 +27,8 @@
 # - rendering to SVG and PNG, what the dpi changes, and the `graph` command;
 # - the explorer: the same graph in a browser, opened and closed with a click, forward beside backward.
 #
-# Run it as a script, `python -m tinygrad_block lesson 10`, or as a notebook,
-# `python -m tinygrad_block lesson 10 --notebook --execute` (it lands in `lessons/out/10/`).
+# Run it as a script, `python -m tinygrad_block lesson 11`, or as a notebook,
+# `python -m tinygrad_block lesson 11 --notebook --execute` (it lands in `lessons/out/11/`).
 
 # %%
 import contextlib
@@ -49,12 +49,12 @@ from tinygrad_block.course import out_dir, show
 from tinygrad_block.graph import record_graph, render
 from tinygrad_block.graph_dot import label
 
-OUT = out_dir(10)          # lessons/out/10/: this lesson's drawings
+OUT = out_dir(11)          # lessons/out/11/: this lesson's drawings
 HAVE_GRAPHVIZ = shutil.which("dot") is not None and importlib.util.find_spec("graphviz") is not None
-print("drawings go to lessons/out/10/; " + ("graphviz found" if HAVE_GRAPHVIZ else
+print("drawings go to lessons/out/11/; " + ("graphviz found" if HAVE_GRAPHVIZ else
       "graphviz is missing, so the views are checked but not drawn. The course's setup installs it: "
       "apt-get install graphviz, and pip install -e '.[viz]'"))
-assert OUT.is_dir() and OUT.name == "10"
+assert OUT.is_dir() and OUT.name == "11"
 
 
 def draw(source, path, **options):
@@ -322,7 +322,7 @@ if picture:
 # the same seed: the block's own parameters already hold gradients, a second backward would add to them, and
 # those additions would be drawn too. We record the backward pass as well, for section 5.
 #
-# In this drawing (a wide one: open `lessons/out/10/attention_forward.svg` in a browser to zoom) the dotted
+# In this drawing (a wide one: open `lessons/out/11/attention_forward.svg` in a browser to zoom) the dotted
 # frames name the steps of the table above. `rope` is the wide frame of slices and products, where the halves
 # of q and k are rotated side by side. `repeat kv` is the narrow column that copies each key/value head to its
 # two query heads. Below them come `scores`, `mask`, `softmax` and `weighted sum`, down to `o_proj`.
@@ -365,12 +365,12 @@ if picture:
 # **gradient accumulation** of lesson 02: a tensor read twice gets two gradients, summed. The backward of an
 # add copies $g$ to both of its inputs unchanged. That costs nothing and is no primitive at all, so the
 # **split** has no node: it is just `∂ output`'s two outgoing edges. The same happens again at $x$, with
-# attention. Lesson 09 writes these two routes by hand; here they are drawn from what autograd did.
+# attention. Lesson 10 writes these two routes by hand; here they are drawn from what autograd did.
 #
 # **Why it is a highway.** The edges flagged `highway` run `∂ output -> meet1 -> meet2`, then on to
 # `∂ input`, and they pass through no box. The upstream gradient reaches the block's input untouched, and the
 # sublayers only *add* their corrections to it. In a stack of blocks the same straight path runs from the
-# loss to the first layer, however small each sublayer's own gradient is (lesson 08 zeroed the sublayers'
+# loss to the first layer, however small each sublayer's own gradient is (lesson 09 zeroed the sublayers'
 # output weights and found $\partial x = g$ exactly). In the drawing it is again the thick green line, from
 # the dashed `∂ output` oval at the top down through both orange circles.
 #
@@ -447,7 +447,7 @@ assert first_circle.kind == "residual" and h.shape == (B, L, CFG.d_model)
 # ## 5. Depth 2, backward: the GQA group sum
 #
 # The tiny block has 4 query heads but only 2 key/value heads, so each KV head serves a group of 2 query heads
-# (lesson 06). `repeat_kv` does that with an **expand**: k of shape (1, 2, 8, 16) is reshaped to
+# (lesson 07). `repeat_kv` does that with an **expand**: k of shape (1, 2, 8, 16) is reshaped to
 # (1, 2, 1, 8, 16), expanded to (1, 2, 2, 8, 16), which copies each head once per query head of its group,
 # and reshaped to the 4 heads (1, 4, 8, 16) that the scores need.
 #
@@ -551,7 +551,7 @@ if picture:
 # for attention. Its three $64 \times 172$ matmuls cost $2 \cdot 8 \cdot 64 \cdot 172$ = 176,128 each, 528,384
 # of its 540,768. Attention's four projections cost 196,608 (65,536 each for q and o, 32,768 each for the
 # narrower k and v), and the scores and the weighted sum 16,384. At $L = 8$ the $L \times L$ part is small
-# (lesson 12 shows it growing with $L$).
+# (lesson 13 shows it growing with $L$).
 #
 # The backward boxes cost just under twice their forward ones: `ffn′` 1,080,672 and `attn′` 433,504. Their
 # matmuls cost exactly twice the forward ones (lesson 03), and the elementwise work a little less than twice.
@@ -776,12 +776,12 @@ show(path)                                                 # in a notebook: the 
 #    input, or `∂ output`) to the end (the block's output, or `∂ input`) that passes through no box, or
 #    return None if there is none. This is the highway made precise, found by a search rather than read off
 #    the `highway` flags. It exists for the pre-norm and the parallel block. For the post-norm block
-#    (lesson 08) it does not: every path runs through a norm, so the gradient has no untouched route.
+#    (lesson 09) it does not: every path runs through a norm, so the gradient has no untouched route.
 # 3. `kv_group_sums`: from a recorded forward and backward pass of a block, find the nodes that sum a K or V
 #    gradient over its group of query heads, and return each one's shape and FLOPs. The checker tries
 #    grouped-query attention (2 and 4 query heads per KV head), multi-query attention (all heads share one)
 #    and multi-head attention, and compares with the closed form. Keep the group sums apart from the other
 #    sums that undo a broadcast.
 #
-# `python -m tinygrad_block exercise 10` writes `exercise_10.py` with the three functions to fill in;
-# `python -m tinygrad_block check 10` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 11` writes `exercise_11.py` with the three functions to fill in;
+# `python -m tinygrad_block check 11` checks them and says what is wrong.

@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown]
-# # Lesson 13 — Variants
+# # Lesson 15 — Variants
 #
-# Lesson 08 built the pre-norm block, and the lessons after it counted what it costs. Published models change
+# Lesson 09 built the pre-norm block, and the lessons after it counted what it costs. Published models change
 # that block in small ways: where the norm goes and which norm it is, whether the projections carry biases,
 # whether attention and the FFN run one after the other or side by side. Two further changes go beyond the
 # block: adapters that fine-tune a model by training a small fraction of its weights, and mixtures of experts
@@ -29,8 +29,8 @@
 #   trained model fine-tuned to new text with LoRA, compared with full fine-tuning;
 # - mixtures of experts: total against active parameters, with Mixtral-8x7B's shape.
 #
-# Run it as a script, `python -m tinygrad_block lesson 13`, or as a notebook,
-# `python -m tinygrad_block lesson 13 --notebook --execute` (it lands in `lessons/out/13/`).
+# Run it as a script, `python -m tinygrad_block lesson 15`, or as a notebook,
+# `python -m tinygrad_block lesson 15 --notebook --execute` (it lands in `lessons/out/15/`).
 
 # %%
 import argparse
@@ -46,12 +46,12 @@ from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import CharTokenizer, python_help_text, text_batch, text_splits
 from tinygrad_block.train import evaluate_lm, train
 
-OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
+OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. Post-norm against pre-norm, trained at depth
 #
-# Lesson 08 measured the gradient through stacks of untrained blocks. Post-norm multiplies it block after block,
+# Lesson 09 measured the gradient through stacks of untrained blocks. Post-norm multiplies it block after block,
 # while pre-norm keeps an identity path around every sublayer. Here the two layouts are trained.
 #
 # **The setup.** The task is predicting the next character of text: the first 200,000 characters of Python's
@@ -65,7 +65,7 @@ OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
 # position the model gives a probability to each possible next character. The loss is the **cross-entropy**:
 # $-\ln$ of the probability it gave the right one, averaged over positions, in **nats** (natural-log units).
 # A model that spreads its guess evenly over $V$ characters scores $\ln V$. A training step computes the
-# loss's gradient on one batch and moves every weight a little against it; AdamW (Adam, from lesson 12, with
+# loss's gradient on one batch and moves every weight a little against it; AdamW (Adam, from lesson 13, with
 # decoupled weight decay) decides how far, and the **learning rate** sets the size of the step. The last 10%
 # of the text is **held out**: the model never trains on it, so its loss there measures what carries over to
 # new text. The **accuracy** is how often the model's top choice is the right character.
@@ -222,7 +222,7 @@ plot_runs(["pre-norm, 8 blocks", "post-norm, 8 blocks", "DeepNorm, 8 blocks"], O
 # %% [markdown]
 # ## 3. LayerNorm against RMSNorm
 #
-# Lesson 04 compared the two norms on single vectors: LayerNorm subtracts the mean, then divides by the standard
+# Lesson 05 compared the two norms on single vectors: LayerNorm subtracts the mean, then divides by the standard
 # deviation; RMSNorm only divides by the root mean square. RMSNorm therefore needs one statistic instead of two.
 # When a shift is used, LayerNorm also carries $d$ more parameters. Counted on one token at $d = 4096$, by
 # running both norms under `count_flops`:
@@ -230,7 +230,7 @@ plot_runs(["pre-norm, 8 blocks", "post-norm, 8 blocks", "DeepNorm, 8 blocks"], O
 # - LayerNorm costs 28,675 FLOPs and holds 8,192 parameters (with its shift).
 #
 # Next to a block's matmuls either cost is small: a Llama-2-7B block's two RMSNorms are 0.008% of its
-# 404,750,336 matmul FLOPs per token (lesson 12), and two LayerNorms would be 0.014%. The saving that counts
+# 404,750,336 matmul FLOPs per token (lesson 13), and two LayerNorms would be 0.014%. The saving that counts
 # on a GPU is in memory traffic: one pass over the data to compute a statistic instead of two. Dropping the
 # centring was found to cost no quality in comparisons far longer than the runs of this lesson, which is why
 # the cheaper norm won.
@@ -371,7 +371,7 @@ plot_runs(["pre-norm, 8 blocks", "parallel, 8 blocks"], OUT / "parallel_training
 # - **$B$ starts at zero, $A$ at random.** At the start $BA = 0$, so the adapted model is exactly the trained
 #   one. It also fixes which gradient comes first. $B$ gets one at once (it is $x A^\top$ times the gradient
 #   arriving from above), while $A$'s gradient runs through $B = 0$ and is exactly zero until $B$ moves, as with
-#   the zero output weights of lesson 08. Had both started at zero, neither would ever get a gradient.
+#   the zero output weights of lesson 09. Had both started at zero, neither would ever get a gradient.
 # - **The scale is $\alpha / r$.** The original LoRA paper's reason: with the learning rate held fixed, the
 #   update $\frac{\alpha}{r} BA$ should then stay of a similar size when you change the rank, so that trying
 #   another $r$ needs no new learning rate. That is a rationale, not a law. Later work on rank-stabilised LoRA
@@ -625,5 +625,5 @@ show(fig, OUT / "moe_parameters.png")
 #    config's numbers. The checker counts the parameters of the model built on the shape-only device. It
 #    recognises active parameters taken as $k/E$ of the total, and idle experts counted for one block only.
 #
-# `python -m tinygrad_block exercise 13` writes `exercise_13.py` with the four functions to fill in;
-# `python -m tinygrad_block check 13` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 15` writes `exercise_15.py` with the four functions to fill in;
+# `python -m tinygrad_block check 15` checks them and says what is wrong.

@@ -7,10 +7,10 @@
 # ---
 
 # %% [markdown]
-# # Lesson 11 — Counting parameters of real models
+# # Lesson 12 — Counting parameters of real models
 #
 # A model's parameter count decides what it costs to store, to serve and to train, and every estimate of
-# compute and memory in lesson 12 starts from it. This lesson counts the parameters of real architectures
+# compute and memory in lesson 13 starts from it. This lesson counts the parameters of real architectures
 # exactly, down to the last one, on the shape-only device. A 70B model counts in milliseconds there, and every
 # count is checked against a formula derived by hand.
 #
@@ -24,8 +24,8 @@
 # - what changes, and what does not, from Llama-2-7B to Llama-2-70B;
 # - what a checkpoint on disk holds, and how `inspect` counts it from the file's header alone.
 #
-# Run it as a script, `python -m tinygrad_block lesson 11`, or as a notebook,
-# `python -m tinygrad_block lesson 11 --notebook --execute` (it lands in `lessons/out/11/`).
+# Run it as a script, `python -m tinygrad_block lesson 12`, or as a notebook,
+# `python -m tinygrad_block lesson 12 --notebook --execute` (it lands in `lessons/out/12/`).
 
 # %%
 import json
@@ -40,7 +40,7 @@ from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_lm
 from tinygrad_block.measure import inspect_checkpoint, inspect_text
 
-OUT = out_dir(11)         # lessons/out/11/: this lesson's pictures
+OUT = out_dir(12)         # lessons/out/12/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. A 70B model that takes no memory
@@ -238,7 +238,7 @@ assert s1[0] == 262_668_288 and round(100 * s1[0] / (s1[1] - s1[0])) == 21 and r
 # %% [markdown]
 # ## 4. What grouped-query attention saves
 #
-# Under grouped-query attention (lesson 06) only $n_{kv}$ key/value heads serve all $n_{heads}$ query heads, so
+# Under grouped-query attention (lesson 07) only $n_{kv}$ key/value heads serve all $n_{heads}$ query heads, so
 # $W_K$ and $W_V$ map $d$ to $n_{kv} d_{head}$ numbers instead of $d$. Llama-2-70B has 8 KV heads of 128 for its
 # 64 query heads: $W_K$ and $W_V$ have 1,024 outputs instead of 8,192, and attention holds
 # $d^2 + 2\,d \cdot d/8 + d^2 = 2.25\,d^2$ = 150,994,944 parameters per block instead of $4d^2$ = 268,435,456,
@@ -364,7 +364,7 @@ assert pair7 == 262_144_000 and round(pair7 / 1e9, 2) == 0.26 and round(2 * rows
 # - **More heads of the same width.** Query heads double (32 → 64), each still $d_{head}$ = 128 wide. The
 #   keys and values go the other way: 32 KV heads become 8 (GQA).
 # - **The FFN is not a fixed multiple of $d$.** It is often said that $d_{ff}$ simply scales with $d$. But
-#   Llama-2-7B has $d_{ff}$ = 2.6875 $d$ (8d/3 rounded up to a multiple of 256, lesson 07) and Llama-2-70B has
+#   Llama-2-7B has $d_{ff}$ = 2.6875 $d$ (8d/3 rounded up to a multiple of 256, lesson 08) and Llama-2-70B has
 #   3.5 $d$. Part of what GQA saved went into the FFN.
 # - **Unchanged:** the vocabulary (32000), the context (4,096), the RoPE base, and the block's design: pre-norm,
 #   RMSNorm, SwiGLU, no biases.
@@ -448,5 +448,5 @@ assert inspect_checkpoint(folder)["parameters"] == by_hand and inspect_checkpoin
 #    saves for the architecture `cfg`, and what fraction of the *untied* model that is (section 3). It is
 #    checked against the two models built on meta.
 #
-# `python -m tinygrad_block exercise 11` writes `exercise_11.py` with the two functions to fill in;
-# `python -m tinygrad_block check 11` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 12` writes `exercise_12.py` with the two functions to fill in;
+# `python -m tinygrad_block check 12` checks them and says what is wrong.

@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 07 — The feed-forward network
+# # Lesson 08 — The feed-forward network
 #
 # Attention moves information between positions. The feed-forward network (FFN) then transforms each position
 # on its own, and it holds most of a model's parameters: about two thirds of Llama-2-7B. This lesson takes apart
@@ -22,8 +22,8 @@
 #   11008 (and Llama-2-70B's hidden width into 28672);
 # - how many parameters the FFN holds, in one block and in a whole model, for nine published architectures.
 #
-# Run it as a script, `python -m tinygrad_block lesson 07`, or as a notebook,
-# `python -m tinygrad_block lesson 07 --notebook --execute` (it lands in `lessons/out/07/`).
+# Run it as a script, `python -m tinygrad_block lesson 08`, or as a notebook,
+# `python -m tinygrad_block lesson 08 --notebook --execute` (it lands in `lessons/out/08/`).
 
 # %%
 import math
@@ -37,7 +37,7 @@ from tinygrad_block.counting import count_flops
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_lm
 
-OUT = out_dir(7)          # lessons/out/07/: this lesson's pictures
+OUT = out_dir(8)          # lessons/out/08/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. Three activations
@@ -176,7 +176,7 @@ show(fig, OUT / "activations.png")
 # An FFN treats each position on its own: the same matrices are applied to every token's vector, and nothing
 # is mixed between positions. Change token 2 of a sequence and only output 2 changes; the others are the same to
 # the last bit. Attention moves information between tokens, and the FFN then works on each token's vector
-# separately. This is also why the FFN needs nothing like attention's KV cache (lesson 06) during generation:
+# separately. This is also why the FFN needs nothing like attention's KV cache (lesson 07) during generation:
 # a new token's FFN output does not depend on the tokens before it.
 #
 # The activation matters. Remove it and the two layers are a single affine map,
@@ -341,7 +341,7 @@ assert (zero_out == 0).all() and (zero_tiny == 0).all()
 #
 # Llama-2-70B's 28672 does not follow from $\tfrac83 d$ at all. Rounded up to 256, $\tfrac83 \cdot 8192$ gives
 # 22016. Its configuration has two more knobs. `ffn_dim_multiplier = 1.3` widens the FFN, to make up for the
-# parameters that grouped-query attention (lesson 06) takes out of $W_K$ and $W_V$. And `multiple_of = 4096`
+# parameters that grouped-query attention (lesson 07) takes out of $W_K$ and $W_V$. And `multiple_of = 4096`
 # sets a much coarser rounding: $\lfloor 1.3 \times 21845 \rfloor = 28398$ rounds up to
 # $7 \times 4096 = 28672$. Together they add more than GQA removed: per block, $W_K$ and $W_V$ lose
 # $2 \cdot 8192 \cdot (8192 - 1024) = 117{,}440{,}512$ parameters, and widening the FFN from 22016 to 28672 adds
@@ -517,5 +517,5 @@ show(fig, OUT / "parameter_shares.png")
 #    and tied and untied embeddings. The checker counts the parameters of each model built on the shape-only
 #    device.
 #
-# `python -m tinygrad_block exercise 07` writes `exercise_07.py` with the three functions to fill in;
-# `python -m tinygrad_block check 07` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 08` writes `exercise_08.py` with the three functions to fill in;
+# `python -m tinygrad_block check 08` checks them and says what is wrong.

@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 15 — Inference
+# # Lesson 16 — Inference
 #
 # Training runs every position of a sequence at once. Generating text cannot: a model writes one token, reads
 # it back, and writes the next. This changes what limits the speed. This lesson runs generation with and
@@ -25,8 +25,8 @@
 # - the online softmax: attention by tiles, equal to plain attention to 1e-12, keeping $O(L)$ bytes for backward
 #   against $O(L^2)$, and its FLOPs.
 #
-# Run it as a script, `python -m tinygrad_block lesson 15`, or as a notebook,
-# `python -m tinygrad_block lesson 15 --notebook --execute` (it lands in `lessons/out/15/`).
+# Run it as a script, `python -m tinygrad_block lesson 16`, or as a notebook,
+# `python -m tinygrad_block lesson 16 --notebook --execute` (it lands in `lessons/out/16/`).
 
 # %%
 import numpy as np
@@ -39,7 +39,7 @@ from tinygrad_block.counting import count_flops, count_saved_bytes
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.nn.tiled import online_softmax_attention
 
-OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
+OUT = out_dir(16)         # lessons/out/16/: this lesson's pictures
 GiB, MiB = 2**30, 2**20
 cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 
@@ -49,7 +49,7 @@ cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 # To generate, the model runs the sequence, takes the logits of the last position, picks a token, appends it
 # and runs again. Done naively, each step recomputes every position although only the last one is new. But in
 # a causal model nothing about an earlier position changes when a token is appended: its keys and values stay
-# the same. So every attention layer can keep them in a **KV cache** (lesson 06 counted its size), and a step
+# the same. So every attention layer can keep them in a **KV cache** (lesson 07 counted its size), and a step
 # then runs the new token alone against them.
 #
 # Generation with a cache has two phases:
@@ -151,7 +151,7 @@ show(fig, OUT / "flops_per_step.png")
 # of its own, peak FLOP/s over bandwidth. We take an H100 SXM at **990 TFLOP/s** (dense bf16) and **3.35 TB/s**:
 # assumptions, the vendor's figures, never reached in practice. Its ratio is 295.5 FLOPs per byte. (990 is the
 # peak as commonly quoted; NVIDIA's exact figure is 989.4, which 990 rounds. This lesson keeps the round figure,
-# since its assumptions are round anyway: with 989.4 the ratio would be 295.3. Lesson 16, which divides measured
+# since its assumptions are round anyway: with 989.4 the ratio would be 295.3. Lesson 17, which divides measured
 # times by the peak, uses the exact 989.4.) A step whose intensity is below the GPU's ratio
 # waits for memory (it is *memory-bound*); above it, for arithmetic (*compute-bound*). The most a step can do
 # is min(peak, intensity × bandwidth): this is the *roofline*.
@@ -165,7 +165,7 @@ show(fig, OUT / "flops_per_step.png")
 # - **decode**: 13.75 GFLOPs over the same bytes: **1.0 FLOP per byte**. Each weight is read to do one
 #   multiply and one add (2 FLOPs for 2 bytes). At 3.35 TB/s the step takes at least 4.10 ms, whatever the
 #   arithmetic (13.9 µs of it at peak): at most **244 tokens per second** for one sequence, against the 71,997
-#   its FLOPs alone would allow. (Lesson 12's 64,446 is the same bound at a context of 4,096, counting only the
+#   its FLOPs alone would allow. (Lesson 13's 64,446 is the same bound at a context of 4,096, counting only the
 #   matmuls.) The GPU runs at 0.34 % of its peak. Counting only the matmuls'
 #   FLOPs and only the weights they read (exercise 2), the ratio is exactly 1: the attention over the cache
 #   also does 2 FLOPs per 2-byte number it reads, because Llama-2-7B has one KV head per query head.
@@ -567,5 +567,5 @@ show(fig, OUT / "saved_bytes.png")
 # 3. `decode_tokens_per_second`: the roofline's bound on decode speed for a batch: the step takes the longer of
 #    its FLOPs at peak and its bytes at full bandwidth, and yields one token per sequence.
 #
-# `python -m tinygrad_block exercise 15` writes `exercise_15.py` with the functions to fill in;
-# `python -m tinygrad_block check 15` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 16` writes `exercise_16.py` with the functions to fill in;
+# `python -m tinygrad_block check 16` checks them and says what is wrong.

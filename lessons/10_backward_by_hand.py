@@ -7,7 +7,7 @@
 # ---
 
 # %% [markdown]
-# # Lesson 09 — The block's backward by hand
+# # Lesson 10 — The block's backward by hand
 #
 # Autograd hands us every gradient of the block without a single derivative written down. This lesson writes
 # them anyway, piece by piece, because that is how you read a gradient bug, check a fused kernel, or see why a
@@ -26,8 +26,8 @@
 # - the four classic pitfalls and three more slips, each run wrong, with the size of its error and a map of
 #   which gradients it spoils.
 #
-# Run it as a script, `python -m tinygrad_block lesson 09`, or as a notebook,
-# `python -m tinygrad_block lesson 09 --notebook --execute` (it lands in `lessons/out/09/`).
+# Run it as a script, `python -m tinygrad_block lesson 10`, or as a notebook,
+# `python -m tinygrad_block lesson 10 --notebook --execute` (it lands in `lessons/out/10/`).
 
 # %%
 import numpy as np
@@ -38,7 +38,7 @@ from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.gradcheck import central_difference, rel_err
 from tinygrad_block.manual import pitfalls
 
-OUT = out_dir(9)          # lessons/out/09/: this lesson's pictures
+OUT = out_dir(10)          # lessons/out/10/: this lesson's pictures
 
 # %% [markdown]
 # ## 1. Hand-derived pairs, and the block three ways
@@ -396,7 +396,7 @@ assert min(first_in_block[name] for name in spoiled) > 0.3
 # ## 5. RoPE's backward: the inverse rotation
 #
 # RoPE turns each pair $(x_i, x_{i + d_{head}/2})$ of a query or key at position $p$ by the angle
-# $a = p\,\omega_i$, $\omega_i = \theta^{-2i/d_{head}}$ (lesson 06): $y = R(a)\,x$. It is linear in $x$, so its
+# $a = p\,\omega_i$, $\omega_i = \theta^{-2i/d_{head}}$ (lesson 07): $y = R(a)\,x$. It is linear in $x$, so its
 # backward is its transpose, $dx = R(a)^\top dy$. A rotation is orthogonal, $R(a)^\top = R(a)^{-1} = R(-a)$: the
 # backward **turns the gradient back by the same angle**. In the library's layout the forward is
 # $y = x \cos + \mathrm{rotate\_half}(x) \sin$, where `rotate_half`, $(x_1, x_2) \mapsto (-x_2, x_1)$, is a
@@ -506,7 +506,7 @@ assert {name for name, err in rope_in_block.items() if err > 0} == {"x", "norm1.
 # function it spoils. All four run without complaint and return arrays of the right shapes.
 #
 # 1. **Post-norm in place of pre-norm** (`post_norm_instead_of_pre_norm`, spoiling `block_forward`):
-#    $h = \mathrm{norm}_1(x + \mathrm{attn}(x))$, the norm on the stream itself (lesson 08 follows it through
+#    $h = \mathrm{norm}_1(x + \mathrm{attn}(x))$, the norm on the stream itself (lesson 09 follows it through
 #    depth). A different function: its output and every gradient differ, and every token leaves the block with
 #    an RMS of 1.
 # 2. **RoPE before the head split** (`rope_before_head_split`, spoiling `attention_forward`): rotating the flat
@@ -671,5 +671,5 @@ assert literal.startswith("ValueError") and summed_dk.size == 512 and B * L * CF
 #    cos and sin tables of the positions, laid out as the library lays them out. It is checked at positions that
 #    start at 0 and at 37, and the checker recognises the forward rotation run again.
 #
-# `python -m tinygrad_block exercise 09` writes `exercise_09.py` with the three functions to fill in;
-# `python -m tinygrad_block check 09` checks them and says what is wrong.
+# `python -m tinygrad_block exercise 10` writes `exercise_10.py` with the three functions to fill in;
+# `python -m tinygrad_block check 10` checks them and says what is wrong.

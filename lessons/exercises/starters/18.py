@@ -1,0 +1,34 @@
+"""Lesson 18 exercises. Fill in each function, then run:  python -m tinygrad_block check 18"""
+import tinygrad_block as tb
+from tinygrad_block import nn
+
+# the primitives a fused chain may hold (section 4 of the lesson)
+ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos"}
+
+
+def fused_chains(steps: list, kept: set) -> list:
+    """The fused chains tb.jit makes of a program, by section 4's rule. steps[i] = (op, ins, shape): op the
+    primitive's name ('mul', 'sum', 'reshape', ...); ins what it reads, in order: an int j for the result of
+    steps[j] (j < i), or a str such as 'in3' for an array from outside the program (an argument, a weight, a
+    constant); shape the shape of its result with its memory layout, (shape, strides along the axes longer
+    than 1): two results of one shape laid out differently compare unequal. All results have one dtype, and the
+    expands the compiler drops are already left out. kept: the steps whose results outlive the call (returned,
+    or written back as a gradient). Walk the steps in order, as the compiler does. Return the chains of two or
+    more steps, each a list of step numbers in order, the chains in the order they start: for example
+    [[2, 3, 4], [7, 8]]."""
+    raise NotImplementedError
+
+
+def silu_in_one_kernel(x: tb.Tensor) -> tb.Tensor:
+    """SiLU, x * sigmoid(x) = x / (1 + e^(-x)), written with Tensor ops so that tb.jit compiles it into one fused
+    kernel (print(tb.jit(f).program) after two calls shows it). Same shape and dtype as x."""
+    raise NotImplementedError
+
+
+def make_sgd_step(model: nn.Module, loss_fn) -> object:
+    """A compiled SGD step for `model`: return tb.jit(step), where step(x, y, lr) computes
+    loss = loss_fn(model(x), y), runs loss.backward(), then replaces every parameter p by p - lr * p.grad and
+    leaves p.grad empty (None) for the next call, and returns loss (its value before the update). lr is a 0-d
+    float64 tensor, a different one at every call. Compute the new weights with Tensor ops under tb.no_grad() and
+    rebind them, p.data = new.data, as tinygrad_block.optim does."""
+    raise NotImplementedError
