@@ -61,12 +61,12 @@ OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
 # $10^{-2}$, with no warmup, and decays along a cosine to $10^{-3}$ (`tinygrad_block.train.train`). Each run
 # uses the same initial draw and the same batches. Only the layout changes.
 #
-# **Training, in brief.** Lesson 14 writes the training loop out; here a few words are enough. At every
-# position the model gives a probability to each possible next character. The loss is the **cross-entropy**:
-# $-\ln$ of the probability it gave the right one, averaged over positions, in **nats** (natural-log units).
-# A model that spreads its guess evenly over $V$ characters scores $\ln V$. A training step computes the
-# loss's gradient on one batch and moves every weight a little against it; AdamW (Adam, from lesson 13, with
-# decoupled weight decay) decides how far, and the **learning rate** sets the size of the step. The last 10%
+# **Training, as lesson 14 ran it.** At every position the model gives a probability to each possible next
+# character. The loss is the **cross-entropy**: $-\ln$ of the probability it gave the right one, averaged over
+# positions, in **nats** (natural-log units). A model that spreads its guess evenly over $V$ characters scores
+# $\ln V$. A training step computes the loss's gradient on one batch and moves every weight a little against
+# it; AdamW (lesson 14's optimizer) decides how far, and the **learning rate** (with lesson 14's warmup and
+# cosine, here without the warmup) sets the size of the step. The last 10%
 # of the text is **held out**: the model never trains on it, so its loss there measures what carries over to
 # new text. The **accuracy** is how often the model's top choice is the right character.
 #
