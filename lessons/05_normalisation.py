@@ -9,10 +9,12 @@
 # %% [markdown]
 # # Lesson 05 — Normalisation
 #
-# Every sublayer of a transformer block reads its input through a norm. A norm rescales each token's vector to
-# a fixed size, so the sublayer sees the same scale at layer 1 and at layer 80. This lesson shows what the two
-# norms in use, LayerNorm and RMSNorm, do to a vector, why Llama keeps only the simpler one, why neither is
-# BatchNorm, and how the gradient gets back through them.
+# Lesson 04 followed text through a model as boxes: each token's vector of $d$ numbers in the residual stream,
+# read and added to by one block after another. This lesson opens the first piece inside a block. A block has two
+# sublayers, attention (lesson 06) and the feed-forward network (lesson 08), and each reads the stream through a
+# norm. A norm rescales each token's vector to a fixed size, so the sublayer sees the same scale at layer 1 and
+# at layer 80. This lesson shows what the two norms in use, LayerNorm and RMSNorm, do to a vector, why Llama
+# keeps only the simpler one, why neither is BatchNorm, and how the gradient gets back through them.
 #
 # **What you will learn**
 # - LayerNorm and RMSNorm as formulas and as geometry: RMSNorm puts every token on a sphere of radius
