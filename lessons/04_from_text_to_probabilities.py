@@ -73,8 +73,9 @@ assert len(ids) == len(prompt) == 12 and tok.decode(ids) == prompt and all(0 <= 
 # Below, the `tokenizers` library (the one Hugging Face checkpoints' tokenizers run on) learns a BPE vocabulary
 # of 1,000 tokens from the same text. It is saved as `tokenizer.json`, the file a checkpoint folder holds, and
 # read back with `tinygrad_block.tokenizer.load_tokenizer`, as a real checkpoint's would be. The same prompt is
-# now 4 tokens instead of 12: `The` and ` for` are one token each (the space goes with the word after it),
-# while `loop`, rarer in these pages, takes two pieces. The whole text is about 3 times shorter in tokens than
+# now a handful of tokens instead of 12: `The` and ` for` are one token each (the space goes with the word after
+# it), while a rarer word may take two pieces (the pages, and so the pieces, follow the Python version that
+# runs the lesson; the cell prints them). The whole text is about 3 times shorter in tokens than
 # in characters, so a model that reads a fixed number of tokens at a time sees about 3 times more text. Real
 # vocabularies are larger: the code reads $V$ from the configurations of Llama 2, GPT-2 and Llama 3.
 #
@@ -97,7 +98,8 @@ print(f"the whole text: {len(text):,} characters, {len(sub.encode(text)):,} BPE 
       f"{ratio:.2f} characters per token")
 real = {name: nn.preset(name).vocab_size for name in ("llama2-7b", "gpt2-small", "llama3-8b")}
 print("V of real models: " + ", ".join(f"{name} {v:,}" for name, v in real.items()))
-assert sub.vocab_size == 1000 and [sub.decode([i]) for i in sub_ids] == ["The", " for", " lo", "op"]
+pieces = [sub.decode([i]) for i in sub_ids]
+assert sub.vocab_size == 1000 and pieces[:2] == ["The", " for"] and 3 <= len(pieces) <= 5 and "".join(pieces) == prompt
 assert sub.decode(sub_ids) == prompt
 assert 2.5 < ratio < 3.5 and real == {"llama2-7b": 32_000, "gpt2-small": 50_257, "llama3-8b": 128_256}
 
