@@ -258,7 +258,8 @@ assert round(zeroed_after[0].sum(), 2) == 0.14 and (zeroed_after.sum(-1)[:-1] < 
 # Written as in the textbook, $e^{s_j} / \sum_l e^{s_l}$ overflows. The largest float32 number is about
 # $3.4 \times 10^{38} = e^{88.72}$, so $e^{88}$ is still finite but $e^{89}$ is already infinite. A row of scores
 # $[100, 99, 98]$ gives $\infty / \infty$, which is NaN. Such scores happen: attention scores are not bounded,
-# and the same softmax turns the model's final logits into probabilities. At the other end, a row of scores all
+# and the same softmax turns the model's final logits into probabilities (lesson 04 met the overflow there, on
+# logits near 1,000). At the other end, a row of scores all
 # near $-110$ underflows: every $e^{s}$ rounds to 0, and $0/0$ is NaN too.
 #
 # The cure costs one reduction. Softmax does not change when the same number $m$ is subtracted from every score
