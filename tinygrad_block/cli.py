@@ -468,7 +468,8 @@ def lesson_text(data: dict) -> list[str]:
     if "path" not in data:                                           # the script printed its own output
         return []
     how = "its cells have run" if data["executed"] else "its cells have not run yet: run them in order"
-    opening = (f"open it with: {data['open_with']}" if data["open_with"] else
+    opening = (f"open it with: {data['open_with']} (as root, JupyterLab also wants --allow-root)"
+               if data["open_with"] else
                "to open it, install JupyterLab, the 'notebook' extra: pip install -e '.[notebook]' in the "
                "repository (or any notebook viewer)")
     return [f"lesson {data['number']:02d}: wrote {data['path']} ({how})", f"  {opening}"]

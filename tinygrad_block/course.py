@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import importlib.util
-import os
 import shlex
 import subprocess
 import sys
@@ -79,11 +78,10 @@ def write_notebook(number: int, out_dir: Path | None = None, execute: bool = Fal
 def notebook_viewer(path: Path) -> str | None:
     """The command that opens the notebook at `path` in JupyterLab, with the `jupyter` of this Python's environment
     (a virtual environment need not be activated); None when JupyterLab is not installed there."""
-    jupyter = Path(sys.executable).parent / ("jupyter.exe" if os.name == "nt" else "jupyter")
+    jupyter = Path(sys.executable).parent / ("jupyter.exe" if sys.platform == "win32" else "jupyter")
     if importlib.util.find_spec("jupyterlab") is None or not jupyter.exists():
         return None
-    as_root = " --allow-root" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""   # Jupyter refuses root else
-    return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(path))}{as_root}"
+    return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(path))}"
 
 
 def _execute(notebook, path: Path):

@@ -2,6 +2,7 @@
 and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
 import ast
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -130,13 +131,15 @@ def test_lesson_notebook_says_how_to_open_it_and_that_command_serves_it(tmp_path
     out = command_line.out("lesson", "1", "--notebook", "--out-dir", tmp_path)
     path = tmp_path / "01_tensors_and_the_graph.ipynb"
     opening = out.splitlines()[1].strip()
-    assert opening.startswith("open it with: ")
-    command = shlex.split(opening.removeprefix("open it with: "))
+    assert opening.startswith("open it with: ") and opening.endswith(" (as root, JupyterLab also wants --allow-root)")
+    command = shlex.split(opening.removeprefix("open it with: ").removesuffix(" (as root, JupyterLab also wants "
+                                                                           "--allow-root)"))
     assert Path(command[0]).parent == Path(sys.executable).parent and command[1:3] == ["lab", str(path)]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen(command + ["--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
+    as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    server = subprocess.Popen(command + as_root + ["--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}/api/contents/{path.name}?token=t"
