@@ -41,13 +41,14 @@ OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
 #
 # A `Tensor` wraps an array. Its **shape** says how many numbers lie along each axis and its **dtype** how each
 # number is stored. A tensor made from Python floats is `float32`, the default for running models (4 bytes a
-# number); gradient checks use `float64` (8 bytes). A float32 keeps 24 binary digits of each number, about 7.2
-# decimal digits; a float64 keeps 53, about 16.0. Integers stay integers (`int64`): they are indices, such as
-# token ids.
+# number); the checks of derivatives in lesson 02 use `float64` (8 bytes). A float32 keeps 24 binary digits of
+# each number, about 7.2 decimal digits; a float64 keeps 53, about 16.0. Integers stay integers (`int64`): they
+# are indices, such as the token ids that number the pieces of a text (lesson 04).
 #
 # The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU through CuPy) or
-# `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` the feed-forward matrix of a
-# 70B model, 8192 × 28672 numbers, costs nothing to make, yet it still knows that it would take
+# `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` one weight matrix of a "70B"
+# model, one with 70 billion learned numbers (its **parameters**), costs nothing to make: 8192 × 28672 numbers
+# from its feed-forward network (lesson 08). Yet it still knows that it would take
 # 8192 · 28672 · 4 bytes = 939,524,096 bytes (0.875 GiB) in float32. Lessons 12 and 13 count whole models
 # that way.
 
@@ -220,8 +221,8 @@ assert "only floating-point tensors can require grad" in said["gradient of an in
 #
 # 1. `softplus`: $\log(1 + e^x)$ written with tensor operations, so that autograd differentiates it. It must
 #    stay finite and exact at $x = \pm 1000$, where $e^{1000}$ overflows; rewrite it so that nothing large is
-#    ever exponentiated. Its gradient must be the sigmoid everywhere, including at the kink $x = 0$ of
-#    whatever pieces you use.
+#    ever exponentiated. Its gradient must be the sigmoid $1 / (1 + e^{-x})$ everywhere, including at the kink
+#    $x = 0$ of whatever pieces you use.
 # 2. `count_ops`: how many primitive calls the recorded graph behind a tensor `y` holds, found by following
 #    `y._ctx` and each call's `edges` (section 4). A call reached along two paths, such as `z` in
 #    `z = x * x; y = z + z`, counts once.

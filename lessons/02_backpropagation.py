@@ -9,8 +9,9 @@
 # %% [markdown]
 # # Lesson 02 — Backpropagation
 #
-# Training a model means following the gradient of its loss with respect to millions or billions of parameters,
-# and one backward pass delivers all of them for a small multiple of the cost of the forward pass (lesson 03
+# Training a model means following the gradient of its **loss**, one number that says how wrong its outputs are,
+# with respect to its millions or billions of **parameters**, the numbers it learns (lesson 14 trains one). One
+# backward pass delivers all of those gradients for a small multiple of the cost of the forward pass (lesson 03
 # counts it). This lesson takes that pass apart: what each primitive contributes, the order in which the engine
 # runs them, what happens where a tensor is used more than once, and how we make sure that every gradient is
 # right.
@@ -209,16 +210,18 @@ assert (round(shares[1], 3), round(circles[0], 2), round(circles[1], 2)) == (0.9
 assert (round(math.cos(0.7), 3), round(right, 2)) == (0.765, 2.26)
 
 # %% [markdown]
-# The same thing happens inside every attention layer. The normalised input feeds three projections, $W_Q$,
-# $W_K$ and $W_V$, so its gradient is a three-way sum,
-# $\partial n = g_Q W_Q + g_K W_K + g_V W_V$ (each weight stored (out, in), as `nn.Linear` keeps it). Below, three
-# `nn.Linear` layers read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape,
-# which match the three products summed by hand in numpy. The key and value layers are narrower (8 outputs
-# against 16) because many models share keys and values between heads (lesson 07); the sum does not care.
+# The same thing happens wherever one tensor feeds several layers. In a model's attention (lesson 06), one input
+# $n$ feeds three **linear layers** (`nn.Linear`, lesson 03: a product with a weight matrix), the projections
+# $W_Q$, $W_K$ and $W_V$. So its gradient is a three-way sum of matrix products (lesson 03),
+# $\partial n = g_Q W_Q + g_K W_K + g_V W_V$, where $g_Q$, $g_K$, $g_V$ are the gradients arriving at the three
+# outputs and each weight is stored (out, in), as `nn.Linear` keeps it. Below, three `nn.Linear` layers read one
+# tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape, which match the three products
+# summed by hand in numpy. Two of the layers are narrower (8 outputs against 16), as in models that share
+# attention's keys and values between heads (lesson 07); the sum does not care.
 
 # %%
 g = tb.Generator(0)
-n = tb.randn(2, 5, 16, generator=g, dtype=tb.float64, requires_grad=True)            # (B, L, d_model)
+n = tb.randn(2, 5, 16, generator=g, dtype=tb.float64, requires_grad=True)            # 10 inputs of width 16
 projections = [nn.Linear(16, d_out, generator=g, dtype=tb.float64) for d_out in (16, 8, 8)]   # Q, K, V
 upstream = [tb.randn(2, 5, p.d_out, generator=g, dtype=tb.float64) for p in projections]
 events = []
@@ -234,8 +237,9 @@ assert sums == [(2, 5, 16), (2, 5, 16)] and gap < 1e-14
 # %% [markdown]
 # Gradients also add up **across** backward passes: `backward()` adds into `.grad` rather than replacing it (as
 # PyTorch does), so a second pass through the same graph (kept with `retain_graph=True`) doubles it. That lets a
-# training step sum the gradients of several batches before updating, and it is why a training loop clears them
-# (`module.zero_grad()`) before each new step.
+# training step sum the gradients of several **batches** (groups of examples run together) before it changes
+# the parameters, and it is why the training loop of lesson 14 clears them (`zero_grad()`) before each new
+# step.
 
 # %%
 x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
@@ -418,7 +422,8 @@ assert np.allclose(Square.apply(v).numpy(), v.numpy() ** 2)                 # th
 # 3. `backprop`: the backward pass, run by hand, giving `y`'s gradient with respect to each of `leaves`. Take the
 #    calls in your topological order, call each one's `backward(g)`, send what it returns along its `.edges`, and
 #    sum whatever arrives at the same place (section 3). The checker compares your gradients with derivatives by
-#    hand and by finite differences, on graphs that reuse tensors, broadcast and multiply matrices.
+#    hand and by finite differences, on graphs that reuse tensors, broadcast (an `expand` first, lesson 01) and
+#    multiply matrices.
 #
 # `python -m tinygrad_block exercise 02` writes `exercise_02.py` with the three functions to fill in;
 # `python -m tinygrad_block check 02` checks them and says what is wrong.

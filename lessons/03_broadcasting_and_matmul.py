@@ -9,9 +9,10 @@
 # %% [markdown]
 # # Lesson 03 — Broadcasting, reductions, matmul and Linear
 #
-# A transformer block is mostly matrix products, plus biases, norms and softmaxes that broadcast and reduce along
-# axes. This lesson looks at each of these operations with its backward and its cost, and puts them together in
-# the layer everything else is built from: `nn.Linear`.
+# A transformer block, the unit that language models repeat dozens of times (lessons 04 to 09 build one), is mostly
+# matrix products, plus biases, norms and softmaxes that broadcast and reduce along axes. This lesson looks at each
+# of these operations with its backward and its cost, and puts them together in the layer everything else is built
+# from: `nn.Linear`.
 #
 # **What you will learn**
 # - broadcasting is an explicit `expand`, whose backward is a **sum** over the axes it created or stretched;
@@ -217,8 +218,9 @@ assert abs(left_side - right_side) < 1e-12 and tie == 0.5 == table["max"][2][1, 
 # $(B, M, K) @ (K, N)$, which the engine computes as one $(BM, K) @ (K, N)$ product, with the batch folded into
 # the rows. When the batch axes differ they broadcast as in section 1: $(2, 1, M, K) @ (1, 4, K, N)$ is a batch of
 # $2 \times 4 = 8$ products. The shape-only device counts all of these without computing a single number, even
-# for Llama-2-7B's FFN up-projection on a sequence of 4096 tokens, $(4096, 4096) @ (4096, 11008)$:
-# 369,367,187,456 FLOPs.
+# for one of the largest products in Llama-2-7B (a 7-billion-parameter language model), the first layer of its
+# feed-forward network (lesson 08) applied to a text of 4096 pieces, or tokens (lesson 04), one row each,
+# $(4096, 4096) @ (4096, 11008)$: 369,367,187,456 FLOPs.
 
 # %%
 def matmul_count(a_shape, b_shape, grads=(True, True)):
@@ -253,10 +255,12 @@ assert matmul_count((2, 1, 16, 32), (1, 4, 32, 64), (False, False))[3] == (2, 4,
 #
 # Each is a product of the same three sizes $M$, $N$, $K$, so each costs $2MNK$, and the backward costs **exactly
 # twice** the forward. That is where the rule "training costs $6N$ FLOPs per token", for a model of $N$
-# parameters, comes from: each weight does one multiply-add per token, $2N$ forward, plus $4N$ backward (lesson 13
-# counts it on whole models). If only one input needs a gradient, only one product runs, and the backward costs
-# the same as the forward. That happens for the first layer, whose input is data, or for a frozen weight (LoRA
-# fine-tuning, for one, keeps a model's big matrices fixed and trains small ones added beside them).
+# parameters, comes from: each weight does one multiply-add per token (per row of input, one row for each piece
+# of the text; lesson 04), $2N$ forward, plus $4N$ backward (lesson 13 counts it on whole models). If only one
+# input needs a gradient, only one product runs, and the backward costs the same as the forward. That happens
+# for the first layer, whose input is data, or for a frozen weight (LoRA, lesson 15, fine-tunes a trained model,
+# training it further on new text, by keeping its big matrices fixed and training small ones added beside
+# them).
 #
 # A popular rule of thumb says "3× for backward". Counted, a matmul's backward is exactly 2 times its forward; the
 # 3 is forward plus backward together, as the last column below shows. Ops other than matmuls can cost a little
@@ -299,21 +303,23 @@ assert gap_a < 1e-14 and gap_b < 1e-14 and checked
 # ## 5. `nn.Linear`: a matmul and a bias
 #
 # `nn.Linear(d_in, d_out)` holds a weight $W$ stored as (out, in), the layout of PyTorch and of every Hugging Face
-# checkpoint, and optionally a bias $b$ of shape (out,). On an input $X$ of shape $(\dots, d_{in})$ it computes
+# checkpoint (the files a published model comes in, lesson 20), and optionally a bias $b$ of shape (out,). On an input
+# $X$ of shape $(\dots, d_{in})$ it computes
 #
 # $$Y = X W^\top + b, \qquad \text{parameters: } d_{in} d_{out} + d_{out} \text{ (with the bias).}$$
 #
-# Llama's projections have no bias: `q_proj` of Llama-2-7B, $4096 \to 4096$, holds 16,777,216 parameters, and
-# `up_proj`, $4096 \to 11008$, holds 45,088,768. GPT-2's layers have biases: its FFN's first layer, $768 \to 3072$,
-# holds 2,359,296 weights and 3,072 biases, 2,362,368 in all.
+# Llama's linear layers have no bias: in Llama-2-7B, `q_proj` ($4096 \to 4096$, attention's query projection,
+# lesson 06) holds 16,777,216 parameters, and `up_proj` ($4096 \to 11008$, a first layer of the feed-forward
+# network, or FFN, lesson 08) holds 45,088,768. GPT-2's layers have biases: its FFN's first layer,
+# $768 \to 3072$, holds 2,359,296 weights and 3,072 biases, 2,362,368 in all.
 #
 # Its backward follows from sections 1 and 4. Flatten every leading axis of $X$ and of the upstream gradient
 # $dY$ into rows. Then
 #
 # $$dX = dY\,W, \qquad dW = dY^\top X, \qquad db = \textstyle\sum_{\text{rows}} dY.$$
 #
-# $dW$ sums over every row, because the same $W$ served every token; $db$ sums over every row, because the bias was
-# broadcast to every token. Written by hand in numpy, they match autograd.
+# $dW$ sums over every row, because the same $W$ served every row (every token, in a model); $db$ sums over every
+# row, because the bias was broadcast to every row. Written by hand in numpy, they match autograd.
 
 # %%
 g = tb.Generator(3)
@@ -329,8 +335,8 @@ assert (gpt2_fc.weight.size, gpt2_fc.bias.size) == (2_359_296, 3_072) and (llama
 
 layer = nn.Linear(6, 4, bias=True, generator=g, dtype=F64)
 layer.bias = nn.Parameter(tb.randn(4, generator=g, dtype=F64))            # starts at zero: give it a value
-X = tb.randn(2, 5, 6, generator=g, dtype=F64, requires_grad=True)          # (B, L, d_in)
-dY = tb.randn(2, 5, 4, generator=g, dtype=F64)                            # (B, L, d_out)
+X = tb.randn(2, 5, 6, generator=g, dtype=F64, requires_grad=True)          # leading axes (2, 5), then d_in
+dY = tb.randn(2, 5, 4, generator=g, dtype=F64)                            # leading axes (2, 5), then d_out
 layer(X).backward(dY)
 x_rows, dy_rows, W = X.numpy().reshape(-1, 6), dY.numpy().reshape(-1, 4), layer.weight.numpy()   # (10, 6), (10, 4)
 by_hand = {"dX": (dY.numpy() @ W, X.grad), "dW": (dy_rows.T @ x_rows, layer.weight.grad),

@@ -70,8 +70,10 @@ assert len(ids) == len(prompt) == 12 and tok.decode(ids) == prompt and all(0 <= 
 # one new token, until the vocabulary has the size asked for. Frequent words end up as one token each, rare
 # words as a few pieces.
 #
-# Below, the `tokenizers` library (the one Hugging Face checkpoints' tokenizers run on) learns a BPE vocabulary
-# of 1,000 tokens from the same text. It is saved as `tokenizer.json`, the file a checkpoint folder holds, and
+# Below, the `tokenizers` library learns a BPE vocabulary of 1,000 tokens from the same text. A published model
+# comes as a **checkpoint**, a folder of files (its weights, its configuration, its tokenizer; lesson 20 loads
+# one), and in the common Hugging Face layout the tokenizer runs on this library. Ours is saved as
+# `tokenizer.json`, the file a checkpoint folder holds, and
 # read back with `tinygrad_block.tokenizer.load_tokenizer`, as a real checkpoint's would be. The same prompt is
 # now a handful of tokens instead of 12: `The` and ` for` are one token each (the space goes with the word after
 # it), while a rarer word may take two pieces (the pages, and so the pieces, follow the Python version that
@@ -184,7 +186,8 @@ assert all(np.linalg.norm((b - a).numpy()[0, -1]) > size[0] for a, b in zip(stre
 # ## 4. The final norm and the LM head: logits
 #
 # After the last block, a final normalisation (`model.norm`, an RMSNorm, lesson 05) rescales every token's
-# vector, here to length $\sqrt d = 8$ (its learned gains are all 1 before training). Then the **LM head**
+# vector, here to length $\sqrt d = 8$ (it then multiplies each feature by a learned **gain**, and the gains are
+# all 1 before training). Then the **LM head**
 # (`model.lm_head`, a `Linear` from $d$ to $V$ without bias) turns each vector into $V$ numbers, one score per
 # token of the vocabulary: the **logits**, of shape (B, L, V) = (2, 12, V). A higher logit means a more likely
 # next token.

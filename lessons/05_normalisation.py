@@ -415,9 +415,10 @@ assert 2 * one_norm == 8 * d7 + 6 == 32_774 and 2 * one_norm / block7 < 1e-4
 # as LayerNorm's, taken over other axes. Ours agrees with numpy. After it, each feature has mean 0 across the
 # tokens, and a token's own entries no longer do.
 #
-# During training BatchNorm uses the batch's statistics, as here. At inference it uses running averages
-# collected during training instead, so the same network computes something different in the two modes.
-# LayerNorm and RMSNorm compute the same thing in both, for any batch.
+# During training BatchNorm uses the batch's statistics, as here. At **inference**, when the trained model is only
+# run (to generate text, say; lesson 16), it uses running averages collected during training instead, so the same
+# network computes something different in the two modes. LayerNorm and RMSNorm compute the same thing in both, for
+# any batch.
 
 # %%
 def batchnorm(x: tb.Tensor, axes=(0, 1), eps: float = 1e-5) -> tb.Tensor:
@@ -442,12 +443,15 @@ assert np.abs(bn_out.mean(-1)).max() > 0.1
 #
 # **One sequence, normalised over the batch only.** With $B = 1$ the "batch" of each feature at each position
 # is a single number. Its mean is that number and its variance is 0, so every output is
-# $0 / \sqrt{\varepsilon} = 0$: the layer erases its input. Generating text one token at a time ($B = 1$,
-# $L = 1$) is the same situation even when the statistics also run over the positions.
+# $0 / \sqrt{\varepsilon} = 0$: the layer erases its input. Generating text, which picks a next token from the
+# probabilities of lesson 04, appends it and runs again, can feed the model one new token at a time ($B = 1$,
+# $L = 1$; lesson 07's KV cache is what makes that possible). That is the same situation even when the
+# statistics also run over the positions.
 #
 # **One sequence, normalised over its positions.** Now the statistics come from the sequence's own tokens,
-# including the ones after the current token. In a causal language model that leaks the future: change the
-# last token, and the output at position 0 moves. LayerNorm's output at position 0 does not change at all.
+# including the ones after the current token. In a causal language model, where position $i$ may use only the
+# tokens $0 \dots i$ (lesson 04), that leaks the future: change the last token, and the output at position 0
+# moves. LayerNorm's output at position 0 does not change at all.
 #
 # **A batch of several sequences.** A token's output now depends on which other sequences happen to share
 # its batch. Replace sequence 3 of a batch of 4 by other text: sequence 0's BatchNorm output changes, while
@@ -642,9 +646,10 @@ assert np.abs(radial - predicted).max() < 1e-13 and np.abs(cos0).max() < 1e-14
 #    names the usual slips: the missing $\mathrm{mean}(\bar n)$ term, $r$ treated as a constant, the gain's
 #    gradient not summed over every token.
 # 3. `fused_add_rmsnorm`: in a block, a norm follows a residual add, $h = x + \Delta$, $a = \mathrm{RMSNorm}(h)$.
-#    Inference engines fuse the two into one pass: it reads $x$ and $\Delta$ once and writes both $h$ (the
-#    stream goes on) and $a$ (the sublayer reads it). `fused_add_rmsnorm(x, residual, weight, eps)` returns
-#    `(normed, new_residual)` as numpy arrays. The checker compares with `nn.RMSNorm` applied after the add.
+#    Inference engines (the programs that run trained models, lesson 16) fuse the two into one pass: it reads
+#    $x$ and $\Delta$ once and writes both $h$ (the stream goes on) and $a$ (the sublayer reads it).
+#    `fused_add_rmsnorm(x, residual, weight, eps)` returns `(normed, new_residual)` as numpy arrays. The checker
+#    compares with `nn.RMSNorm` applied after the add.
 # 4. `fused_add_rmsnorm_backward`: its backward by hand.
 #    `fused_add_rmsnorm_backward(d_normed, d_new_residual, x, residual, weight, eps)` returns
 #    `(dx, dresidual, dweight)`. The new residual is an output too, so its gradient flows on: the gradient of

@@ -202,7 +202,8 @@ assert CFG.rope_theta == 10000.0 and q_moved > 0.5 and scores_moved < 1e-12 and 
 #
 # A pair whose wavelength is shorter than the distances the model must judge wraps around: on its own it
 # cannot tell a key 10 tokens back from one $10 + \lambda_i$ back. The fast pairs give fine detail, and the
-# slow pairs keep long distances apart. With θ = 10000 and Llama 2's 4,096-token context, 46 of the 64 pairs
+# slow pairs keep long distances apart. A model's **context** is the most tokens it reads at once. With
+# θ = 10000 and Llama 2's 4,096-token context, 46 of the 64 pairs
 # wrap at least once, and the slowest pair turns 0.47 radians from one end of the context to the other.
 # Llama 3 doubled the context to 8,192 and raised θ to 500000. Now only 35 pairs wrap, and the slowest turns
 # 0.020 radians over the whole context. Every pair except the first turns more slowly, so more of the head is
@@ -385,7 +386,8 @@ assert acc.block_param_breakdown(c70)["W_K"] == 8_388_608
 # \text{bytes per number}.$$
 #
 # With MHA, $H_{kv} d_{head} = d_{model}$, and the cache is $2\,d\,L$ numbers per layer. GQA divides it by
-# the group size $H / H_{kv}$, and MQA by $H$. The table gives the bytes in bf16 (2 bytes a number) from
+# the group size $H / H_{kv}$, and MQA by $H$. The table gives the bytes in bf16 (bfloat16: a 2-byte float with
+# float32's range but only 8 significant binary digits, the format large models are usually run in) from
 # `accounting.kv_cache_bytes`, next to a measurement. For the measurement, the whole model runs on the
 # shape-only device in a 2-byte dtype, and the K and V that every layer computes are added up. The two agree
 # for every row. The last column is the cache of one sequence at the model's full context length

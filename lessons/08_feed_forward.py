@@ -407,7 +407,7 @@ assert round(11008 / 4096, 4) == 2.6875 and round(10922 / 256, 1) == 42.7 and ro
 # $d \times d$; $W_K$ and $W_V$ are as wide as the key/value heads), the FFN $3\,d\,d_{ff}$, and the two
 # norms $2d$. With MHA and $d_{ff} \approx \tfrac83 d$ that is $4d^2$ against $8d^2$: the FFN holds two
 # thirds of each block. A whole model adds an embedding and an LM head of $V \times d$ each (or one of them, when
-# they are tied), and a final norm.
+# they are **tied**: the LM head then reuses the embedding table as its weight, lesson 12), and a final norm.
 #
 # Counted exactly from `named_parameters()` of each model built on the shape-only device, Llama-2-7B's FFNs
 # hold 4,328,521,728 of its 6,738,415,616 parameters: **64.2 %** of the model, more than 60 %, and 66.8 % of
@@ -417,8 +417,9 @@ assert round(11008 / 4096, 4) == 2.6875 and round(10922 / 256, 1) == 42.7 and ro
 # Two commonly quoted splits deserve a closer look:
 # - **GPT-3** is said to keep about 67 % of its parameters in the FFN and 33 % in attention. Built from its
 #   published shape (96 layers, $d = 12288$, $d_{ff} = 4d$, a vocabulary of 50257, biases, tied embeddings,
-#   2048 learned positions), it has 174,604,259,328 parameters, the "175 B" of its name. The FFN holds 66.4 %
-#   of them and attention 33.2 %, so the quoted split holds.
+#   and 2048 learned position vectors: a table with one vector per position, added to the token embeddings,
+#   which is how GPT-2 and GPT-3 mark positions instead of RoPE), it has 174,604,259,328 parameters, the
+#   "175 B" of its name. The FFN holds 66.4 % of them and attention 33.2 %, so the quoted split holds.
 # - **Llama-3-70B** (and Llama-2-70B, which has the same blocks) is said to split "about 25 % / 75 %". Counted,
 #   it is **17.6 % / 82.4 %** of a block. Grouped-query attention shrinks $W_K$ and $W_V$ to 1,024 columns, so
 #   attention holds $2.25\,d^2$ = 150,994,944 parameters against the FFN's 704,643,072. Over the whole model,

@@ -329,7 +329,8 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 # \mathrm{ffn}(h)); \qquad \text{pre-norm:}\quad h = x + \mathrm{attn}(\mathrm{norm}_1(x)), \quad \mathrm{out} =
 # h + \mathrm{ffn}(\mathrm{norm}_2(h)).$$
 #
-# Post-norm models are known to need a careful learning-rate warmup to train past about a dozen layers, while
+# Post-norm models are known to need a careful learning-rate warmup (training steps that start small and grow
+# over the first part of training; lesson 14) to train past about a dozen layers, while
 # pre-norm models train at 100 layers and more without it; every recent open model is pre-norm. To see why,
 # look at how the gradient travels down the stack. Write $J_\ell$ for the Jacobian of a sublayer and $N_\ell$
 # for that of a norm. Through $n$ pre-norm blocks, and through $n$ post-norm ones:

@@ -9,10 +9,11 @@
 # %% [markdown]
 # # Lesson 10 — The block's backward by hand
 #
-# Autograd hands us every gradient of the block without a single derivative written down. This lesson writes
-# them anyway, piece by piece, because that is how you read a gradient bug, check a fused kernel, or see why a
-# block trains at all. Every piece is checked three ways, and the classic mistakes are run next to the right
-# code: none of them raises an error, and each is plainly wrong once it is compared with the right answer.
+# Autograd hands us every gradient of the block without a single derivative written down. This lesson writes them
+# anyway, piece by piece, because that is how you read a gradient bug, check a fused kernel (one GPU program that
+# does several steps at once, lessons 16 and 17), or see why a block trains at all. Every piece is checked three
+# ways, and the classic mistakes are run next to the right code: none of them raises an error, and each is plainly
+# wrong once it is compared with the right answer.
 #
 # **What you will learn**
 # - hand-derived pairs: a forward that returns its output and a cache, a backward that takes the output's

@@ -597,12 +597,12 @@ for name in ("ffn", "attn"):
 # input ids (1, 16) int64 -> embed -> layers.0–79 × 80 -> norm -> lm_head
 # ```
 #
-# The ids enter the embedding's gather as an input node. The stream, of shape (1, 16, 8192), runs along the
-# highway from the embedding through the layers to the final norm and the head. One layer costs
-# 27,394,914,400 FLOPs (the closed form `accounting.block_forward_flops`), and 80 of them cost
-# 2,191,593,152,000. Add the final norm (524,336) and the head's
-# $2 \cdot 16 \cdot 8192 \cdot 32000$ = 8,388,608,000, and you have the model's 2,199,982,284,336 FLOPs,
-# exactly `accounting.model_forward_flops`. Unfolded (`fold=False`) the same view has 84 nodes.
+# The ids enter the embedding's gather (the row lookup `weight[ids]` of lesson 04) as an input node. The stream, of
+# shape (1, 16, 8192), runs along the highway from the embedding through the layers to the final norm and the head.
+# One layer costs 27,394,914,400 FLOPs (the closed form `accounting.block_forward_flops`), and 80 of them cost
+# 2,191,593,152,000. Add the final norm (524,336) and the head's $2 \cdot 16 \cdot 8192 \cdot 32000$ =
+# 8,388,608,000, and you have the model's 2,199,982,284,336 FLOPs, exactly `accounting.model_forward_flops`.
+# Unfolded (`fold=False`) the same view has 84 nodes.
 #
 # At full depth a folded drawing shows one layer's every primitive: 149 nodes. Unfolded, it would show all 80
 # layers, 10,419 nodes, and a view that large carries a **warning** that names the smaller views of the same
@@ -727,16 +727,17 @@ assert cli_out.read_text().startswith("digraph")
 # %% [markdown]
 # ## 9. Exploring the graph in a browser
 #
-# A drawing answers the questions it was drawn for. The questions a learner asks next — what shape goes into
-# this op, what does it cost, which backward ops belong to it, in what order does `backward()` run them — want a
-# drawing that answers when asked. `tb.explore(block, x)` records the same forward and backward pass and returns
-# the **explorer**: one HTML file, with everything it needs inside (graphviz itself, compiled for the browser,
-# lays it out), that you open in any browser, or that shows itself inline in a notebook. In it you click a
-# module's box to open it in place (depth 1 to depth 2 to every primitive, and back by clicking the dashed
-# frame's name); hover over anything for its shapes, dtypes, FLOPs and bytes (a module: its parameters, FLOPs and
-# activations, summed over what it holds); see forward and backward side by side, where clicking a forward op
-# lights up the backward ops that differentiate it; step through the backward pass in autograd's own order with
-# the ← and → keys; search; and colour by FLOPs or bytes to see where the work goes.
+# A drawing answers the questions it was drawn for. The questions a learner asks next — what shape goes into this
+# op, what does it cost, which backward ops belong to it, in what order does `backward()` run them — want a drawing
+# that answers when asked. `tb.explore(block, x)` records the same forward and backward pass and returns the
+# **explorer**: one HTML file, with everything it needs inside (graphviz itself, compiled for the browser, lays it
+# out), that you open in any browser, or that shows itself inline in a notebook. In it you click a module's box to
+# open it in place (depth 1 to depth 2 to every primitive, and back by clicking the dashed frame's name); hover over
+# anything for its shapes, dtypes, FLOPs and bytes (a module: its parameters, FLOPs and activations, the tensors its
+# forward keeps for the backward (lesson 13 counts them), summed over what it holds); see forward and backward side
+# by side, where clicking a forward op lights up the backward ops that differentiate it; step through the backward
+# pass in autograd's own order with the ← and → keys; search; and colour by FLOPs or bytes to see where the work
+# goes.
 #
 # The page is built from the same recording as the drawings above, so its numbers are the ones this lesson
 # checked: 118 forward and 164 backward primitive calls; attention's parameters and FLOPs; the first
@@ -775,7 +776,8 @@ show(path)                                                 # in a notebook: the 
 # 2. `box_free_path`: in a depth-1 view of a block, forward or backward, find a path from the start (the
 #    input, or `∂ output`) to the end (the block's output, or `∂ input`) that passes through no box, or
 #    return None if there is none. This is the highway made precise, found by a search rather than read off
-#    the `highway` flags. It exists for the pre-norm and the parallel block. For the post-norm block
+#    the `highway` flags. It exists for the pre-norm block and for the parallel block (lesson 15: attention and
+#    the FFN both read the block's input, and both add to it). For the post-norm block
 #    (lesson 09) it does not: every path runs through a norm, so the gradient has no untouched route.
 # 3. `kv_group_sums`: from a recorded forward and backward pass of a block, find the nodes that sum a K or V
 #    gradient over its group of query heads, and return each one's shape and FLOPs. The checker tries

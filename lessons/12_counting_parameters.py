@@ -81,8 +81,9 @@ assert n7 == acc.total_params(cfg7) == 6_738_415_616 and refused is not None and
 # %% [markdown]
 # ## 2. Where the parameters are
 #
-# A decoder-only model is an embedding table (vocabulary × $d_{model}$), a stack of identical blocks, a final
-# norm, and an LM head that maps the last hidden state back to one score per vocabulary entry. For Llama-2-70B
+# A decoder-only model, the kind this course builds (causal blocks only, each position reading only the ones before
+# it), is an embedding table (vocabulary × $d_{model}$), a stack of identical blocks, a final norm, and an LM head
+# that maps each position's final vector of the stream back to one score per vocabulary entry. For Llama-2-70B
 # (vocabulary 32,000, $d_{model}$ = 8,192):
 #
 # | part | parameters | share |
@@ -197,12 +198,12 @@ show(fig, OUT / "parameters_by_kind.png")
 # ## 3. Weight tying
 #
 # The embedding maps a token id to a row $E_t$ of the table $E$ (vocabulary × $d_{model}$). The LM head maps the
-# final hidden state $h$ to one score per token, and it too is a vocabulary × $d_{model}$ matrix. A model can
-# **tie** them, $\text{logits} = h E^\top$, so that one matrix does both jobs. In the library, `tie_embeddings`
-# does this: `nn.LM` then has no `lm_head` at all and multiplies by `embed.weight.T`. Tying saves exactly
-# $V \cdot d_{model}$ parameters. The price is that a token's input vector and its output direction must be the
-# same vector. Small models (GPT-2, SmolLM, Llama-3.2-1B) usually tie, because for them the saving is large.
-# Large models usually keep the two apart.
+# final vector $h$ of the stream (after the final norm) to one score per token, and it too is a vocabulary ×
+# $d_{model}$ matrix. A model can **tie** them, $\text{logits} = h E^\top$, so that one matrix does both jobs. In
+# the library, `tie_embeddings` does this: `nn.LM` then has no `lm_head` at all and multiplies by `embed.weight.T`.
+# Tying saves exactly $V \cdot d_{model}$ parameters. The price is that a token's input vector and its output
+# direction must be the same vector. Small models (GPT-2, SmolLM, Llama-3.2-1B) usually tie, because for them the
+# saving is large. Large models usually keep the two apart.
 #
 # At a 128k vocabulary the saving is large in absolute terms. Llama 3's vocabulary is 128,256 tokens (a
 # "128k" that is 256 more than 128000). Tying Llama-3-70B ($d_{model}$ = 8,192) would save

@@ -126,7 +126,8 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # 3,911,999,488 FLOPs to the forward's 1,932,735,283,200 of matmuls: 0.20 % of the total. Most of them act on
 # the $32 \times 4096 \times 4096$ scores ($T$ = 536,870,912): the mask is one add per score, and the softmax
 # is $5T - 2R$ = 2,684,092,416 for its $R = 32 \times 4096$ rows. They barely count as arithmetic, but on a GPU
-# each one is a trip through memory, so they still take real time (lesson 16 counts that traffic, kernel by kernel).
+# each one is a trip through memory, so they still take real time (lesson 16 counts that traffic, kernel by
+# kernel: a **kernel** is one program the GPU runs, such as one op over a whole tensor).
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` derive the same numbers on
 # paper, for matmuls alone and for all ops. They equal the counts exactly, a difference of 0 in all four.
@@ -187,7 +188,8 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are 15,099,494,400: that is the
 # 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation that allows 64,446
 # tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because reading the
-# weights from memory takes time (lesson 16, section 3: decoding is bound by memory).
+# weights from memory takes time (lesson 16, section 3: decoding, generating one token at a time, is bound by
+# memory).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -446,12 +448,14 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # %% [markdown]
 # ## 6. Memory for training
 #
-# **Training state.** Adam, the usual optimizer, keeps two running averages for every parameter: of its
-# gradient and of its squared gradient (its two *moments*). In mixed precision the model computes in bf16 and
-# the optimizer updates an fp32 copy. So each parameter costs 16 bytes: the bf16 weight takes 2 and its
-# gradient 2; the fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is
-# 1,103,626,371,072 bytes, about 1.1 TB, before a single activation. No GPU holds that, so the state is split
-# over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; lesson 17, section 9).
+# **Training state.** Adam, the usual **optimizer** (the rule that turns gradients into changes of the parameters;
+# lesson 14 takes its steps by hand), keeps two running averages for every parameter: of its gradient and of its
+# squared gradient (its two *moments*). In mixed precision the model computes in bf16 (lesson 07) and the optimizer
+# updates an fp32 (float32) copy. So each parameter costs 16 bytes: the bf16 weight takes 2 and its gradient 2; the
+# fp32 master copy of the weight and Adam's two moments take 4 + 4 + 4. For Llama-2-70B that is 1,103,626,371,072
+# bytes, about 1.1 TB, before a single activation (a tensor kept for the backward, below). No GPU holds that, so the
+# state is split over many GPUs, each holding a slice of the weights, gradients and moments (ZeRO-3; lesson 17,
+# section 9).
 #
 # **Activations, estimated.** What training keeps for backward is often estimated at about $10d$ bytes per
 # token per layer (bf16), assuming FlashAttention (an attention that never stores its $L \times L$ scores, see
@@ -464,7 +468,8 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # it is 57,344.
 #
 # **Activations, measured.** `count_saved_bytes` measures what this engine actually keeps. For one Llama-2-70B
-# block at $L = 4096$ in float16 it is 6,929,596,416 bytes (6.5 GiB), about **21 times** the estimate, and about
+# block at $L = 4096$ in float16 (the other common 2-byte float: more significant digits than bf16, but a far
+# smaller range) it is 6,929,596,416 bytes (6.5 GiB), about **21 times** the estimate, and about
 # 516 GiB for 80 layers. The difference comes from three places:
 #
 # - **Attention keeps two $H \times L \times L$ tensors**: the exponentials (the softmax's division needs them)
@@ -539,7 +544,7 @@ assert in_model["per_layer"] - measured == 4096 * d70 * 2 == 64 * 2**20 and roun
 # The picture puts the memory of this section and the last side by side, on a log scale: training state
 # against activations (the estimate and our measurement) against one sequence's KV cache. It shows why
 # training a 70B model is planned around the optimizer state, and why FlashAttention's savings matter once the
-# state is sharded.
+# state is split over many GPUs.
 
 # %%
 kv = acc.kv_cache_bytes(cfg70, 4096)

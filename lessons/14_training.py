@@ -47,6 +47,9 @@ OUT = out_dir(14)         # lessons/out/14/: this lesson's pictures
 # Each training sequence is $n = 10$ random tokens from a vocabulary of 32, followed by the same 10 tokens
 # again (`data.induction_batch`). The model reads the first 19 tokens and predicts the token after each one
 # (the 20th token has nothing after it to predict, so it is never read).
+# The loss is the **cross-entropy**: at each predicted position, $-\ln p$ of the probability $p$ that the
+# model's softmax (lesson 04) gives the right next token, averaged over the positions, in nats. It is 0 for a
+# sure and right model, and $\ln V$ for one that spreads its guess evenly over all $V$ tokens.
 # The first half cannot be predicted: each of its tokens is a fresh random draw, so the best possible loss
 # there is chance, $\ln 32 \approx 3.466$ nats. From position $n - 1 = 9$ on, the next token is a copy of the
 # one $n - 1 = 9$ places back. Only attention can fetch it, since only attention moves information between
@@ -94,10 +97,10 @@ assert (INDUCTION.n_layers, INDUCTION.d_model, INDUCTION.n_heads, INDUCTION.d_ff
 # The weight decay $\lambda$ (0.01 here) is **decoupled**: it shrinks $p$ directly, instead of being added to
 # the gradient where Adam's division would rescale it. That is the "W" in AdamW.
 #
-# Below, one parameter of a float64 copy of the model is updated by hand in numpy for two steps, and compared
-# with what `AdamW.step()` did to it. The learning rate is $\eta = 1.5 \times 10^{-4}$, the first one that
-# the schedule of section 3 uses. They agree to $10^{-16}$, the rounding of float64 (the library groups
-# the same arithmetic a little differently).
+# Below, one parameter of a float64 copy of the model is updated by hand in numpy for two steps, and compared with
+# what `AdamW.step()` did to it. The **learning rate**, the step size $\eta$ of the formula, is $\eta = 1.5 \times
+# 10^{-4}$, the first one that the schedule of section 3 uses. They agree to $10^{-16}$, the rounding of float64
+# (the library groups the same arithmetic a little differently).
 #
 # **The first step is a sign step.** At $t = 1$, $\hat m = g$ and $\hat v = g^2$, so the update is
 # $\eta\,g / (|g| + \epsilon)$: every weight moves by $\eta$, up or down, whatever the size of its gradient
@@ -198,7 +201,8 @@ show(fig, OUT / "schedule.png")
 # often (under `no_grad`, so no graph is kept), and shows a progress bar.
 #
 # To see that it is the same loop, we run ten steps of our own, then `train` from the same seed. One
-# `tb.Generator(0)` draws the initial weights, then 256 held-out sequences, then every batch, so the two runs
+# `tb.Generator(0)` draws the initial weights, then 256 held-out sequences (kept apart, never trained on, to
+# measure what the model does on sequences it has not seen), then every batch, so the two runs
 # see the same numbers, and their first ten losses are equal bit for bit. Then `train` carries on to 150 steps
 # of 32 sequences, evaluating the held-out sequences every 10 steps.
 
@@ -245,7 +249,7 @@ assert history.tokens == STEPS * 32 * (2 * N - 1) and len(history.evals) == STEP
 # Then, within at most 30 steps, the accuracy jumps from under a half to over 99 %. Copying pays off only once
 # layer 1's heads have found the right key and put nearly all their weight on it (section 6): a head that
 # spreads its weight over many keys averages many tokens and predicts none of them. Such sudden drops are
-# typical of induction-like circuits in language models.
+# typical of induction-like circuits in language models (section 6 says what an induction head is).
 #
 # At the end the held-out loss is under 0.05 nats, and the accuracy, the fraction of the 2,560 held-out
 # targets that are the model's top choice, is at least 99 %.

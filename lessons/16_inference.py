@@ -9,11 +9,11 @@
 # %% [markdown]
 # # Lesson 16 — Inference
 #
-# Training runs every position of a sequence at once. Generating text cannot: a model writes one token, reads
-# it back, and writes the next. This changes what limits the speed. This lesson runs generation with and
-# without a KV cache, then counts the two numbers that decide how fast it can go on real hardware: the FLOPs
-# and the bytes each step moves. Then it looks at the two ways of moving fewer bytes: fusing kernels, and
-# computing attention tile by tile with an online softmax, the idea behind FlashAttention.
+# Training runs every position of a sequence at once. Generating text cannot: a model writes one token, reads it
+# back, and writes the next. This changes what limits the speed. This lesson runs generation with and without a KV
+# cache, then counts the two numbers that decide how fast it can go on real hardware: the FLOPs and the bytes each
+# step moves. Then it looks at the two ways of moving fewer bytes: fusing kernels (running several steps as one GPU
+# program, section 4), and computing attention tile by tile with an online softmax, the idea behind FlashAttention.
 #
 # **What you will learn**
 # - prefill and decode: the prompt in one call, then one token per call, with a KV cache that keeps every
@@ -58,11 +58,11 @@ cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 # - **decode**: one token per call, `model(new_token, cache=cache)`. The token sits at position
 #   `cache.length`: RoPE rotates it by that position, and its query attends to every cached key and its own.
 #
-# Below, the `tiny` preset in float64 prefills a 6-token prompt (logits (1, 6, 256), 6,144 bytes of cache:
-# 2 layers × K and V × 2 KV heads × 6 positions × 16 numbers × 8 bytes). One decode step of token 7 gives
-# logits (1, 1, 256) that equal the last row of running all 7 tokens from scratch, to better than 1e-12 (the
-# two paths add the same numbers in a different order, so they differ in the last bits). Greedy generation
-# of 40 tokens, `model.generate(..., use_cache=True)` and `use_cache=False`, gives the same 40 tokens.
+# Below, the `tiny` preset in float64 prefills a 6-token prompt (logits (1, 6, 256), 6,144 bytes of cache: 2 layers
+# × K and V × 2 KV heads × 6 positions × 16 numbers × 8 bytes). One decode step of token 7 gives logits (1, 1, 256)
+# that equal the last row of running all 7 tokens from scratch, to better than 1e-12 (the two paths add the same
+# numbers in a different order, so they differ in the last bits). Greedy generation (always picking the most likely
+# next token) of 40 tokens, `model.generate(..., use_cache=True)` and `use_cache=False`, gives the same 40 tokens.
 #
 # The decode step costs 223,271 FLOPs, counted by running, exactly `accounting.decode_flops`. The same 7
 # tokens recomputed cost 1,562,897 FLOPs, 7.0 times more.
@@ -268,11 +268,12 @@ show(fig, OUT / "roofline.png")
 # %% [markdown]
 # ## 4. The naive block's memory traffic, kernel by kernel
 #
-# Bytes are moved not only for the weights. Without fusion, each step of the block is a kernel of its own: it
-# reads its inputs from memory and writes its output back, and the next kernel reads it again. The table below
-# counts those reads and writes for one Llama-2-7B block, per token, during a prefill of $L$ = 4,096 tokens, in
-# numbers (multiply by 2 for bf16 bytes). The weights are left out here; each kernel is taken to read each
-# input once. The widths of the tensors are those `measure.walk` finds when it runs the block.
+# Bytes are moved not only for the weights. A GPU runs a model as a series of **kernels**, each one program launched
+# on the device (lesson 17 runs them). Without fusion, each step of the block is a kernel of its own: it reads its
+# inputs from memory and writes its output back, and the next kernel reads it again. The table below counts those
+# reads and writes for one Llama-2-7B block, per token, during a prefill of $L$ = 4,096 tokens, in numbers (multiply
+# by 2 for bf16 bytes). The weights are left out here; each kernel is taken to read each input once. The widths of
+# the tensors are those `measure.walk` finds when it runs the block.
 #
 # The $H \times L$ = 131,072 scores per token dominate: the scores are written, the mask reads and rewrites
 # them, the softmax reads them and writes the weights, and the weighted sum of $V$ reads those. That is

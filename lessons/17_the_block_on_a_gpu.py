@@ -122,7 +122,8 @@ assert round(2 * DATASHEET["H100"] / 1e12) == 1979                  # the datash
 # twice before timing, then take the median of five runs, which one slow run cannot move.
 #
 # The "peak" a GPU is sold with is the rate of its largest matmuls. We also measure it ourselves: one large
-# square GEMM through the engine's own matmul (cuBLAS on the GPU, numpy's BLAS on the CPU), its best of ten
+# square GEMM (general matrix multiply: a matmul, in the name of the BLAS libraries that do them) through the
+# engine's own matmul (cuBLAS on the GPU, numpy's BLAS on the CPU), its best of ten
 # runs. That is about the best this engine can hope for, and it stays below the stated peak.
 
 # %%
