@@ -210,26 +210,26 @@ assert (round(shares[1], 3), round(circles[0], 2), round(circles[1], 2)) == (0.9
 assert (round(math.cos(0.7), 3), round(right, 2)) == (0.765, 2.26)
 
 # %% [markdown]
-# The same thing happens wherever one tensor feeds several layers. In a model's attention (lesson 06), one input
-# $n$ feeds three **linear layers** (`nn.Linear`, lesson 03: a product with a weight matrix), the projections
-# $W_Q$, $W_K$ and $W_V$. So its gradient is a three-way sum of matrix products (lesson 03),
-# $\partial n = g_Q W_Q + g_K W_K + g_V W_V$, where $g_Q$, $g_K$, $g_V$ are the gradients arriving at the three
-# outputs and each weight is stored (out, in), as `nn.Linear` keeps it. Below, three `nn.Linear` layers read one
-# tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape, which match the three products
-# summed by hand in numpy. Two of the layers are narrower (8 outputs against 16), as in models that share
-# attention's keys and values between heads (lesson 07); the sum does not care.
+# The same thing happens wherever one tensor feeds several products. In a model's attention (lesson 06), one
+# input $n$ is multiplied by three weight matrices, $W_Q$, $W_K$ and $W_V$ (each stored (out, in), so the
+# product is $n W^\top$; `@` is the matrix product, and lesson 03 derives its backward: the gradient of $n$
+# through $n W^\top$ is $g\,W$). So the gradient of $n$ is a three-way sum, $\partial n = g_Q W_Q + g_K W_K +
+# g_V W_V$, where $g_Q$, $g_K$, $g_V$ are the gradients arriving at the three outputs. Below, three products
+# read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape, which match the three
+# terms summed by hand in numpy. Two of the matrices are narrower (8 outputs against 16), as in models that
+# share attention's keys and values between heads (lesson 07); the sum does not care.
 
 # %%
 g = tb.Generator(0)
 n = tb.randn(2, 5, 16, generator=g, dtype=tb.float64, requires_grad=True)            # 10 inputs of width 16
-projections = [nn.Linear(16, d_out, generator=g, dtype=tb.float64) for d_out in (16, 8, 8)]   # Q, K, V
-upstream = [tb.randn(2, 5, p.d_out, generator=g, dtype=tb.float64) for p in projections]
+weights = [tb.randn(d_out, 16, generator=g, dtype=tb.float64) for d_out in (16, 8, 8)]   # W_Q, W_K, W_V
+upstream = [tb.randn(2, 5, w.shape[0], generator=g, dtype=tb.float64) for w in weights]  # g_Q, g_K, g_V
 events = []
 with tb.observe(events.append):
-    loss = sum(((p(n) * u).sum() for p, u in zip(projections, upstream)), tb.tensor(0.0, dtype=tb.float64))
+    loss = sum(((n @ w.mT * u).sum() for w, u in zip(weights, upstream)), tb.tensor(0.0, dtype=tb.float64))
     loss.backward()
 sums = [e.output.shape for e in events if e.origin == "accumulate"]
-by_hand = sum(u.numpy() @ p.weight.numpy() for p, u in zip(projections, upstream))
+by_hand = sum(u.numpy() @ w.numpy() for w, u in zip(weights, upstream))
 gap = np.abs(n.grad.numpy() - by_hand).max()
 print(f"accumulations: {sums}; |autograd - (g_Q W_Q + g_K W_K + g_V W_V)| = {gap:.1e}")
 assert sums == [(2, 5, 16), (2, 5, 16)] and gap < 1e-14

@@ -218,8 +218,8 @@ assert np.flatnonzero(moved).tolist() == [11]
 # %% [markdown]
 # ## 5. Softmax: the next-token probabilities
 #
-# Logits are scores, not probabilities: any real numbers. **Softmax** turns the $V$ logits $z$ of a position
-# into probabilities, positive and summing to 1:
+# Logits are scores, not probabilities: any real numbers. **Softmax**, the composite of lesson 01, turns the $V$
+# logits $z$ of a position into probabilities, positive and summing to 1:
 #
 # $$p_v = \frac{e^{z_v - m}}{\sum_u e^{z_u - m}}, \qquad m = \max_u z_u.$$
 #
