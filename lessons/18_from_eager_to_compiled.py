@@ -14,14 +14,16 @@
 # engine easy to read and to debug, and on a small model it costs more than the arithmetic. This lesson
 # measures that cost, then removes it: `tb.jit(fn)` watches `fn` run, keeps the list of primitives it
 # called, and from then on runs only that list, straight on the arrays. Along the way it merges chains of
-# elementwise ops into single kernels. We read the program it builds, draw it, time it against eager and
-# against PyTorch, and watch the guards that stop it from ever replaying something that would be wrong.
+# elementwise ops into single **kernels**: lesson 13 used the word for one program a GPU runs over a whole
+# tensor; here, on the CPU, a kernel is one numpy call, or a few that run as one (section 4). We read the
+# program it builds, draw it, time it against eager and against PyTorch, and watch the guards that stop it from
+# ever replaying something that would be wrong.
 #
 # **What you will learn**
 # - what one primitive call costs eagerly, and how much of it is arithmetic;
 # - capture and replay: the first calls run eagerly while an observer at the choke point (the one that
-#   counts FLOPs and draws graphs) records every primitive; later calls replay the kernels on the backend's
-#   arrays, and the answers equal eager's bit for bit;
+#   counts FLOPs and draws graphs, lesson 11) records every primitive; later calls replay the kernels straight
+#   on the arrays, and the answers equal eager's bit for bit;
 # - the compiled program as text: kernels against primitives, fused chains such as `div > add > sqrt`, FLOPs
 #   per kernel, the module each came from;
 # - the fusion rule (one shape, each result read only by the next op, nothing kept), traced back to the line of
@@ -90,7 +92,8 @@ assert OUT.is_dir() and OUT.name == "18" and len(block.parameters()) == 9
 # Under `tb.no_grad()` the graph links are skipped; everything else still happens.
 #
 # Below, one add of two (2, 16, 64) float32 tensors is timed three ways, each the median of 7 runs of 500
-# calls: with the graph, under `no_grad`, and `np.add` on the same two arrays, which is the arithmetic alone.
+# calls: with the graph, under `no_grad`, and `np.add` on the same two arrays (`a.data` and `b.data`, the numpy
+# arrays the two tensors hold), which is the arithmetic alone.
 # On the machine this course was written on, the eager add took four to five times as long as `np.add`:
 # about three quarters of it was bookkeeping. Your numbers will differ; the assertion only holds that the eager add
 # costs more than the arithmetic inside it.
@@ -123,7 +126,8 @@ assert add_graph > add_array and add_no_grad > add_array
 # A block is made of such calls. Counted by `count_flops`, the tiny block's forward on $(B, L) = (2, 16)$
 # makes 118 primitive calls and its backward 164: 282 in all. Only 154 of them do arithmetic; the other 128 are
 # reshapes (46), permutes (42), expands (20), slices (14), pads (4) and concats (2), which compute nothing: they
-# give a new view of the numbers, or copy them. A matmul of the tiny
+# copy the numbers, or give a **view** of them (the same numbers in memory, read with another shape or in
+# another order, so nothing is copied). A matmul of the tiny
 # block is a $(32 \times 64) \cdot (64 \times 172)$ product at most, a few microseconds of arithmetic, so here
 # the fixed cost of each call is a large part of the whole. Lesson 17 saw the same thing from the other side:
 # a small block reaches almost nothing of the machine's peak.
@@ -201,7 +205,7 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # holding 55 primitives) and 15 `expand`s dropped. An `expand` is dropped when every op that reads it is an
 # elementwise op whose other operand already has the full shape: numpy broadcasts the small array on the fly,
 # as the expand's view would have. The compiler knows the shapes of the arrays its own ops produce, not those
-# of the arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (line 4 below);
+# of the arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (kernel 4 below);
 # in `norm2`, whose input comes out of the residual add, it is dropped.
 #
 # Every other primitive is one `direct` kernel: it calls its array function (`np.matmul`, `np.concatenate`,
@@ -240,13 +244,16 @@ assert [line.split()[1] for line in text.splitlines()[1:9]] == ["mul", "sum", "d
 # ## 4. Which ops fuse, and why
 #
 # A **fused chain** is a run of elementwise primitives (add, sub, mul, div, maximum, neg, exp, log, sqrt,
-# reciprocal, sin, cos) that the program runs as one kernel: the first op makes the result array and every
-# later op overwrites it in place (`np.add(r, eps, out=r)`). The intermediate results are never allocated, and
-# the data is still in the cache when the next op reads it. Overwriting is only safe when nobody else needs the
-# value being overwritten, so, walking the program in order, an op joins the chain before it only if:
+# reciprocal, sin, cos) that the program runs as one kernel: the first op makes the result array (the chain's
+# **buffer**) and every later op overwrites it in place (`np.add(r, eps, out=r)`). The intermediate results are
+# never given memory of their own, and the data is still in the CPU's cache (the small, fast memory beside its
+# cores; nothing to do with the KV cache) when the next op reads it. Overwriting is only safe when nobody else
+# needs the value being overwritten, so, walking the program in order, an op joins the chain before it only if:
 #
-# 1. it is elementwise and has the chain's shape, dtype and memory layout: the buffer fits it exactly, and the
-#    result is laid out as eager would have laid it out (a matmul reading it later rounds by its layout);
+# 1. it is elementwise and has the chain's shape, dtype and **memory layout** (the order in which the numbers lie
+#    in memory: a transposed view holds the same numbers as its source, in another order). Then the buffer fits
+#    it exactly, and the result lies in memory as eager would have left it. That matters: a matmul that reads it
+#    later may add its products in another order, and so round differently, when its input lies differently;
 # 2. it reads the chain's current result once, and **no other op reads that result**;
 # 3. that result is not kept after the call (returned, or written back as a gradient).
 #
@@ -254,10 +261,11 @@ assert [line.split()[1] for line in text.splitlines()[1:9]] == ["mul", "sum", "d
 #
 # **One chain, traced back to its code.** `nn.RMSNorm.forward` computes
 # `rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()`. In primitives: `mul` (x·x), `sum` and
-# `div` (the mean is a sum divided by d), `add` (+ ε), then `sqrt` and `reciprocal` (`rsqrt` is written as
-# 1/√·). The `mul` stays alone: its only reader, `sum`, is a reduction, and its result (2, 16, 64) is wider than
-# what follows. From `div` on, everything has shape (2, 16, 1) and each result has one reader, so compiling
-# **the forward alone** gives the chain `div > add > sqrt > reciprocal`.
+# `div` (the mean is a sum divided by d), `add` (+ ε, lesson 05's small constant), then `sqrt` and `reciprocal`
+# (`rsqrt`, the reciprocal square root, is written as 1/√·). The `mul` stays alone: its only reader, `sum`, is a
+# reduction, and its result (2, 16, 64) is wider than what follows. From `div` on, everything has shape
+# (2, 16, 1) and each result has one reader, so compiling **the forward alone** gives the chain
+# `div > add > sqrt > reciprocal`.
 #
 # In the program of **forward and backward**, the same code gives `div > add > sqrt`, and `reciprocal` is a
 # kernel of its own. The reason is backward: the derivative of $\sqrt{u}$ is $1 / (2\sqrt{u})$, so
@@ -380,7 +388,7 @@ show(page.save(OUT / "compiled_explorer.html"))                 # in a notebook:
 #
 # - **eager**: `step` as written;
 # - **replayed, unfused**: `tb.jit(step, fuse=False)`, each primitive's own `forward` on the arrays;
-# - **compiled**: `tb.jit(step)`, fused and lowered;
+# - **compiled**: `tb.jit(step)`, fused, each kernel calling its array function directly (section 3);
 # - **manual**: lesson 10's hand-derived pairs (`manual.block_forward` and `block_backward`), plain numpy code;
 # - **PyTorch eager**, if it is installed: the same block written in PyTorch from its equations
 #   (`tools/torch_block.py`, the oracle the tests compare with), held to one thread
@@ -470,8 +478,8 @@ assert n_kernels == 236 and timed["compiled"] < timed["eager"]
 #    raises `tb.JitError`, naming the read. Read values outside the compiled function.
 # 2. **A Python number that changes.** A number used in an op becomes a constant of the program. If it differs
 #    between calls, the captures disagree, and after three that do, `JitError` names the op that read it. The fix
-#    is to pass the number as a 0-d tensor argument: then it is an input, read anew at every replay. Exercise 3
-#    does this with a learning rate.
+#    is to pass the number as a 0-d tensor argument (a tensor of shape `()`, one number: `tb.tensor(2.0)`):
+#    then it is an input, read anew at every replay. Exercise 3 does this with a learning rate.
 # 3. **A new shape.** The arguments' shapes, dtypes and devices are checked at every call; a new shape is
 #    captured on its own (twice, as always), and the old shape keeps its program: coming back to it replays.
 # 4. **Leftover gradients.** Eager `backward()` *adds* to a `.grad` that is already there. A replay writes
@@ -569,9 +577,10 @@ assert new_weight_equal and not old_weight_equal
 # 2. `silu_in_one_kernel`: SiLU, $x \cdot \sigma(x) = x / (1 + e^{-x})$, written so that `tb.jit` compiles it
 #    into a single fused kernel (the library's version takes 6, section 5). Checked against `Tensor.silu`, with
 #    the compiled program printed when it has more than one kernel.
-# 3. `make_sgd_step`: a compiled SGD step, `step(x, y, lr)`, whose learning rate changes at every call and
-#    reaches it as a 0-d tensor. Checked against the same steps run eagerly (losses and weights bit for bit)
-#    and for really replaying.
+# 3. `make_sgd_step`: a compiled SGD step (plain gradient descent: each weight moves against its gradient,
+#    scaled by the learning rate; no moments, unlike AdamW), `step(x, y, lr)`, whose learning rate changes at
+#    every call and reaches it as a 0-d tensor. Checked against the same steps run eagerly (losses and weights
+#    bit for bit) and for really replaying.
 #
 # `python -m tinygrad_block exercise 18` writes `exercise_18.py` with the functions to fill in;
 # `python -m tinygrad_block check 18` checks them and says what is wrong.

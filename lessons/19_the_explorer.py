@@ -285,12 +285,12 @@ assert [n["order"] + 1 for n in grads] == [139, 140, 141, 142]
 # first in `merge`, and the `drawn` rule above draws it there. A forward node lists its sums in `sums`.
 # Click the input `x` and they light up.
 #
-# The input is read four times: twice by RMSNorm's $x \cdot x$, once by $x \cdot \mathrm{rstd}$, and once by
-# the first residual add. So four gradients arrive and three sums add them. They run at steps 152, 163 and
-# 164: the residual's gradient is there from the start (passed on by the adds, without a call), the one
-# through $x \cdot \mathrm{rstd}$ is added when it arrives, and the two from $x \cdot x$ come last, since the
-# mean of squares is the first thing the norm computed. In the whole backward pass, 19 sums are drawn as 13
-# meeting nodes.
+# The input is read four times: twice by RMSNorm's $x \cdot x$, once by $x \cdot \mathrm{rstd}$ (lesson 05's
+# $1 / \sqrt{\mathrm{mean}(x^2) + \varepsilon}$), and once by the first residual add. So four gradients arrive
+# and three sums add them. They run at steps 152, 163 and 164: the residual's gradient is there from the start
+# (passed on by the adds, without a call), the one through $x \cdot \mathrm{rstd}$ is added when it arrives, and
+# the two from $x \cdot x$ come last, since the mean of squares is the first thing the norm computed. In the
+# whole backward pass, 19 sums are drawn as 13 meeting nodes.
 
 # %%
 x_node = next(n for n in nodes if n["phase"] == "forward" and n["kind"] == "input")
@@ -324,11 +324,11 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 # lists its primitives' ids in `runs`, and each primitive names its `kernel`.
 #
 # Here the program is 236 kernels for 282 primitives, 24 of them fused chains. The first is RMSNorm's
-# `div > add > sqrt`: the mean of squares divided by $d$, plus $\varepsilon$, then the square root, the norm's
-# three forward ops on a (1, 8, 1) tensor. Fused, it writes only its last result, so the two intermediates
-# of 8 float32 numbers, 64 bytes, are never written. Every primitive is run by exactly one kernel, except 15
-# expands, which the program broadcasts on the fly. So the compiled pane's FLOPs are the forward's plus the
-# backward's: 2,288,608.
+# `div > add > sqrt`: the sum of squares divided by $d$ (their mean), plus $\varepsilon$, then the square root,
+# the norm's three forward ops on a (1, 8, 1) tensor. Fused, it writes only its last result, so the two
+# intermediates of 8 float32 numbers, 64 bytes, are never written. Every primitive is run by exactly one kernel,
+# except 15 expands, which the program broadcasts on the fly. So the compiled pane's FLOPs are the forward's plus
+# the backward's: 2,288,608.
 #
 # The same pages come from the command line, without writing any code: `python -m tinygrad_block graph --preset
 # tiny --out block.html` (add `--compiled` for the third pane, or use `--preset llama2-70b --model` for a whole

@@ -20,7 +20,8 @@
 # - the safetensors format: an 8-byte length, a JSON header of names, dtypes, shapes and byte ranges, then raw
 #   numbers; a header read without reading a single weight, and `python -m tinygrad_block inspect`;
 # - what `LM.from_pretrained` checks before it makes any array: paths, config fields, size, names, shapes, dtypes;
-# - the prompt through `tokenizer.json`: the BPE pieces, the ids, the BOS token in front, and decoding back;
+# - the prompt through `tokenizer.json`: the BPE pieces, the ids, the BOS token (the one that marks where a text
+#   begins) in front, and decoding back;
 # - the loaded model on the prompt: the next-token probabilities, then greedy generation with the KV cache;
 # - the course's closed forms on this folder: parameters, file bytes, forward FLOPs per token, KV-cache bytes
 #   per token, and the same for Llama-3-8B's config;
@@ -61,7 +62,7 @@ FOLDER = OUT / "llama-demo"
 # ## 1. Making a folder the way a published one is laid out
 #
 # Nothing in the course downloads a model, so we make a small one with the same files as a Llama 3 folder on the
-# Hugging Face hub. Three pieces:
+# Hugging Face hub (the website where most open models are published). Three pieces:
 #
 # **The tokenizer.** As in lesson 04: BPE over bytes, learned from Python's help pages, here with $V = 512$
 # tokens. Two of them are **special tokens**, with Llama 3's names: `<|begin_of_text|>`, the **BOS** (beginning
@@ -91,10 +92,10 @@ assert len(byte_pieces) == 256 and set(byte_pieces) <= set(bpe.get_vocab())
 # %% [markdown]
 # **The model.** The `tiny` preset's shape (RMSNorm, SwiGLU, RoPE, $d_{model} = 64$, 4 query heads sharing 2
 # KV heads, $d_{ff} = 172$, 2 layers, an untied head) with the tokenizer's 512 tokens, a context of 256 and Llama
-# 3's θ = 500,000. It is trained with `train.train` (lesson 14) for 200 steps of 32 windows of 32 tokens, cut
-# from the help pages once the tokenizer has turned them into ids. That takes a few seconds and brings the loss
-# from above $\ln 512 \approx 6.2$ nats (lesson 14 says why it starts above) down to below 4: enough for its
-# text to look a little like English.
+# 3's RoPE base θ = 500,000 (lesson 07). It is trained with `train.train` (lesson 14) for 200 steps of 32 windows
+# of 32 tokens (stretches of text at random places, as in lesson 15), cut from the help pages once the tokenizer
+# has turned them into ids. That takes a few seconds and brings the loss from above $\ln 512 \approx 6.2$ nats
+# (lesson 14 says why it starts above) down to below 4: enough for its text to look a little like English.
 
 # %%
 cfg = nn.preset("tiny").with_(vocab_size=512, max_seq_len=256, rope_theta=500000.0, name="llama-demo")
@@ -111,12 +112,13 @@ assert not cfg.tie_embeddings and history.tokens == 200 * 32 * 32 and round(math
 assert math.log(512) < history.losses[0] < math.log(512) + 1 and np.mean(history.losses[-10:]) < 4
 
 # %% [markdown]
-# **The files.** `save_pretrained` writes `config.json` and `model.safetensors` in the layout the Hugging Face
-# class `LlamaForCausalLM` has. The engine does not know which ids the tokenizer gave BOS and EOS, so it writes
+# **The files.** `save_pretrained` writes `config.json` and `model.safetensors` in the layout that
+# `LlamaForCausalLM` reads: the Llama class of `transformers`, Hugging Face's Python library for running
+# published models. The engine does not know which ids the tokenizer gave BOS and EOS, so it writes
 # them as `null`; a published `config.json` has them, and so we fill them in. The tokenizer goes into
-# `tokenizer.json` (the vocabulary, the merges, the pre- and post-processor, the special tokens: everything
-# needed to run it), and `tokenizer_config.json` names the special tokens and the tokenizer class for the
-# `transformers` library.
+# `tokenizer.json` (the vocabulary, the merges, the pre-tokenizer that prepares the bytes for BPE (section 4),
+# the post-processor, the special tokens: everything needed to run it), and `tokenizer_config.json` names the
+# special tokens and the tokenizer class for the `transformers` library.
 
 # %%
 shutil.rmtree(FOLDER, ignore_errors=True)
@@ -142,11 +144,13 @@ assert list(files) == ["config.json", "model.safetensors", "tokenizer.json", "to
 # `num_hidden_layers` the number of blocks, `max_position_embeddings` the context, `tie_word_embeddings` whether
 # the head reuses the embedding. A config without `num_key_value_heads` has one KV head per query head (no GQA).
 #
-# **model.safetensors** starts with 8 bytes, a little-endian integer $n$: the length of the header that follows.
-# The header is $n$ bytes of JSON: for every tensor, its dtype (`F32` here), its shape, and `data_offsets`, the
-# byte range of its numbers, counted from the end of the header. Then come the numbers themselves, tensor after
-# tensor, with nothing in between. So the file holds exactly $8 + n + 4N$ bytes for $N$ float32 parameters, and
-# the header alone tells every name, shape and size, however many gigabytes the weights take.
+# **model.safetensors** starts with 8 bytes, a little-endian integer $n$ (its lowest byte first): the length of
+# the header that follows. The header is $n$ bytes of JSON: for every tensor, its dtype (`F32` here), its shape,
+# and `data_offsets`, the byte range of its numbers, counted from the end of the header; one more entry,
+# `__metadata__`, may hold free-form strings (here `"format": "pt"`, for PyTorch). Then come the numbers
+# themselves, tensor after tensor, with nothing in between. So the file holds exactly $8 + n + 4N$ bytes for $N$
+# float32 parameters, and the header alone tells every name, shape and size, however many gigabytes the weights
+# take.
 # `hf_folder.read_header` reads it that way: the 8 bytes, the header, and no weight. It checks every entry
 # against the format as it goes (section 7). Its byte ranges are absolute, from the start of the file.
 
@@ -248,11 +252,11 @@ assert tok.decode(prompt_ids) == PROMPT and "".join(pieces[1:]).replace("Ġ", " 
 # that could come next (lesson 04). The softmax of the last position's scores is the model's guess for the token
 # after the prompt.
 #
-# `model.generate(ids, 40, temperature=0)` continues the prompt greedily: 40 times, it takes the most likely
-# token and appends it. It runs the prompt once into a KV cache (the prefill), then one token per step
-# against the cached keys and values (lesson 16). The first new token is the argmax printed above, and
-# recomputing the whole sequence at every step (`use_cache=False`) gives the same 40 tokens. The text reads like
-# the help pages only in its words: 156,480 parameters trained for a few seconds.
+# `model.generate(ids, 40, temperature=0)` continues the prompt greedily (`temperature=0` means no random
+# draw): 40 times, it takes the most likely token and appends it. It runs the prompt once into a KV cache (the
+# prefill), then one token per step against the cached keys and values (lesson 16). The first new token is the
+# argmax printed above, and recomputing the whole sequence at every step (`use_cache=False`) gives the same 40
+# tokens. The text reads like the help pages only in its words: 156,480 parameters trained for a few seconds.
 
 # %%
 x = tb.tensor([prompt_ids])                                                   # (1, L)
