@@ -409,7 +409,8 @@ assert round(n70 / n7, 2) == 10.24 and round(block70 / hand["one block"], 2) == 
 # starts with 8 bytes that give the length of a JSON header; the header lists every tensor's name, dtype,
 # shape and byte range; the raw numbers follow. So the parameter count of a checkpoint is in its header: a few
 # kilobytes, however many gigabytes the weights take. `nn.LM.save_pretrained` writes such a folder (the layout
-# `transformers` loads), `nn.LM.from_pretrained` reads one back, and
+# that `transformers`, Hugging Face's Python library for published models, loads), `nn.LM.from_pretrained` reads
+# one back, and
 # `python -m tinygrad_block inspect FOLDER` counts it from the header alone, beside the closed form.
 #
 # Below, the tiny preset's model is saved, its header read by hand with `struct` and `json`, and the count
