@@ -243,7 +243,11 @@ assert s1[0] == 262_668_288 and round(100 * s1[0] / (s1[1] - s1[0])) == 21 and r
 # $W_K$ and $W_V$ map $d$ to $n_{kv} d_{head}$ numbers instead of $d$. Llama-2-70B has 8 KV heads of 128 for its
 # 64 query heads: $W_K$ and $W_V$ have 1,024 outputs instead of 8,192, and attention holds
 # $d^2 + 2\,d \cdot d/8 + d^2 = 2.25\,d^2$ = 150,994,944 parameters per block instead of $4d^2$ = 268,435,456,
-# 43.75 % fewer. The whole model would have 78,371,889,152 parameters as MHA, 9,395,240,960 more.
+# 43.75 % fewer. The whole model would have 78,371,889,152 parameters as MHA, 9,395,240,960 more. A summary
+# sometimes gives such a GQA + SwiGLU block as about $6d^2 + 3\,d\,d_{ff}$: its attention term is off, since
+# with $g = 8$ query heads per key/value head attention holds $2.25\,d^2$, so the block is
+# $2.25\,d^2 + 3\,d\,d_{ff} + 2d$ = 855,654,400 (the $2d$ are its two norms), where $6d^2 + 3\,d\,d_{ff}$
+# would give 1,107,296,256.
 #
 # GQA changes the balance inside the block. In Llama-2-7B (MHA) attention holds **33.2 %** of a block and the
 # FFN **66.8 %**. In Llama-2-70B attention holds **17.6 %** and the FFN **82.4 %**. Llama-3-70B has exactly the
@@ -277,6 +281,9 @@ for name, cfg in (("llama2-7b", cfg7), ("llama2-70b", cfg70), ("llama2-70b as MH
     assert shares[name] == tuple(acc.attention_ffn_shares(cfg))
 assert blocks["llama2-70b"][0] == 2.25 * d**2 == 150_994_944 and blocks["llama2-70b as MHA"][0] == 4 * d**2
 assert blocks["llama2-70b as MHA"][0] == 268_435_456 and 1 - 2.25 / 4 == 0.4375
+d_ff70 = cfg70.d_ff
+assert blocks["llama2-70b"][2] == 2.25 * d**2 + 3 * d * d_ff70 + 2 * d == 855_654_400        # not ~6d^2 + 3 d d_ff
+assert 6 * d**2 + 3 * d * d_ff70 == 1_107_296_256
 assert cfg70.n_kv_heads * cfg70.d_head == 1_024 and cfg70.n_heads == 64
 assert blocks["llama2-70b as MHA"][3] == 78_371_889_152 and blocks["llama2-70b as MHA"][3] - n70 == 9_395_240_960
 assert [round(100 * s, 1) for s in shares["llama2-7b"] + shares["llama2-70b"]] == [33.2, 66.8, 17.6, 82.4]

@@ -43,6 +43,10 @@ NOTES = [
     Note("params", "llama2-70b", "parameters per block", "about 822 M in a popular table of configurations",
          lambda: f"{_block('llama2-70b'):,}", "2d^2 + 2 d n_kv d_head + 3 d d_ff + 2d; the table's figure does "
          "not follow from its own formula (and its 80-layer 65.7 B carries the slip: exactly 68,452,352,000)"),
+    Note("params", "llama2-70b", "a GQA + SwiGLU block, as a formula", "about 6 d^2 + 3 d d_ff in one summary",
+         lambda: f"2.25 d^2 + 3 d d_ff + 2d = {_block('llama2-70b'):,}", "with 8 query heads per key/value head, W_K "
+         "and W_V are d x d/8: attention holds 2.25 d^2 (the summary's own table says so), and the two norms add 2d; "
+         "6 d^2 + 3 d d_ff would be 1,107,296,256"),
     Note("params", "llama3-8b", "parameters per block", "about 213 M in a popular table of configurations",
          lambda: f"{_block('llama3-8b'):,}", "the same formula with n_kv = 8, d_ff = 14336 (32 blocks: "
          "6,979,584,000, not about 6.8 B)"),

@@ -7,6 +7,8 @@ from tinygrad_block import cli, curriculum
 
 EXACT = {  # (preset, what) -> exact value, worked out by hand from the published shapes
     ("llama2-70b", "parameters per block"): f"{2 * 8192**2 + 2 * 8192 * 8 * 128 + 3 * 8192 * 28672 + 2 * 8192:,}",
+    ("llama2-70b", "a GQA + SwiGLU block, as a formula"):
+        f"2.25 d^2 + 3 d d_ff + 2d = {2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192:,}",
     ("llama3-8b", "parameters per block"): f"{2 * 4096**2 + 2 * 4096 * 8 * 128 + 3 * 4096 * 14336 + 2 * 4096:,}",
     ("mistral-7b", "parameters per block"): "218,112,000",
     ("llama2-7b", "parameters of 32 blocks"): f"{32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096):,}",
