@@ -346,7 +346,11 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 # gradient by a factor of its own, and these factors compound. Whether the gradient grows or shrinks through a
 # block depends on the sublayers' gains. Either way, the effect compounds with depth: a factor barely under 1 is
 # enough, since 0.99 per block leaves $0.99^{80}$ = 0.4475 of the gradient after 80 blocks (often quoted as about
-# 0.45; the cell below checks it).
+# 0.45; the cell below checks it). Take the residual adds out altogether and every path runs through every
+# sublayer: the cell also runs the same blocks as $\mathrm{ffn}(\mathrm{norm}_2(\mathrm{attn}(\mathrm{norm}_1
+# (x))))$, and at 24 blocks the gradient at the input is more than a hundred times pre-norm's, compounding block
+# after block. That is why networks without residual connections deeper than about 20 layers were hard to train,
+# as is often said, and why the residual add is in every block since.
 #
 # The experiment: stacks of tiny-preset blocks (float64, 3 random seeds each), a random gradient at the top,
 # and the gradient measured at every layer's input. Three measurements:
@@ -449,6 +453,27 @@ show(fig, OUT / "pre_vs_post_norm_gradients.png")
 compound = 0.99 ** 80                                                   # a factor just under 1, 80 blocks deep
 print(f"a factor of 0.99 per block, 80 blocks: 0.99^80 = {compound:.4f}")
 assert round(compound, 4) == 0.4475
+
+
+def without_residuals(depth: int, seed: int) -> float:
+    """The same pre-norm blocks (same draws) with their two residual adds taken out, ffn(norm2(attn(norm1(x)))):
+    the gradient reaching the input over the gradient at the top."""
+    g = tb.Generator(seed)
+    stack = [nn.TransformerBlock(CFG, generator=g, dtype=tb.float64) for _ in range(depth)]
+    x = tb.randn(B, L, CFG.d_model, generator=g, dtype=tb.float64, requires_grad=True)
+    x = tb.randn(B, L, CFG.d_model, generator=g, dtype=tb.float64, requires_grad=True)
+    h = x
+    for blk in stack:
+        h = blk.ffn(blk.norm2(blk.attn(blk.norm1(h))))
+    top = tb.randn(B, L, CFG.d_model, generator=tb.Generator(100 + seed), dtype=tb.float64)
+    h.backward(top)
+    return float(np.linalg.norm(x.grad.numpy()) / np.linalg.norm(top.numpy()))
+
+
+bare = {n: float(np.exp(np.mean([np.log(without_residuals(n, s)) for s in SEEDS]))) for n in (3, 24)}
+print(f"without the residual adds, gradient at the input / at the top: {bare[3]:.1f} at 3 blocks, "
+      f"{bare[24]:,.0f} at 24 (with them, pre-norm: {mean_in['pre'][DEPTHS.index(24)]:.1f} at 24)")
+assert bare[24] > 100 * mean_in["pre"][DEPTHS.index(24)] and bare[24] > 10 * bare[3]
 
 # %% [markdown]
 # ## Exercises
