@@ -196,6 +196,22 @@ def random_block(cfg, seed: int = 0, device: str = "cpu", dtype=F64) -> nn.Trans
     return blk.to(device)
 
 
+def block_program(block, x):
+    """The program tb.jit makes of block(x) and its backward from ones, compiled here on its own (not through
+    the library's measure.program_of, which the explorer uses): captured until it replays."""
+    import tinygrad_block as tb
+
+    def run(x):
+        out = block(x)
+        out.backward(tb.ones_like(out))
+        return out
+    f = tb.jit(run, modules=[block])
+    while f.replays == 0:
+        block.zero_grad()
+        f(x.detach().requires_grad_())
+    return f.program
+
+
 # ---------------------------------------------------------------- the course's exercises
 def solution(number: int, **replaced):
     """The reference solution of lesson `number` (lessons/solutions/NN.py), with some functions replaced by

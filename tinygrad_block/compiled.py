@@ -280,6 +280,7 @@ class Program:
                        for j, attr, k, starts_empty in rec.writes]
         spec, refs = rec.outputs
         self.outputs = (spec, tuple(named(r) for r in refs))
+        self.alias = {}                  # expand's step -> its input's, for the broadcasts fusion elides
         self.kernels = fuse_program(self) if fuse else self.plain
         self.runs = [kernel.run for kernel in self.kernels]
         self.checked = self.kernels is self.plain

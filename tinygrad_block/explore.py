@@ -26,6 +26,7 @@ from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, folded_layers
+from .measure import program_of
 
 ASSETS = Path(__file__).parent / "explorer"
 BINS = 24                                   # histogram bars of a tensor's values
@@ -66,7 +67,7 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
     """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
     its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
     adds each tensor's statistics and histogram, and gradients. `compiled` adds the program tb.jit makes of the
-    same call (compiled_program): its kernels in a pane of their own. The gradients the module's parameters and
+    same call (measure.program_of): its kernels in a pane of their own. The gradients the module's parameters and
     the inputs held before are put back afterwards, untouched."""
     from .tensor import ones_like
     values = all(getattr(t, "device", "meta") != "meta" for t in inputs) if values is None else values
@@ -75,7 +76,7 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
     leaves = [*module.parameters(), *(t for t in inputs if t.requires_grad)]
     kept = [t.grad for t in leaves]             # the caller's gradients: set aside, so this backward adds to none
     try:
-        program = compiled_program(module, *inputs, backward=backward) if compiled else None
+        program = program_of(module, *inputs, backward=backward) if compiled else None
         for t in leaves:
             t.grad = None
         with record_graph(module, *inputs, retain_grads=values and backward) as graph:
@@ -86,35 +87,6 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
     finally:
         for t, grad in zip(leaves, kept):
             t.grad = grad
-
-
-def compiled_program(module, *inputs, backward: bool = True):
-    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones), as
-    explore records them: captured until two calls agree, then replayed once (a replay may still switch a
-    program back to its unfused kernels). The inputs and the module's gradients are left as they were."""
-    from .compiled import jit
-    from .tensor import ones_like
-
-    def run(*xs):
-        out = module(*xs)
-        if backward:
-            out.backward(ones_like(out))
-        return out
-    f = jit(run, modules=[module])
-    xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
-    leaves = module.parameters()
-    kept = [t.grad for t in leaves]
-    try:
-        while f.replays == 0:
-            for t in leaves + xs:
-                t.grad = None
-            f(*xs)
-            if f.captures > 4:
-                raise RuntimeError("explore: the module's call does not repeat itself, so tb.jit cannot compile it")
-    finally:
-        for t, grad in zip(leaves, kept):
-            t.grad = grad
-    return f.program
 
 
 def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
@@ -230,7 +202,8 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
     number = {id(s): k for k, s in enumerate(steps)}
     kernels = [[number[id(s)] for s in kernel_steps(k)] for k in program.kernels]
     kernel_of = {k: i for i, ks in enumerate(kernels) for k in ks}             # step -> the kernel running it
-    kernel_of.update({k: kernel_of[j] for k, j in getattr(program, "alias", {}).items() if j in kernel_of})
+    alias = program.alias                                                      # broadcasts elided by fusion
+    kernel_of.update({k: kernel_of[j] for k, j in alias.items() if j in kernel_of})
     by_node = {node_of[k]: i for k, i in kernel_of.items() if k in node_of}    # graph node -> kernel
 
     def drawn(i: int) -> int | None:
@@ -240,7 +213,6 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
             return i
         return by_node.get(rep[gs[-1]])
 
-    alias = getattr(program, "alias", {})                                      # broadcasts elided by fusion
     by_id = {n["id"]: n for n in nodes}
     out = []
     for i, ks in enumerate(kernels):

@@ -348,10 +348,10 @@ def to_dot(program, title: str = "compiled program") -> str:
         colour = "#f6d8ae" if isinstance(k, Chain) else ("#dde8f4" if steps[0].op in UFUNCS else "#eeeeee")
         lines.append(f'  k{i} [label="{ops}\\n{last.shape} {last.dtype}\\n{kernel_flops(k):,} FLOPs, '
                      f'{size:,} B", fillcolor="{colour}"];')
+    alias = program.alias
     for i, k in enumerate(program.kernels):
         steps = kernel_steps(k)
         inside = {s.out for s in steps}
-        alias = getattr(program, "alias", {})
         sources = {index_of[alias.get(j, j)] for s in steps for j in s.ins
                    if alias.get(j, j) in index_of and j not in inside}
         lines += [f"  k{j} -> k{i};" for j in sorted(sources) if j != i]

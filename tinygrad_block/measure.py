@@ -174,18 +174,35 @@ def compiled_program(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, bac
     the CPU with real values at these sizes (compiled.Program: print it, or draw it with .to_dot())."""
     g = Generator(0)
     module = LM(cfg, generator=g) if whole_model else TransformerBlock(cfg, generator=g)
-    x = zeros(B, L, dtype=int64) if whole_model else randn(B, L, cfg.d_model, generator=g)
+    x = zeros(B, L, dtype=int64) if whole_model else randn(B, L, cfg.d_model, generator=g, requires_grad=True)
+    return program_of(module, x, backward=backward)
 
-    def run(x):
-        out = module(x)
+
+def program_of(module: Module, *inputs: Tensor, backward: bool = True):
+    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones): captured
+    until two calls agree, then replayed once (a replay may still switch a program back to its unfused kernels).
+    The inputs and the module's gradients are left as they were."""
+    def run(*xs):
+        out = module(*xs)
         if backward:
             out.backward(ones_like(out))
         return out
-    compiled = jit(run, modules=[module])
-    while compiled.program is None:                 # two captures that agree, then the program is built
-        module.zero_grad()
-        compiled(x if whole_model else x.detach().requires_grad_())
-    return compiled.program
+    f = jit(run, modules=[module])
+    xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
+    leaves = module.parameters()
+    kept = [t.grad for t in leaves]
+    try:
+        while f.replays == 0:
+            for t in leaves + xs:
+                t.grad = None
+            f(*xs)
+            if f.captures > 4:
+                raise RuntimeError(f"program_of: {type(module).__name__}'s call does not repeat itself, so tb.jit "
+                                   "cannot compile it")
+    finally:
+        for t, grad in zip(leaves, kept):
+            t.grad = grad
+    return f.program
 
 
 def is_movement(name: str, *, aliasing: bool = False) -> bool:

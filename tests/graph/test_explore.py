@@ -11,6 +11,7 @@ import re
 import pytest
 
 import tinygrad_block as tb
+from conftest import block_program
 from tinygrad_block import accounting, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import Explorer, explorer
@@ -177,16 +178,7 @@ def compiled_tiny():
     with count_flops() as fc:
         out = block(x)
         out.backward(tb.ones_like(out))
-
-    def run(x):
-        out = block(x)
-        out.backward(tb.ones_like(out))
-        return out
-    f = tb.jit(run, modules=[block])
-    while f.replays == 0:
-        block.zero_grad()
-        f(x.detach().requires_grad_())
-    return block, page, fc, f.program
+    return block, page, fc, block_program(block, x)
 
 
 def kernels(page):

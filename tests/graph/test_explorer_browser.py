@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tinygrad_block as tb
+from conftest import block_program
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import explore
@@ -109,17 +110,7 @@ def model():
 @pytest.fixture(scope="module")
 def program():
     """The program tb.jit makes of the tiny block's forward and backward, compiled on its own (compiled.Program)."""
-    block, x = tiny_block(), tiny_x()
-
-    def run(x):
-        out = block(x)
-        out.backward(tb.ones_like(out))
-        return out
-    f = tb.jit(run, modules=[block])
-    while f.replays == 0:
-        block.zero_grad()
-        f(x.detach().requires_grad_())
-    return f.program
+    return block_program(tiny_block(), tiny_x())
 
 
 class Loaded:
