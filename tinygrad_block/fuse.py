@@ -40,14 +40,11 @@ class Direct:
         self.reuse, self.buffer = reuse, None
 
     def run(self):
-        if self.buffer is not None:
-            self.out.data = self.f(*[t.data for t in self.ins], out=self.buffer)
-        else:
-            self.out.data = self.compute()
+        self.out.data = self.compute()
 
     def compute(self):
         if self.buffer is not None:
-            return self.f(*[t.data for t in self.ins], out=self.buffer)
+            return self.f(*[t.data for t in self.ins], *self.extra, out=self.buffer)
         r = self.f(*[t.data for t in self.ins], *self.extra)
         if self.reuse:
             self.buffer = r
@@ -64,7 +61,7 @@ class Unary:
 
     def run(self):
         if self.buffer is not None:
-            self.out.data = self.f(self.a.data, out=self.buffer)
+            self.out.data = self.f(self.a.data, *self.extra, out=self.buffer)
         else:
             r = self.out.data = self.f(self.a.data, *self.extra)
             if self.reuse:
@@ -90,7 +87,7 @@ class Binary:
 def direct(f, ins: list, out, steps: list, extra: tuple = (), reuse: bool = False):
     """The kernel that calls f on the arrays of `ins`: a Unary or a Binary where they fit, else a Direct. Per
     call, a Unary or Binary takes about 0.3 µs of Python, a Direct (any number of arrays) about 0.8 µs."""
-    if len(ins) == 1 and not (reuse and extra):
+    if len(ins) == 1:
         return Unary(f, ins[0], out, steps, extra, reuse)
     if len(ins) == 2 and not extra:
         return Binary(f, *ins, out, steps, reuse)
