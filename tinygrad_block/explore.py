@@ -213,10 +213,11 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
             return i
         return by_node.get(rep[gs[-1]])
 
+    draw = [drawn(i) for i in range(len(kernels))]
     by_id = {n["id"]: n for n in nodes}
     out = []
     for i, ks in enumerate(kernels):
-        if drawn(i) != i:
+        if draw[i] != i:
             continue
         last, runs = steps[ks[-1]], []
         for k in ks:
@@ -235,25 +236,25 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
                 reads.append(j)
         views = all(_is_view(steps[k].op.name) for k in ks)                  # no bytes moved
         kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
-        size = math.prod(last.shape) * last.dtype.itemsize
+        flops = kernel_flops(program.kernels[i])
         inputs = [(tuple(_slot_shape(program, j)), str(_slot_dtype(program, j))) for j in reads]
         out.append({"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
                     "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
                     "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
                     "note": f"{len(ks)} primitives, one kernel" if kind == "fused" else "", "origin": "",
                     "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
-                    "inputs": [[list(sh), dt] for sh, dt in inputs], "flops": kernel_flops(program.kernels[i]),
-                    "matmul_flops": kernel_flops(program.kernels[i]) if last.op.name == "matmul" else 0,
-                    "bytes_read": 0 if views else sum(math.prod(sh) * as_dtype(dt).itemsize for sh, dt in inputs),
-                    "bytes_written": 0 if views else size,
-                    "bytes_saved": sum(math.prod(steps[k].shape) * steps[k].dtype.itemsize for k in ks[:-1]),
+                    "inputs": [[list(sh), dt] for sh, dt in inputs], "flops": flops,
+                    "matmul_flops": flops if last.op.name == "matmul" else 0,
+                    "bytes_read": 0 if views else sum(_nbytes(sh, dt) for sh, dt in inputs),
+                    "bytes_written": 0 if views else _nbytes(last.shape, last.dtype),
+                    "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
                     "runs": runs, "ops": [steps[k].op.name for k in ks]})
     edges, seen = [], set()
     for i, ks in enumerate(kernels):
-        dst = drawn(i)
+        dst = draw[i]
         for k in ks:
             for j in (alias.get(j, j) for j in steps[k].ins):
-                src = drawn(kernel_of[j]) if j in kernel_of else None
+                src = draw[kernel_of[j]] if j in kernel_of else None
                 if src is None or dst is None or src == dst or (src, dst) in seen:
                     continue
                 seen.add((src, dst))
