@@ -9,8 +9,8 @@
 # %% [markdown]
 # # Lesson 01 — Tensors and the computation graph
 #
-# Everything in this course, from one multiplication to a 70-billion-parameter model, runs on a small engine
-# you can read in an evening. This lesson opens it: what a tensor is, which operations the engine really
+# Everything in this course, from one multiplication to a model of 70 billion learned numbers, runs on a small
+# engine you can read in an evening. This lesson opens it: what a tensor is, which operations the engine really
 # knows, and what it writes down while your code runs.
 #
 # **What you will learn**
@@ -45,12 +45,12 @@ OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
 # each number, about 7.2 decimal digits; a float64 keeps 53, about 16.0. Integers stay integers (`int64`): they
 # are indices, such as the token ids that number the pieces of a text (lesson 04).
 #
-# The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU through CuPy) or
-# `'meta'`, which keeps the shape and dtype but no numbers at all. On `'meta'` one weight matrix of a "70B"
-# model, one with 70 billion learned numbers (its **parameters**), costs nothing to make: 8192 × 28672 numbers
-# from its feed-forward network (lesson 08). Yet it still knows that it would take
-# 8192 · 28672 · 4 bytes = 939,524,096 bytes (0.875 GiB) in float32. Lessons 12 and 13 count whole models
-# that way.
+# The **device** says where the data lives: `'cpu'` (numpy), `'cuda'` (an NVIDIA GPU, through CuPy, a numpy for
+# GPUs) or `'meta'`, which keeps the shape and dtype but no numbers at all. A "70B" model is one with 70 billion
+# learned numbers, its **parameters**, and most of them sit in **weight matrices**, which the model multiplies its
+# inputs by. On `'meta'` one such matrix costs nothing to make: 8192 × 28672 numbers from the model's feed-forward
+# network (lesson 08). Yet it still knows that it would take 8192 · 28672 · 4 bytes = 939,524,096 bytes in float32:
+# 0.875 GiB, where a GiB is $2^{30}$ bytes. Lessons 12 and 13 count whole models that way.
 
 # %%
 x = tb.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
@@ -70,12 +70,14 @@ assert [(bits, round(dec, 1)) for bits, dec in digits.values()] == [(24, 7.2), (
 # ## 2. Primitives: forward, backward and FLOPs in one place
 #
 # The engine knows about thirty **primitives**: elementwise maths (`add`, `mul`, `exp`, `log`, ...), reductions
-# (`sum`, `max`), the matrix product, and shape ops that move numbers without computing (`reshape`,
-# `permute`, `expand`, `slice`, ...). Each one is a class that says three things side by side: how to compute
-# its output, how to turn the gradient of its output into gradients of its inputs, and how many floating-point
-# operations (FLOPs) it costs. Here is `exp` in full. Because $\frac{d}{da}e^a = e^a$, its backward multiplies
-# the incoming gradient `g` by the output it saved; its FLOP rule, inherited from every elementwise op, is one
-# per output element.
+# (`sum`, `max`), the matrix product, and shape ops that move numbers without computing (`reshape`, `permute`,
+# `expand`, `slice`, ...). Each one is a class that says three things side by side: how to compute its output (its
+# **forward**), how to turn the gradient of its output into gradients of its inputs (its **backward**), and how many
+# floating-point operations (**FLOPs**, such as additions, multiplications and comparisons) it costs. The
+# **gradient** of a tensor is the derivative of one final number, such as a model's error, with respect to each of
+# the tensor's entries, so it has the tensor's shape. Here is `exp` in full. Because $\frac{d}{da}e^a = e^a$, its
+# backward multiplies the incoming gradient `g` by the output it saved; its FLOP rule, inherited from every
+# elementwise op, is one per output element.
 
 # %%
 print(inspect.getsource(function.Exp))
@@ -96,18 +98,19 @@ assert function.Exp().flops((2, 5), (2, 5)) == 10                          # one
 # %% [markdown]
 # ## 3. Composites are written from primitives
 #
-# Everything else is a **composite**: a method written with other tensor operations, which needs no backward
-# of its own because each primitive inside it has one. Softmax is the example. For each row $z$,
-# $\mathrm{softmax}(z)_i = e^{z_i - m} / \sum_j e^{z_j - m}$ with $m = \max_j z_j$. Subtracting the maximum
-# changes nothing mathematically but keeps $e^{\cdot}$ from overflowing (lesson 06 shows why that matters).
+# Everything else is a **composite**: a method written with other tensor operations, which needs no backward of its
+# own because each primitive inside it has one. Softmax is the example: it turns each row of numbers into positive
+# numbers that sum to 1, which can be read as probabilities. For each row $z$, $\mathrm{softmax}(z)_i = e^{z_i - m}
+# / \sum_j e^{z_j - m}$ with $m = \max_j z_j$. Subtracting the maximum changes nothing mathematically but keeps
+# $e^{\cdot}$ from overflowing (lesson 06 shows why that matters).
 #
 # `tb.observe` calls a function of yours after every primitive, with an **event** that says which op ran
-# (`e.op.name`), on which inputs, with which output and how many FLOPs (`e.flops`). Watching a softmax of a
-# (2, 5) tensor shows seven primitive calls. There is one max per row, and an `expand` to copy it back across
-# the row (broadcasting is an explicit op: lesson 03), then a subtraction, 10 exponentials, and one sum per
-# row with its own `expand`. Last comes a division. The reductions cost 4 FLOPs per row of 5 (the engine
-# counts $n - 1$ comparisons or additions per row), so 8 each. The elementwise ops cost 10 each, and the
-# `expand`s cost nothing.
+# (`e.op.name`), on which inputs, with which output and how many FLOPs (`e.flops`). Watching a softmax of a (2, 5)
+# tensor shows seven primitive calls. There is one max per row, and an `expand` to copy it back across the row
+# (numpy would copy it silently, by broadcasting; here the copy is an op of its own, lesson 03), then a subtraction,
+# 10 exponentials, and one sum per row with its own `expand`. Last comes a division. The reductions cost 4 FLOPs per
+# row of 5 (the engine counts $n - 1$ comparisons or additions per row), so 8 each. The elementwise ops cost 10
+# each, and the `expand`s cost nothing.
 
 # %%
 z = tb.randn(2, 5, generator=tb.Generator(0))
@@ -127,11 +130,13 @@ assert np.allclose(p.numpy().sum(-1), 1.0, rtol=1e-6)
 # %% [markdown]
 # ## 4. Running the forward pass records a graph
 #
-# Take $y = x^2 + 3x$ with $x = 2$: three primitive calls, `mul` ($x \cdot x$), `mul` ($x \cdot 3$) and
-# `add`. When an input **requires a gradient**, each call leaves a note on its output: `y._ctx` is the `Add`
-# call that made `y`, and its `edges` lead to the two `Mul` calls that made its inputs. The edges of
-# $x \cdot x$ lead twice to the tensor $x$ itself, a **leaf**, made by no op. Following the edges back from `y`
-# visits every call that contributed to it. That chain of notes *is* the computation graph, and it is all that
+# Running a computation from its inputs to its output is the **forward pass**; the **backward pass** runs the
+# primitives' backward rules the other way, from the output to the inputs. Take $y = x^2 + 3x$ with $x = 2$: three
+# primitive calls, `mul` ($x \cdot x$), `mul` ($x \cdot 3$) and `add`. When an input **requires a gradient** (made
+# with `requires_grad=True`: we want derivatives with respect to it), each call leaves a note on its output:
+# `y._ctx` is the `Add` call that made `y`, and its `edges` lead to the two `Mul` calls that made its inputs. The
+# edges of $x \cdot x$ lead twice to the tensor $x$ itself, a **leaf**, made by no op. Following the edges back from
+# `y` visits every call that contributed to it. That chain of notes *is* the computation graph, and it is all that
 # `backward()` needs.
 #
 # The constant 3 required no gradient, so it has no edge (`None`). Under `tb.no_grad()` nothing is recorded
@@ -153,11 +158,13 @@ assert square.edges == (x, x) and triple.edges == (x, None)
 assert x.is_leaf and not y.is_leaf and y_plain._ctx is None and y_plain.item() == 10.0
 
 # %% [markdown]
-# The library can draw what it records. `record_graph` watches the primitive calls, and `render` pipes the
-# drawing through graphviz. In the picture below $x$ is the box marked "input". It feeds both multiplications
-# (one arrow to $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own: its box says
-# "with a scalar". Each box gives the output's shape (`()`, a single number), its dtype and its FLOPs. Lesson 11
-# draws whole transformer blocks this way, forward and backward.
+# The library can draw what it records. `record_graph` watches the primitive calls (its first argument is a model
+# whose weights it would name, here none; then the inputs, here `x`), and `render` pipes the drawing through
+# graphviz, a program that lays out graphs. In the picture below $x$ is the box marked "input". It feeds both
+# multiplications (one arrow to $x \cdot x$, though it reads $x$ twice), and the scalar 3 is not a node of its own:
+# its box says "with a scalar". Each box gives the output's shape (`()`, a single number), its dtype and its FLOPs.
+# Lesson 11 draws a whole transformer block this way, forward and backward: the unit that a language model (a model
+# that predicts the next piece of a text) repeats dozens of times; lessons 04 to 09 build one.
 
 # %%
 x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
@@ -173,13 +180,14 @@ assert drawing.read_bytes()[:4] == b"\x89PNG"
 # %% [markdown]
 # ## 5. `backward()` reads the graph in reverse
 #
-# By hand, $dy/dx = 2x + 3 = 7$ at $x = 2$. `y.backward()` walks the graph from `y` back to the leaves.
-# At each call it applies that primitive's backward rule, and it adds up the gradients arriving at a leaf.
-# Watching it: `add` passes its gradient through unchanged, so it calls no primitive. The `mul` in $x \cdot x$
-# sends two gradients to $x$ ($g \cdot x$ once for each use): 2 multiplications. The `mul` in $3x$ sends one
-# ($g \cdot 3$; the constant needs none): 1 multiplication. Three gradients arrive at $x$ and are summed:
-# 2 additions. Five primitives backward for three forward, and out comes $2 \cdot 2 + 3 = 7$. Lesson 02 takes
-# this apart: the order of the walk, and the sums where a tensor is reused.
+# By hand, $dy/dx = 2x + 3 = 7$ at $x = 2$. `y.backward()` walks the graph from `y` back to the leaves. At each call
+# it applies that primitive's backward rule, and it adds up the gradients arriving at a leaf. Watching it: `add`
+# passes its gradient through unchanged, so it calls no primitive. The `mul` in $x \cdot x$ sends two gradients to
+# $x$ ($g \cdot x$ once for each use): 2 multiplications. The `mul` in $3x$ sends one ($g \cdot 3$; the constant
+# needs none): 1 multiplication. Three gradients arrive at $x$ and are summed: 2 additions. Five primitives backward
+# for three forward, and out comes $2 \cdot 2 + 3 = 7$. This machinery, derivatives computed automatically from the
+# recorded graph, is called **autograd**. Lesson 02 takes it apart: the order of the walk, and the sums where a
+# tensor is reused.
 
 # %%
 x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)

@@ -9,12 +9,12 @@
 # %% [markdown]
 # # Lesson 02 — Backpropagation
 #
-# Training a model means following the gradient of its **loss**, one number that says how wrong its outputs are,
-# with respect to its millions or billions of **parameters**, the numbers it learns (lesson 14 trains one). One
-# backward pass delivers all of those gradients for a small multiple of the cost of the forward pass (lesson 03
-# counts it). This lesson takes that pass apart: what each primitive contributes, the order in which the engine
-# runs them, what happens where a tensor is used more than once, and how we make sure that every gradient is
-# right.
+# Training a model means nudging its millions or billions of **parameters**, the numbers it learns, against the
+# gradient of its **loss**, one number that says how wrong its outputs are, so that the loss goes down (lesson 14
+# trains one). One backward pass delivers all of those gradients for a small multiple of the cost of the forward
+# pass (lesson 03 counts it). This lesson takes that pass apart: what each primitive contributes, the order in which
+# the engine runs them, what happens where a tensor is used more than once, and how we make sure that every gradient
+# is right.
 #
 # **What you will learn**
 # - the chain rule as the engine applies it: each primitive turns the gradient of its output into gradients of
@@ -89,11 +89,12 @@ assert z.item() == zv == 1.25
 assert all(math.isclose(engine[k], by_hand[k], rel_tol=1e-15) for k in by_hand)
 
 # %% [markdown]
-# One backward sweep gives the gradient with respect to **every** input at once: here $w$, $x$ and $b$ together,
-# for 5 FLOPs of backward primitives against 4 of forward. A finite-difference estimate (section 4) needs four
-# evaluations of the whole function per input number. For Llama-2-7B's 6,738,415,616 parameters (the "7B" of its
-# name is that count, rounded) that would be 26,953,662,464 forward passes for one gradient, against one
-# backward pass. That asymmetry is why every deep-learning framework differentiates in reverse.
+# One backward sweep gives the gradient with respect to **every** input at once: here $w$, $x$ and $b$ together, for
+# 5 FLOPs of backward primitives against 4 of forward. A finite-difference estimate (section 4) needs four
+# evaluations of the whole function per input number. Llama-2-7B, an open language model published by Meta, has
+# 6,738,415,616 parameters (the "7B" of its name is that count, rounded). For all of them that would be
+# 26,953,662,464 forward passes for one gradient, against one backward pass. That asymmetry is why every
+# deep-learning framework differentiates in reverse.
 
 # %%
 w, x, b = (tb.tensor(v, dtype=tb.float64, requires_grad=True) for v in (-1.5, 0.5, 2.0))
@@ -210,14 +211,14 @@ assert (round(shares[1], 3), round(circles[0], 2), round(circles[1], 2)) == (0.9
 assert (round(math.cos(0.7), 3), round(right, 2)) == (0.765, 2.26)
 
 # %% [markdown]
-# The same thing happens wherever one tensor feeds several products. In a model's attention (lesson 06), one
-# input $n$ is multiplied by three weight matrices, $W_Q$, $W_K$ and $W_V$ (each stored (out, in), so the
-# product is $n W^\top$; `@` is the matrix product, and lesson 03 derives its backward: the gradient of $n$
-# through $n W^\top$ is $g\,W$). So the gradient of $n$ is a three-way sum, $\partial n = g_Q W_Q + g_K W_K +
-# g_V W_V$, where $g_Q$, $g_K$, $g_V$ are the gradients arriving at the three outputs. Below, three products
-# read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that shape, which match the three
-# terms summed by hand in numpy. Two of the matrices are narrower (8 outputs against 16), as in models that
-# share attention's keys and values between heads (lesson 07); the sum does not care.
+# The same thing happens wherever one tensor feeds several products. In a model's attention (the part where each
+# position of a text reads from the others, lesson 06), one input $n$ is multiplied by three weight matrices, $W_Q$,
+# $W_K$ and $W_V$ (each stored (out, in), so the product is $n W^\top$; `@` is the matrix product, and lesson 03
+# derives its backward: the gradient of $n$ through $n W^\top$ is $g\,W$). So the gradient of $n$ is a three-way
+# sum, $\partial n = g_Q W_Q + g_K W_K + g_V W_V$, where $g_Q$, $g_K$, $g_V$ are the gradients arriving at the three
+# outputs. Below, three products read one tensor of shape (2, 5, 16), and the engine makes 2 accumulations of that
+# shape, which match the three terms summed by hand in numpy. Two of the matrices are narrower (8 outputs against
+# 16), as in models that make two of the three products smaller to save memory (lesson 07); the sum does not care.
 
 # %%
 g = tb.Generator(0)
@@ -236,10 +237,10 @@ assert sums == [(2, 5, 16), (2, 5, 16)] and gap < 1e-14
 
 # %% [markdown]
 # Gradients also add up **across** backward passes: `backward()` adds into `.grad` rather than replacing it (as
-# PyTorch does), so a second pass through the same graph (kept with `retain_graph=True`) doubles it. That lets a
-# training step sum the gradients of several **batches** (groups of examples run together) before it changes
-# the parameters, and it is why the training loop of lesson 14 clears them (`zero_grad()`) before each new
-# step.
+# PyTorch, the most widely used deep-learning library, does too), so a second pass through the same graph (kept with
+# `retain_graph=True`) doubles it. That lets a training step sum the gradients of several **batches** (groups of
+# examples run together) before it changes the parameters, and it is why the training loop of lesson 14 clears them
+# (`zero_grad()`) before each new step.
 
 # %%
 x = tb.tensor(2.0, dtype=tb.float64, requires_grad=True)
@@ -385,9 +386,11 @@ assert tolerances == {"atol": 1e-10, "rtol": 1e-8, "eps": 1e-3} and round(eps32,
 assert 1e-4 < eps32 / tolerances["eps"] < 2e-4
 
 # %% [markdown]
-# And a bug, caught. Here is a new primitive, $x^2$, whose backward forgets the factor 2, the kind of slip
-# that is easy to make by hand. Its forward is right, so nothing looks wrong until gradcheck compares it with
-# finite differences. It names the element and both values: autograd says $x$, the function's slope is $2x$.
+# And a bug, caught. Here is a new primitive, $x^2$, whose backward forgets the factor 2, the kind of slip that is
+# easy to make by hand. A primitive is a subclass of `tb.Function` with a `forward` on arrays (`self.backend` is the
+# array library of the tensor's device: numpy on the CPU) and a `backward`; `Square.apply(t)` runs it and records
+# the call, as for every built-in primitive. Its forward is right, so nothing looks wrong until gradcheck compares
+# it with finite differences. It names the element and both values: autograd says $x$, the function's slope is $2x$.
 
 # %%
 class Square(tb.Function):

@@ -9,10 +9,11 @@
 # %% [markdown]
 # # Lesson 03 — Broadcasting, reductions, matmul and Linear
 #
-# A transformer block, the unit that language models repeat dozens of times (lessons 04 to 09 build one), is mostly
-# matrix products, plus biases, norms and softmaxes that broadcast and reduce along axes. This lesson looks at each
-# of these operations with its backward and its cost, and puts them together in the layer everything else is built
-# from: `nn.Linear`.
+# A transformer block, the unit that language models (models that predict the next piece of a text, lesson 04)
+# repeat dozens of times, is mostly matrix products, plus biases (vectors added to every row), norms (which rescale
+# each row, lesson 05) and softmaxes that broadcast and reduce along axes. Lessons 04 to 09 build one. This lesson
+# looks at each of these operations with its backward and its cost, and puts them together in the layer everything
+# else is built from: `nn.Linear`.
 #
 # **What you will learn**
 # - broadcasting is an explicit `expand`, whose backward is a **sum** over the axes it created or stretched;
@@ -147,11 +148,11 @@ assert np.array_equal(column.grad.numpy(), G_small.numpy().sum(axis=1, keepdims=
 # %% [markdown]
 # ## 2. Reductions: sum, mean and max
 #
-# A reduction is the mirror image of an expand. `sum` over an axis adds $n$ numbers into one, and each of them
-# moved the sum one for one, so its backward **copies** the upstream gradient back to all $n$: a reshape and an
-# expand, 0 FLOPs. The two are each other's transpose: for any $a$ and $G$,
-# $\langle \mathrm{expand}(a), G \rangle = \langle a, \mathrm{sum}(G) \rangle$. That is what makes one the other's
-# backward.
+# A reduction is the mirror image of an expand. `sum` over an axis adds $n$ numbers into one, and each of them moved
+# the sum one for one, so its backward **copies** the upstream gradient back to all $n$: a reshape and an expand, 0
+# FLOPs. The two are each other's transpose: for any $a$ and $G$,
+# $\langle \mathrm{expand}(a), G \rangle = \langle a, \mathrm{sum}(G) \rangle$, where $\langle u, v \rangle$ is the
+# sum of the elementwise products of two tensors of one shape. That is what makes one the other's backward.
 #
 # `mean` is a sum divided by $n$, so each input receives $g / n$. The engine divides once per output of the mean,
 # before copying. `max` passes the gradient only to the largest entry, since nudging any other entry changes
@@ -208,11 +209,11 @@ assert abs(left_side - right_side) < 1e-12 and tie == 0.5 == table["max"][2][1, 
 # %% [markdown]
 # ## 3. A matmul costs $2MNK$ FLOPs
 #
-# The product of an $(M, K)$ and a $(K, N)$ matrix has $MN$ numbers, each a dot product of length $K$:
-# $K$ multiplications and $K - 1$ additions, $MN(2K - 1)$ operations in all. The convention, used by PyTorch's
-# `FlopCounterMode`, by papers and by this engine, counts $2K$ per output, **$2MNK$**. Accelerators execute a
-# multiply followed by an add as one fused instruction, counted as 2 FLOPs, and the difference, $MN$, is
-# negligible for any real $K$.
+# The product of an $(M, K)$ and a $(K, N)$ matrix has $MN$ numbers, each a dot product of length $K$: $K$
+# multiplications and $K - 1$ additions, $MN(2K - 1)$ operations in all. The convention, used by PyTorch's
+# `FlopCounterMode`, by papers and by this engine, counts $2K$ per output, **$2MNK$**. Accelerators (GPUs and
+# similar chips) execute a multiply followed by an add as one instruction, a *fused* multiply-add, counted as 2
+# FLOPs, and the difference, $MN$, is negligible for any real $K$.
 #
 # Batch axes multiply the count. A stack of $B$ products, $(B, M, K) @ (B, K, N)$, costs $2BMNK$. So does
 # $(B, M, K) @ (K, N)$, which the engine computes as one $(BM, K) @ (K, N)$ product, with the batch folded into
@@ -254,13 +255,13 @@ assert matmul_count((2, 1, 16, 32), (1, 4, 32, 64), (False, False))[3] == (2, 4,
 #   \frac{\partial L}{\partial B} = A^\top G \quad (K, M) @ (M, N).$$
 #
 # Each is a product of the same three sizes $M$, $N$, $K$, so each costs $2MNK$, and the backward costs **exactly
-# twice** the forward. That is where the rule "training costs $6N$ FLOPs per token", for a model of $N$
-# parameters, comes from: each weight does one multiply-add per token (per row of input, one row for each piece
-# of the text; lesson 04), $2N$ forward, plus $4N$ backward (lesson 13 counts it on whole models). If only one
-# input needs a gradient, only one product runs, and the backward costs the same as the forward. That happens
-# for the first layer, whose input is data, or for a frozen weight (LoRA, lesson 15, fine-tunes a trained model,
-# training it further on new text, by keeping its big matrices fixed and training small ones added beside
-# them).
+# twice** the forward. That is where the rule "training costs $6N$ FLOPs per token", for a model of $N$ parameters,
+# comes from: each weight does one multiply-add per token (per row of input, one row for each piece of the text;
+# lesson 04), $2N$ forward, plus $4N$ backward (lesson 13 counts it on whole models). If only one input needs a
+# gradient, only one product runs, and the backward costs the same as the forward. That happens for the first layer,
+# whose input is data, or for a **frozen** weight, one that training leaves as it is (LoRA, lesson 15, fine-tunes a
+# trained model, training it further on new text, by keeping its big matrices fixed and training small ones added
+# beside them).
 #
 # A popular rule of thumb says "3× for backward". Counted, a matmul's backward is exactly 2 times its forward; the
 # 3 is forward plus backward together, as the last column below shows. Ops other than matmuls can cost a little
@@ -303,15 +304,16 @@ assert gap_a < 1e-14 and gap_b < 1e-14 and checked
 # ## 5. `nn.Linear`: a matmul and a bias
 #
 # `nn.Linear(d_in, d_out)` holds a weight $W$ stored as (out, in), the layout of PyTorch and of every Hugging Face
-# checkpoint (the files a published model comes in, lesson 20), and optionally a bias $b$ of shape (out,). On an input
-# $X$ of shape $(\dots, d_{in})$ it computes
+# checkpoint (Hugging Face is the main site where models are published; a checkpoint is the files a published model
+# comes in, lesson 20), and optionally a bias $b$ of shape (out,). On an input $X$ of shape $(\dots, d_{in})$ it
+# computes
 #
 # $$Y = X W^\top + b, \qquad \text{parameters: } d_{in} d_{out} + d_{out} \text{ (with the bias).}$$
 #
-# Llama's linear layers have no bias: in Llama-2-7B, `q_proj` ($4096 \to 4096$, attention's query projection,
-# lesson 06) holds 16,777,216 parameters, and `up_proj` ($4096 \to 11008$, a first layer of the feed-forward
-# network, or FFN, lesson 08) holds 45,088,768. GPT-2's layers have biases: its FFN's first layer,
-# $768 \to 3072$, holds 2,359,296 weights and 3,072 biases, 2,362,368 in all.
+# Llama's linear layers have no bias: in Llama-2-7B, `q_proj` ($4096 \to 4096$, the first of attention's four
+# matrices, lesson 06) holds 16,777,216 parameters, and `up_proj` ($4096 \to 11008$, a first layer of the
+# feed-forward network, or FFN, lesson 08) holds 45,088,768. GPT-2 (OpenAI's language model of 2019) has biases in
+# its layers: its FFN's first layer, $768 \to 3072$, holds 2,359,296 weights and 3,072 biases, 2,362,368 in all.
 #
 # Its backward follows from sections 1 and 4. Flatten every leading axis of $X$ and of the upstream gradient
 # $dY$ into rows. Then
@@ -354,7 +356,8 @@ for name, (mine, auto) in by_hand.items():
 #
 # The picture splits the backward of `up_proj` (without a bias, as in Llama) into its two products, for the three
 # cases of section 4. Each product is the size of the forward. $dX$ is needed whenever anything before the layer
-# learns; $dW$ is needed whenever the weight does.
+# learns; $dW$ is needed whenever the weight does. So a **hidden** layer, one with other learned layers before it,
+# needs both.
 
 # %%
 rows, d_in, d_out = 2048, 4096, 11008

@@ -9,9 +9,10 @@
 # %% [markdown]
 # # Lesson 04 — From text to next-token probabilities
 #
-# A language model takes text and returns, for the next piece of text, a probability for every piece it knows.
-# This primer follows a short prompt through the whole of a small model, with the shape of what flows at every
-# stage. The blocks in the middle stay closed boxes here; lessons 05 to 09 open them one part at a time.
+# A language model takes text and returns, for the next piece of text, a probability for every piece it knows. This
+# primer follows a short **prompt**, the text a model is given to continue, through the whole of a small model, with
+# the shape of what flows at every stage. The blocks in the middle stay closed boxes here; lessons 05 to 09 open
+# them one part at a time.
 #
 # **What you will learn**
 # - text to tokens to token ids: a character tokenizer, and the subword (BPE) tokenizers real models use;
@@ -108,9 +109,10 @@ assert 2.5 < ratio < 3.5 and real == {"llama2-7b": 32_000, "gpt2-small": 50_257,
 # %% [markdown]
 # ## 2. Ids to vectors: the embedding
 #
-# The model is `nn.LM`, built here from the `tiny` preset with the vocabulary made to match our tokenizer:
-# `nn.preset("tiny").with_(vocab_size=V)`. Its width is $d = d_{model} = 64$: every token will be a vector of
-# 64 numbers.
+# The model is `nn.LM`, built here from the `tiny` preset (a **preset** is a named set of a model's sizes: its
+# width, its number of blocks, its vocabulary size and so on) with the vocabulary made to match our tokenizer:
+# `nn.preset("tiny").with_(vocab_size=V)`. Its width is $d = d_{model} = 64$: every token will be a vector of 64
+# numbers.
 #
 # The model's first layer, the **embedding** (`model.embed`), is a table of $V$ rows of $d$ numbers, one row
 # per token id. Turning an id into its vector is a row lookup: `weight[ids]`. The rows are weights the model
@@ -185,12 +187,11 @@ assert all(np.linalg.norm((b - a).numpy()[0, -1]) > size[0] for a, b in zip(stre
 # %% [markdown]
 # ## 4. The final norm and the LM head: logits
 #
-# After the last block, a final normalisation (`model.norm`, an RMSNorm, lesson 05) rescales every token's
-# vector, here to length $\sqrt d = 8$ (it then multiplies each feature by a learned **gain**, and the gains are
-# all 1 before training). Then the **LM head**
-# (`model.lm_head`, a `Linear` from $d$ to $V$ without bias) turns each vector into $V$ numbers, one score per
-# token of the vocabulary: the **logits**, of shape (B, L, V) = (2, 12, V). A higher logit means a more likely
-# next token.
+# After the last block, a final normalisation (`model.norm`, an RMSNorm, lesson 05) rescales every token's vector,
+# here to length $\sqrt d = 8$ (it then multiplies each **feature**, one of the $d$ numbers of a vector, by a
+# learned **gain**, and the gains are all 1 before training). Then the **LM head** (`model.lm_head`, a `Linear` from
+# $d$ to $V$ without bias) turns each vector into $V$ numbers, one score per token of the vocabulary: the
+# **logits**, of shape (B, L, V) = (2, 12, V). A higher logit means a more likely next token.
 #
 # These are all the steps `LM.forward` takes: embed, the blocks, the norm, the head. Done one by one, they give
 # exactly what `model(ids)` gives, bit for bit.
@@ -228,13 +229,13 @@ assert np.flatnonzero(moved).tolist() == [11]
 # `nan`. Taken at the last position, the probabilities have shape (B, V): one distribution over the next token
 # per prompt.
 #
-# **An untrained model is unsure.** The **entropy** $H = -\sum_v p_v \ln p_v$ (in nats) measures how spread a
-# distribution is. It is largest, $\ln V$, for the uniform one, $p_v = 1/V$, and 0 when one token gets
-# everything. Here both prompts' $H$ lie within 15 % of $\ln V$ (the code prints both). $e^H$ is the number of
-# characters a uniform choice would need to be as unsure: more than half of the $V$ characters. The random weights make
-# the logits vary by about 1 around their mean, so the distribution is not quite flat: the most likely
-# character gets several times $1/V$, yet far less than half. Either way it says nothing about the text.
-# Training (lesson 14) is what makes these probabilities useful.
+# **An untrained model is unsure.** The **entropy** $H = -\sum_v p_v \ln p_v$ (in nats, the unit that comes with the
+# natural logarithm) measures how spread a distribution is. It is largest, $\ln V$, for the uniform one,
+# $p_v = 1/V$, and 0 when one token gets everything. Here both prompts' $H$ lie within 15 % of $\ln V$ (the code prints
+# both). $e^H$ is the number of characters a uniform choice would need to be as unsure: more than half of the $V$
+# characters. The random weights make the logits vary by about 1 around their mean, so the distribution is not quite
+# flat: the most likely character gets several times $1/V$, yet far less than half. Either way it says nothing about
+# the text. Training (lesson 14) is what makes these probabilities useful.
 
 # %%
 probs = logits[:, -1].softmax(axis=-1)                                        # (B, V)

@@ -9,11 +9,11 @@
 # %% [markdown]
 # # Lesson 05 — Normalisation
 #
-# Lesson 04 followed text through a model as boxes: each token's vector of $d$ numbers in the residual stream,
-# read and added to by one block after another. This lesson opens the first piece inside a block. A block has two
+# Lesson 04 followed text through a model as boxes: each token's vector of $d$ numbers in the residual stream, read
+# and added to by one block after another. This lesson opens the first piece inside a block. A block has two
 # sublayers, attention (lesson 06) and the feed-forward network (lesson 08), and each reads the stream through a
-# norm. A norm rescales each token's vector to a fixed size, so the sublayer sees the same scale at layer 1 and
-# at layer 80. This lesson shows what the two norms in use, LayerNorm and RMSNorm, do to a vector, why Llama
+# norm. A norm rescales each token's vector to a fixed size, so the sublayer sees the same scale in the first block
+# and in the 80th. This lesson shows what the two norms in use, LayerNorm and RMSNorm, do to a vector, why Llama
 # keeps only the simpler one, why neither is BatchNorm, and how the gradient gets back through them.
 #
 # **What you will learn**
@@ -46,10 +46,10 @@ OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
 # %% [markdown]
 # ## 1. Two norms, one token at a time
 #
-# A norm looks at one token's vector $x \in \mathbb{R}^d$ at a time (the last axis of a (B, L, d) tensor) and
-# never at the other tokens. LayerNorm (Ba et al., 2016) subtracts the vector's mean $\mu$, divides by its
-# standard deviation $\sigma$, then scales each feature by a learned gain $g$ and shifts it by a learned bias
-# $b$:
+# A norm looks at one token's vector $x \in \mathbb{R}^d$ at a time (the last axis of a (B, L, d) tensor) and never
+# at the other tokens. LayerNorm (Ba et al., 2016) subtracts the vector's mean $\mu$, divides by its standard
+# deviation $\sigma$, then scales each feature by a learned gain $g$ and shifts it by a learned bias $b$ ($\odot$ is
+# the elementwise product):
 #
 # $$\mathrm{LayerNorm}(x) = g \odot \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} + b, \qquad
 # \mu = \frac1d \sum_i x_i, \quad \sigma^2 = \frac1d \sum_i (x_i - \mu)^2.$$
@@ -58,10 +58,10 @@ OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
 #
 # $$\mathrm{RMSNorm}(x) = g \odot \frac{x}{\sqrt{m + \varepsilon}}, \qquad m = \frac1d \sum_i x_i^2.$$
 #
-# It has no centring and no bias. The small $\varepsilon$ ($10^{-5}$ in the library and in Llama) keeps the
-# division finite for a vector of zeros. `nn.LayerNorm` and `nn.RMSNorm` compute these formulas, and agree
-# with numpy to rounding. A norm holds $d$ gains, plus $d$ biases for LayerNorm. Llama (and Mistral, and every
-# other Llama-style preset in the library) uses RMSNorm; GPT-2 and BERT use LayerNorm.
+# It has no centring and no bias. The small $\varepsilon$ ($10^{-5}$ in the library and in Llama) keeps the division
+# finite for a vector of zeros. `nn.LayerNorm` and `nn.RMSNorm` compute these formulas, and agree with numpy to
+# rounding. A norm holds $d$ gains, plus $d$ biases for LayerNorm. Llama (and Mistral, and every other Llama-style
+# preset in the library) uses RMSNorm; GPT-2 and BERT (Google's text model of 2018) use LayerNorm.
 #
 # We use the width of the `tiny` preset, $d = 64$, and a batch of 2 sequences of 8 tokens, in float64. The
 # entries are drawn with mean 3 and standard deviation 2, so that the centring has something to remove.
@@ -339,15 +339,15 @@ assert round(np.degrees(np.arctan(3 / 2))) == 56 and round(ours.min()) == 45 and
 # %% [markdown]
 # ### What the centring costs
 #
-# The library counts FLOPs by running: one per elementwise operation, $n - 1$ per sum of $n$ numbers (lesson
-# 03). Per token of width $d$, RMSNorm's forward is $x \cdot x$ ($d$), a sum ($d - 1$), $/d$, $+\varepsilon$,
-# a square root and a reciprocal (4), then $x \cdot \mathrm{rstd}$ and $\cdot\, g$ ($2d$): **$4d + 3$**.
-# LayerNorm (no bias) adds the mean (a sum and a division, $d$) and the subtraction ($d$): **$6d + 3$**, with
-# two sums over each token where RMSNorm has one. The backward passes, with $N$ tokens, are $8Nd + 5N$ to $x$
-# for RMSNorm and $11Nd + 5N$ for LayerNorm, plus $2Nd - d$ for the gain's gradient (a product and a sum over
-# the tokens). These are the closed forms the library's accounting uses (`tinygrad_block/accounting.py`), and
-# the counter agrees with them exactly. So does the accounting of a whole block: the tiny block with
-# LayerNorms costs exactly two norms' difference more than the same block with RMSNorms.
+# The library counts FLOPs by running: one per elementwise operation, $n - 1$ per sum of $n$ numbers (lesson 03).
+# Per token of width $d$, RMSNorm's forward is $x \cdot x$ ($d$), a sum ($d - 1$), $/d$, $+\varepsilon$, a square
+# root and a reciprocal (4), then $x \cdot \mathrm{rstd}$ and $\cdot\, g$ ($2d$; rstd, the reciprocal of the root
+# mean square, is $1 / \sqrt{m + \varepsilon}$): **$4d + 3$**. LayerNorm (no bias) adds the mean (a sum and a
+# division, $d$) and the subtraction ($d$): **$6d + 3$**, with two sums over each token where RMSNorm has one. The
+# backward passes, with $N$ tokens, are $8Nd + 5N$ to $x$ for RMSNorm and $11Nd + 5N$ for LayerNorm, plus $2Nd - d$
+# for the gain's gradient (a product and a sum over the tokens). These are the closed forms the library's accounting
+# uses (`tinygrad_block/accounting.py`), and the counter agrees with them exactly. So does the accounting of a whole
+# block: the tiny block with LayerNorms costs exactly two norms' difference more than the same block with RMSNorms.
 #
 # For Llama-2-7B ($d = 4096$) one RMSNorm is 16,387 FLOPs per token, forward. Tables of a block's costs
 # often say "about $4d$" (16,384), and sometimes give that one figure for the row of both norms: counted, the
@@ -441,12 +441,12 @@ assert np.abs(bn_out.mean(-1)).max() > 0.1
 # %% [markdown]
 # ### (a) A batch of one, and a batch of others
 #
-# **One sequence, normalised over the batch only.** With $B = 1$ the "batch" of each feature at each position
-# is a single number. Its mean is that number and its variance is 0, so every output is
-# $0 / \sqrt{\varepsilon} = 0$: the layer erases its input. Generating text, which picks a next token from the
-# probabilities of lesson 04, appends it and runs again, can feed the model one new token at a time ($B = 1$,
-# $L = 1$; lesson 07's KV cache is what makes that possible). That is the same situation even when the
-# statistics also run over the positions.
+# **One sequence, normalised over the batch only.** With $B = 1$ the "batch" of each feature at each position is a
+# single number. Its mean is that number and its variance is 0, so every output is $0 / \sqrt{\varepsilon} = 0$: the
+# layer erases its input. Generating text, which picks a next token from the probabilities of lesson 04, appends it
+# and runs again, can feed the model one new token at a time ($B = 1$, $L = 1$): the model keeps what attention
+# computed for the earlier tokens, its KV cache (lesson 07), and runs only the new one. That is the same situation
+# even when the statistics also run over the positions.
 #
 # **One sequence, normalised over its positions.** Now the statistics come from the sequence's own tokens,
 # including the ones after the current token. In a causal language model, where position $i$ may use only the
@@ -635,11 +635,11 @@ assert np.abs(radial - predicted).max() < 1e-13 and np.abs(cos0).max() < 1e-14
 # ## Exercises
 #
 # 1. `masked_batchnorm`: BatchNorm that ignores padding. Given $x$ (B, L, d) and a mask (B, L) with 1.0 at real
-#    tokens and 0.0 at padding, `masked_batchnorm(x, mask, eps)` normalises each feature by the mean and the
-#    (biased) variance of the real tokens only, and returns 0 at the padding positions, using Tensor operations
-#    so that autograd differentiates it. The checker compares with numpy on the real tokens and with finite
-#    differences, and it recognises statistics that still count the padding, padding left non-zero, and
-#    LayerNorm's axis in place of BatchNorm's.
+#    tokens and 0.0 at padding, `masked_batchnorm(x, mask, eps)` normalises each feature by the mean and the biased
+#    variance (divided by the count, not by the count minus 1) of the real tokens only, and returns 0 at the padding
+#    positions, using Tensor operations so that autograd differentiates it. The checker compares with numpy on the
+#    real tokens and with finite differences, and it recognises statistics that still count the padding, padding
+#    left non-zero, and LayerNorm's axis in place of BatchNorm's.
 # 2. `layernorm_backward`: LayerNorm's backward by hand, in numpy. `layernorm_backward(dout, x, weight, eps)`
 #    returns `(dx, dweight, dbias)` for $y = g \odot (x - \mu)\,r + b$ over the last axis, $x$ of shape
 #    (..., d). The checker compares with autograd through `nn.LayerNorm` and with finite differences, and

@@ -128,10 +128,11 @@ assert np.allclose(out.numpy()[2], A.numpy()[2] @ V.numpy(), rtol=0, atol=1e-15)
 # The score $s_{ij} = q_i \cdot k_j$ is a sum of $d_k$ products, and its typical size grows with $d_k$. In the
 # library $d_k$ is called `d_head`, for a reason section 6 gives.
 #
-# Suppose the entries of $q$ and $k$ are independent, with mean 0 and variance 1 (roughly what a normalised
-# input and well-initialised projections give). Each product $q_t k_t$ then has mean 0 and variance 1, and a
-# sum of $d_k$ independent such terms has variance $d_k$. So the scores spread out as $\sqrt{d_k}$: about 11 for
-# Llama's $d_k = 128$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 at every width.
+# Suppose the entries of $q$ and $k$ are independent, with mean 0 and variance 1 (roughly what a normalised input
+# gives, with $W_Q$ and $W_K$ drawn at random on a suitable scale, as they are before training). Each product
+# $q_t k_t$ then has mean 0 and variance 1, and a sum of $d_k$ independent such terms has variance $d_k$. So the scores
+# spread out as $\sqrt{d_k}$: about 11 for Llama's $d_k = 128$. Dividing by $\sqrt{d_k}$ brings the variance back to
+# 1 at every width.
 #
 # Below, 20000 random pairs for each width: the measured variance of $q \cdot k$ is $d_k$ within 5 %, and
 # after the scale it is 1 within 5 %.
@@ -154,13 +155,14 @@ assert round(math.sqrt(128)) == 11
 # %% [markdown]
 # ## 3. Without the scale, softmax saturates
 #
-# Why does the spread matter? Softmax, $p_j = e^{s_j} / \sum_l e^{s_l}$, compares *differences* of scores: a
-# gap of 10 between the best key and the next makes the ratio of their weights $e^{10} \approx 2.2 \times 10^4$.
-# When scores spread by $\sqrt{d_k}$, wide queries and keys produce such gaps all the time, and a row puts nearly
-# all its weight on one key. That row is almost one-hot (one weight near 1, the others near 0), and the gradient
-# through it almost vanishes. The softmax Jacobian is
-# $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$, and with one $p_i \approx 1$ and the others
-# $\approx 0$ every entry is close to 0. Training cannot move a saturated row.
+# Why does the spread matter? Softmax, $p_j = e^{s_j} / \sum_l e^{s_l}$, compares *differences* of scores: a gap of
+# 10 between the best key and the next makes the ratio of their weights $e^{10} \approx 2.2 \times 10^4$. When
+# scores spread by $\sqrt{d_k}$, wide queries and keys produce such gaps all the time, and a row puts nearly all its
+# weight on one key. That row is almost one-hot (one weight near 1, the others near 0), and the gradient through it
+# almost vanishes. The softmax's **Jacobian**, the table of its partial derivatives, is
+# $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$ ($\delta_{ij}$ is 1 when $i = j$ and 0 otherwise), and
+# with one $p_i \approx 1$ and the others $\approx 0$ every entry is close to 0. Training cannot move a saturated
+# row.
 #
 # The experiment: one query against 16 random keys, in 400 independent rows, at widths $d_k$ = 2 to 512.
 # For each width we measure the largest weight in a row (averaged over the rows) and the size of the gradient
@@ -319,10 +321,11 @@ assert np.abs(s.grad.numpy() - by_hand).max() < 1e-15
 #
 # `nn.Attention` is this whole sublayer. We build it from the `tiny` preset ($d_{model} = 64$, $H = 4$ heads of
 # $d_{head} = 16$) with two settings changed, so that it computes exactly what this lesson has explained:
-# `n_kv_heads=4`, one key/value head for each query head (the preset has 2; lesson 07 shares keys and values
-# between query heads), and `rope=False` (lesson 07 gives queries and keys the positions of their tokens). Its
-# input is a batch of $B = 2$ sequences of $L = 8$ token vectors, normalised with RMSNorm (lesson 05; lesson 09
-# shows where this norm sits in the block), in float64. Every intermediate is kept:
+# `n_kv_heads=4`, so that every head has its own keys and values (the preset has 2 sets of keys and values, each
+# shared by two heads' queries, which lesson 07 explains), and `rope=False`, no positions (RoPE, the rotary position
+# embedding of lesson 07, gives queries and keys the positions of their tokens). Its input is a batch of $B = 2$
+# sequences of $L = 8$ token vectors, normalised with RMSNorm (lesson 05; lesson 09 shows where this norm sits in
+# the block), in float64. Every intermediate is kept:
 #
 # | step | shape |
 # |---|---|

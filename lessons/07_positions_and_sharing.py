@@ -155,11 +155,12 @@ fig.colorbar(image, ax=ax, label=r"score $R_m q \cdot R_n k$")
 show(fig, OUT / "rope_relative_scores.png")
 
 # %% [markdown]
-# The same holds inside the block. Start the sequence at position 37 instead of 0 (`offset=37`, as when a
-# model continues a text it has already read). The rotated queries change completely, yet every score stays the
-# same to within $10^{-12}$. Values are not rotated, so the whole block's output does not move either:
-# `block(x, offset=37)` equals `block(x)` to within $10^{-12}$. A model with RoPE never sees absolute
-# positions at all; it sees how far back each key is.
+# The same holds inside the block. `nn.TransformerBlock` is the whole block: its two norms, attention and the
+# feed-forward network, which lesson 09 wires together. Start the sequence at position 37 instead of 0 (`offset=37`,
+# as when a model continues a text it has already read). The rotated queries change completely, yet every score
+# stays the same to within $10^{-12}$. Values are not rotated, so the whole block's output does not move either:
+# `block(x, offset=37)` equals `block(x)` to within $10^{-12}$. A model with RoPE never sees absolute positions at
+# all; it sees how far back each key is.
 
 # %%
 CFG = nn.preset("tiny")
@@ -378,9 +379,9 @@ assert acc.block_param_breakdown(c70)["W_K"] == 8_388_608
 # ## 6. The KV cache, and what sharing saves
 #
 # A model generates text one token at a time, and each new token's query must see the keys and values of every
-# earlier token. Recomputing them at each step would redo the whole prefix, so every layer keeps them: the
-# **KV cache**. Per token and per layer it holds $2 \times H_{kv} \times d_{head}$ numbers (K and V). For a batch
-# of $B$ sequences of $L$ tokens:
+# earlier token. Recomputing them at each step would redo the work for every earlier token, so every layer keeps
+# them: the **KV cache**. Per token and per layer it holds $2 \times H_{kv} \times d_{head}$ numbers (K and V). For
+# a batch of $B$ sequences of $L$ tokens:
 #
 # $$\text{KV-cache bytes} = 2 \cdot n_{layers} \cdot B \cdot L \cdot H_{kv} \cdot d_{head} \cdot
 # \text{bytes per number}.$$
@@ -402,12 +403,12 @@ assert acc.block_param_breakdown(c70)["W_K"] == 8_388_608
 #   KV heads. With 64 query heads (Llama-2-70B, Llama-3-70B) 8 KV heads make groups of 8, a cut of 8 ×. With
 #   32 query heads (Llama-3-8B, Mistral-7B), 8 KV heads make groups of 4: a cut of 4 ×. TinyLlama's 32
 #   heads over 4 KV heads give 8 ×; SmolLM-135M's 9 over 3 give 3 ×.
-# - *"With MHA, Llama-2-70B's KV cache would need about 107 GB, more than an 80 GB A100."* Counted exactly,
-#   one full 4,096-token sequence needs 10 GiB = 10,737,418,240 bytes, about 10.7 GB: ten times less. The
-#   107 GB is what ten such sequences need (100 GiB = 107,374,182,400 bytes). A server runs many sequences at
-#   once, and the MHA cache passes 80 GB from 8 full sequences on. That is the real reason for GQA: the weights
-#   alone already need 137,953,296,384 bytes (138 GB) in bf16, so the model is split over several GPUs anyway,
-#   and the cache decides how many sequences fit beside it.
+# - *"With MHA, Llama-2-70B's KV cache would need about 107 GB, more than an 80 GB A100"* (an NVIDIA GPU; a GB is
+#   $10^9$ bytes). Counted exactly, one full 4,096-token sequence needs 10 GiB = 10,737,418,240 bytes, about 10.7
+#   GB: ten times less. The 107 GB is what ten such sequences need (100 GiB = 107,374,182,400 bytes). A server runs
+#   many sequences at once, and the MHA cache passes 80 GB from 8 full sequences on. That is the real reason for
+#   GQA: the weights alone already need 137,953,296,384 bytes (138 GB) in bf16, so the model is split over several
+#   GPUs anyway, and the cache decides how many sequences fit beside it.
 
 # %%
 def measured_kv_bytes(cfg: nn.BlockConfig, batch: int, seq_len: int) -> int:
