@@ -12,9 +12,10 @@
 # Lesson 09 built the pre-norm block, and the lessons after it counted what it costs. Published models change
 # that block in small ways: where the norm goes and which norm it is, whether the projections carry biases,
 # whether attention and the FFN run one after the other or side by side. Two further changes go beyond the
-# block: adapters that fine-tune a model by training a small fraction of its weights, and mixtures of experts
-# that store many FFNs but run only a few for each token. Each variant is a field of `nn.BlockConfig`, so this
-# lesson builds each one and compares it with the plain block, and several of them are trained side by side.
+# block: adapters that fine-tune a model (train an already trained model further, on new text or a new task) by
+# training a small fraction of its weights, and mixtures of experts that store many FFNs but run only a few
+# for each token. Each variant is a field of `nn.BlockConfig`, so this lesson builds each one and compares it
+# with the plain block, and several of them are trained side by side.
 #
 # **What you will learn**
 # - post-norm against pre-norm, trained at depth: at 8 blocks, post-norm gets stuck at the character frequencies
