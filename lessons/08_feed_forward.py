@@ -42,22 +42,24 @@ OUT = out_dir(8)          # lessons/out/08/: this lesson's pictures
 # %% [markdown]
 # ## 1. Three activations
 #
-# An FFN is two matrices with a non-linear function between them. Without that function, the two matrices
-# would multiply into one, $W_{down} W_{up}$, and the FFN would be no more than a single linear map. These three
-# activations are the ones in use:
+# An FFN is two matrices with a non-linear function between them, the **activation**, applied to each number on
+# its own. Without that function, the two matrices would multiply into one, $W_{down} W_{up}$, and the FFN would
+# be no more than a single linear map. These three activations are the ones in use:
 #
 # | name | formula | used by |
 # |---|---|---|
-# | ReLU | $\max(0, z)$ | the 2017 transformer |
-# | GELU | $z\,\Phi(z) = \tfrac z2\big(1 + \mathrm{erf}(z/\sqrt2)\big)$ | BERT, GPT-2 (in its tanh form) |
+# | ReLU | $\max(0, z)$ | the original transformer (Vaswani et al., 2017) |
+# | GELU | $z\,\Phi(z) = \tfrac z2\big(1 + \mathrm{erf}(z/\sqrt2)\big)$ | BERT, GPT-2 (approximated with tanh) |
 # | SiLU (also called swish) | $z\,\sigma(z) = z / (1 + e^{-z})$ | Llama, Mistral (inside SwiGLU) |
 #
 # GELU and SiLU are smooth versions of ReLU. Each multiplies $z$ by a number between 0 and 1 that depends on
-# $z$ itself: the Gaussian CDF $\Phi(z)$ for GELU, the logistic sigmoid $\sigma(z)$ for SiLU. For large
+# $z$ itself: for GELU the Gaussian CDF $\Phi(z)$, the probability that a standard normal variable falls below
+# $z$; for SiLU the logistic sigmoid $\sigma(z) = 1 / (1 + e^{-z})$. For large
 # positive $z$ they pass $z$ through almost unchanged, and for large negative $z$ they return almost 0. In
 # between they let a little negative signal through. Their slope is 0 at a single point on the negative side,
-# the bottom of their dip, where it changes sign; ReLU's is 0 on the whole negative side. A ReLU unit whose
-# input stays negative gets no gradient at all (a "dead" unit); a SiLU unit still gets one.
+# the bottom of their dip, where it changes sign; ReLU's is 0 on the whole negative side. A ReLU **unit** (one
+# number of the FFN's hidden vector, section 2) whose input stays negative gets no gradient at all (a "dead"
+# unit); a SiLU unit still gets one.
 #
 # Each activation acts elementwise, so one backward pass of their sum gives the derivative at every point of a
 # grid at once. Autograd agrees with the derivatives worked out by hand to $10^{-12}$:
@@ -113,7 +115,8 @@ for name in ("GELU", "SiLU"):                                     # one sign cha
 # $$z^* = -1 - W(1/e), \qquad \mathrm{SiLU}(z^*) = z^*\sigma(z^*) = z^* + 1 = -W(1/e),$$
 #
 # because $\sigma(z^*) = 1 + 1/z^*$ at the crossing. The minimum's value and its position differ by exactly 1.
-# $W(1/e)$ is the root of $w e^w - e^{-1}$, which Newton's method finds in a few steps. The two methods agree
+# $W(1/e)$ is the root of $w e^w - e^{-1}$, which Newton's method (follow the tangent of the function to where it
+# crosses zero, and repeat) finds in a few steps. The two methods agree
 # to $10^{-12}$, and the quoted $-0.278$ at $-1.278$ is right to three decimals:
 # $\mathrm{SiLU}(-1.2784645) = -0.2784645$.
 
@@ -164,14 +167,14 @@ show(fig, OUT / "activations.png")
 # %% [markdown]
 # ## 2. The classic FFN: expand, activate, contract
 #
-# The 2017 transformer and GPT-2 use
+# The original transformer and GPT-2 use the classic FFN, also called the **vanilla** FFN:
 #
 # $$\mathrm{FFN}(x) = W_{down}\,\mathrm{act}(W_{up}\,x + b_{up}) + b_{down},$$
 #
-# which widens each token's vector from $d_{model}$ to $d_{ff} = 4\,d_{model}$, applies the activation, and
-# narrows it back. For GPT-2 small that is $768 \to 3072 \to 768$, with $2 \cdot 768 \cdot 3072$ weights and
-# $3072 + 768$ biases: 4,722,432 parameters (`nn.MLP`; the library stores each weight (out, in), so
-# `up_proj.weight` is 3072 × 768).
+# which widens each token's vector from $d_{model}$ numbers to a **hidden** vector of $d_{ff} = 4\,d_{model}$,
+# applies the activation, and narrows it back. For GPT-2 small that is $768 \to 3072 \to 768$, with
+# $2 \cdot 768 \cdot 3072$ weights and $3072 + 768$ biases: 4,722,432 parameters (`nn.MLP`; the library stores
+# each weight (out, in), so `up_proj.weight` is 3072 × 768).
 #
 # An FFN treats each position on its own: the same matrices are applied to every token's vector, and nothing
 # is mixed between positions. Change token 2 of a sequence and only output 2 changes; the others are the same to
@@ -179,7 +182,7 @@ show(fig, OUT / "activations.png")
 # separately. This is also why the FFN needs nothing like attention's KV cache (lesson 07) during generation:
 # a new token's FFN output does not depend on the tokens before it.
 #
-# The activation matters. Remove it and the two layers are a single affine map,
+# The activation matters. Remove it and the two layers are a single affine map (a linear map plus a constant),
 # $x \mapsto (W_{down} W_{up})\,x + (W_{down} b_{up} + b_{down})$: the product of the two matrices is one
 # 768 × 768 matrix.
 
@@ -333,8 +336,9 @@ assert (zero_out == 0).all() and (zero_tiny == 0).all()
 #
 # Why 11008 ($2.6875\,d$) and not $\tfrac83 \cdot 4096 = 10922.67$? Meta's code takes
 # $\lfloor \tfrac23 \cdot 4d \rfloor = 10922$ and rounds it **up** to the next multiple of 256 (`multiple_of`):
-# $\lceil 10922 / 256 \rceil = 43$, and $43 \times 256 = 11008$. Matrices whose sides are multiples of large
-# powers of two tile evenly onto GPU matrix units. The rounding goes up, not to the nearest multiple. For
+# $\lceil 10922 / 256 \rceil = 43$, and $43 \times 256 = 11008$. A GPU multiplies matrices in fixed-size tiles
+# on units built for that, and sides that are multiples of large powers of two split into whole tiles, with none
+# left half empty. The rounding goes up, not to the nearest multiple. For
 # Llama-2-7B both give 11008 ($10922 / 256 = 42.7$), but Llama-2-13B ($d = 5120$) tells them apart:
 # $\lfloor 13653.3 \rfloor / 256 = 53.3$ rounds up to $54 \times 256 = 13824$, its real width, and to the nearest
 # to $53 \times 256 = 13568$.
@@ -404,7 +408,8 @@ assert round(11008 / 4096, 4) == 2.6875 and round(10922 / 256, 1) == 42.7 and ro
 # ## 5. Where the parameters are
 #
 # Per block, Llama's attention holds $2d^2 + 2\,d\,n_{kv} d_{head}$ parameters ($W_Q$ and $W_O$ are
-# $d \times d$; $W_K$ and $W_V$ are as wide as the key/value heads), the FFN $3\,d\,d_{ff}$, and the two
+# $d \times d$; $W_K$ and $W_V$ are as wide as the $n_{kv}$ key/value heads, lesson 07's $H_{kv}$, the config's
+# `n_kv_heads`), the FFN $3\,d\,d_{ff}$, and the two
 # norms $2d$. With MHA and $d_{ff} \approx \tfrac83 d$ that is $4d^2$ against $8d^2$: the FFN holds two
 # thirds of each block. A whole model adds an embedding and an LM head of $V \times d$ each (or one of them, when
 # they are **tied**: the LM head then reuses the embedding table as its weight, lesson 12), and a final norm.

@@ -18,7 +18,8 @@
 #   is the input plus one contribution per sublayer, exactly;
 # - why a block whose output projections are zero is exactly the identity, forward and backward, and why it
 #   still learns;
-# - how to read each sublayer's contribution through the unembedding (the idea behind the logit lens), and
+# - how to read each sublayer's contribution through the unembedding, the LM head of lesson 04 (the idea behind
+#   the logit lens), and
 #   what it can and cannot show on an untrained model;
 # - one token through the block, step by step: every shape, for the tiny preset and for Llama-2-7B;
 # - pre-norm against post-norm: the gradient through stacks of 1 to 48 blocks, measured and plotted, and the
@@ -81,11 +82,12 @@ assert nn.preset("llama2-7b").n_layers == 32 and nn.preset("llama2-70b").n_layer
 #
 # $$x^{(n)} = x^{(0)} + \sum_{\ell=1}^{n}\big(\Delta^{(\ell)}_{attn} + \Delta^{(\ell)}_{ffn}\big).$$
 #
-# Think of the stream as a bus that every sublayer reads from (through its norm) and writes to (through its
-# output projection, $W_O$ or $W_{down}$). This has consequences:
+# Think of the stream as a **bus**, the name for the shared wires in a computer that every part reads from and
+# writes to. Every sublayer reads from the stream (through its norm) and writes to it (through its output
+# projection, $W_O$ or $W_{down}$). This has consequences:
 # - **A shared space.** Every $\Delta$ has the stream's shape, here (2, 8, 64). All sublayers of all layers
 #   write into the same 64 coordinates, so a direction written by layer 1 can be read by layer 2, or by the
-#   unembedding at the very end.
+#   unembedding (the LM head, section 4) at the very end.
 # - **A limited bandwidth.** A sublayer can only change the stream within its $d_{model}$ coordinates. Whatever
 #   it wants to pass on must fit there, alongside everything else that has been written.
 # - **Decomposability.** "What did layer 1's FFN add?" has an exact answer: $\Delta^{(1)}_{ffn}$. The
@@ -93,7 +95,8 @@ assert nn.preset("llama2-7b").n_layers == 32 and nn.preset("llama2-70b").n_layer
 #
 # Below, the two blocks of the tiny preset run in sequence and each sublayer's write is kept. Added up in the
 # same order, $x + \Delta_1 + \Delta_2 + \Delta_3 + \Delta_4$ equals the stack's output to the last bit. The
-# writes are not small next to the stream: each one here is about two thirds the size of the input (in 2-norm).
+# writes are not small next to the stream: each one here is about two thirds the size of the input (in 2-norm,
+# the square root of the sum of all the squared numbers).
 
 # %%
 g = tb.Generator(1)
@@ -133,7 +136,7 @@ assert all(0.6 < norm(w) / norm(x0) < 0.72 for w in writes.values())
 # zero. Every weight before them gets exactly 0, because its only way to the output runs through a zero matrix.
 # A first step of training moves $W_O$ and $W_{down}$ off zero, and after that the rest of the block gets
 # gradient too. This is why a block can start as (or near) the identity: GPT-2 shrinks its output projections
-# at initialisation, and some schemes set them to zero.
+# at initialisation (the random draw of the weights before training starts), and some schemes set them to zero.
 #
 # The same holds for a whole stack, block after block. It holds only for pre-norm: in a post-norm block
 # (section 6) the norms sit on the stream itself, and the same zero weights give
@@ -268,9 +271,9 @@ show(fig, OUT / "logit_attribution.png")
 # preset and on Llama-2-7B (which builds in no time, because nothing is computed).
 #
 # The shapes follow the configuration: the projections give $n_{heads}$ query heads and $n_{kv}$ key/value
-# heads of $d_{head}$ each (the reshape that splits the heads joins its projection, the merge joins the
-# weighted sum, and the RoPE row shows k, which is rotated last); GQA copies the key/value heads
-# to match the query heads (the tiny preset has 2 for 4; Llama-2-7B has one per query head, so the step is
+# heads of $d_{head}$ each (the walk counts the reshape that splits the heads as part of its projection and the
+# merge as part of the weighted sum, and the RoPE row shows k, which is rotated last); GQA copies the key/value
+# heads to match the query heads (the tiny preset has 2 for 4; Llama-2-7B has one per query head, so the step is
 # absent); the scores are $L \times L$ per head; the FFN widens to $d_{ff}$; every residual add is back at
 # $d_{model}$.
 #
@@ -323,7 +326,8 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 # %% [markdown]
 # ## 6. Pre-norm against post-norm
 #
-# The 2017 transformer, and BERT after it, put the norm *after* the residual add (`nn.PostNormBlock`):
+# The original transformer of 2017 (lesson 08), and BERT after it, put the norm *after* the residual add
+# (`nn.PostNormBlock`):
 #
 # $$\text{post-norm:}\quad h = \mathrm{norm}_1(x + \mathrm{attn}(x)), \quad \mathrm{out} = \mathrm{norm}_2(h +
 # \mathrm{ffn}(h)); \qquad \text{pre-norm:}\quad h = x + \mathrm{attn}(\mathrm{norm}_1(x)), \quad \mathrm{out} =
@@ -369,8 +373,8 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 #   the depth, about $n^{0.6}$, because later blocks change a grown stream less and less. Post-norm's compounds. It
 #   overtakes between 12 and 24 blocks, and at 48 it is above 100, against about 14 for pre-norm.
 #
-# The per-block factor of post-norm here comes from this initialisation. With other gains the gradient can
-# shrink through each block instead. What stays the same is that it is a product over all the blocks, with no
+# The per-block factor of post-norm here comes from this initialisation. With other initial weights the gradient
+# can shrink through each block instead. What stays the same is that it is a product over all the blocks, with no
 # path around the norms. A deep post-norm stack therefore needs small steps until training has balanced those
 # factors, which is what the warmup provides.
 

@@ -10,10 +10,12 @@
 # # Lesson 10 — The block's backward by hand
 #
 # Autograd hands us every gradient of the block without a single derivative written down. This lesson writes them
-# anyway, piece by piece, because that is how you read a gradient bug, check a fused kernel (one GPU program that
-# does several steps at once, lessons 16 and 17), or see why a block trains at all. Every piece is checked three
-# ways, and the classic mistakes are run next to the right code: none of them raises an error, and each is plainly
-# wrong once it is compared with the right answer.
+# anyway, piece by piece, because that is how you read a gradient bug, check a fused kernel, or see why a block
+# trains at all. (A **kernel** is one program that a GPU runs over whole tensors, usually for a single op; a
+# **fused** kernel does several steps of the block, forward or backward, in one such program, so its gradients
+# are written by hand and must be checked against autograd. Lesson 16 counts what fusion saves, and lesson 18
+# builds fused kernels.) Every piece is checked three ways, and the classic mistakes are run next to the right
+# code: none of them raises an error, and each is plainly wrong once it is compared with the right answer.
 #
 # **What you will learn**
 # - hand-derived pairs: a forward that returns its output and a cache, a backward that takes the output's
@@ -340,11 +342,12 @@ print(f"under MHA (G = 1) the right sum and both slips agree exactly: {mha_same}
 assert mha_same
 
 # %% [markdown]
-# Attention's backward, written out from the pairs, shows where the group sum sits: after the softmax attention
-# has handed back one gradient per query head, and before RoPE is undone (section 5). At the end, the normalised
-# input $a = \mathrm{norm}_1(x)$ fed three projections, Q, K and V, so its three gradients add: the same merge as
-# at a residual, three ways. The function takes the group sum and RoPE's backward as arguments, so that the slips
-# can run inside the block; with the right ones it agrees with `manual.attention_backward` bit for bit.
+# Attention's backward, written out from the pairs, shows where the group sum sits: after the backward of the
+# weighted sum (for V) and of the softmax and the scores (for K) has handed back one gradient per query head,
+# and before RoPE is undone (section 5). At the end, the normalised input $a = \mathrm{norm}_1(x)$ fed three
+# projections, Q, K and V, so its three gradients add: the same merge as at a residual, three ways. The function
+# takes the group sum and RoPE's backward as arguments, so that the slips can run inside the block; with the right
+# ones it agrees with `manual.attention_backward` bit for bit.
 #
 # Inside the block, the first-head slip spoils the gradients of $W_K$ and $W_V$ and of everything the gradient
 # reaches after them (norm1's gain and $x$), while $W_Q$, $W_O$ and the whole FFN stay exact.
@@ -598,8 +601,8 @@ assert H * d_head == CFG.d_model == 64 and H_kv * d_head == 32
 # - it spoils exactly the gradients that its wrong numbers flow into on the way back to the input, and leaves
 #   the others exact. The FFN's gradients come out first, so a check of those alone catches none of the
 #   attention mistakes;
-# - only $x$'s gradient is spoiled by every mistake. It is the last one computed, and it is what the block
-#   below receives: in a stack, every earlier layer inherits the error.
+# - only $x$'s gradient is spoiled by every mistake that has a backward (all but pitfall 2). It is the last one
+#   computed, and it is what the block below receives: in a stack, every earlier layer inherits the error.
 
 # %%
 columns = ["output", "x", "norm1\ngain", "$W_Q$", "$W_K$", "$W_V$", "$W_O$", "norm2\ngain", "$W_{gate}$", "$W_{up}$",

@@ -73,7 +73,8 @@ def draw(source, path, **options):
 # %% [markdown]
 # ## 1. Recording: one node per primitive call
 #
-# `record_graph(block, x)` is an observer, like `count_flops`. Every primitive call that passes the choke point
+# `record_graph(block, x)` is an observer (code that the choke point calls after every primitive, as
+# `tb.observe` of lesson 01 arranges), like `count_flops`. Every primitive call that passes the choke point
 # appends one **op node**. The node holds the op's name, its output's shape and dtype, the module scope it ran
 # in (`block.attn.q_proj`), the step it belongs to (modules name their steps, such as 'rope' or 'softmax';
 # section 3), the phase (forward or backward) and its FLOPs, plus edges to the nodes that made its
@@ -537,7 +538,8 @@ if picture:
 # ## 6. FLOPs on the nodes
 #
 # Op nodes carry their FLOPs, and a box carries the sum over the ops inside it, so at depth 1 the drawing is
-# also a FLOP budget. Labels are rounded (kFLOPs with two decimals); the view holds the exact figures:
+# also a FLOP budget. Labels are rounded to two decimals in kFLOPs (thousands of FLOPs; MFLOPs, GFLOPs and
+# TFLOPs are $10^6$, $10^9$ and $10^{12}$); the view holds the exact figures:
 #
 # | box | forward FLOPs | label |
 # |---|---|---|
@@ -661,7 +663,8 @@ if picture:
 # ## 8. Rendering: SVG, PNG and the dpi
 #
 # `graph.render(path, depth=..., backward=..., title=...)`, or `render(dot_text_or_view, path)`, passes the
-# view's DOT text (`view.to_dot(title)`) through graphviz's `dot` program. It writes SVG, PNG or PDF, chosen
+# view's DOT text (`view.to_dot(title)`: DOT is graphviz's plain-text language for a graph, one line per node
+# and per edge) through graphviz's `dot` program, which lays the graph out. It writes SVG, PNG or PDF, chosen
 # by the file's extension. SVG and PDF are vector drawings: they stay sharp at any zoom, which is what you
 # want for the tall depth-2 drawings (open them in a browser). A PNG is pixels. Graphviz measures a drawing
 # in points, 72 to the inch, and a PNG gets `dpi` pixels per inch. So its width in pixels is $\mathrm{dpi}/72$

@@ -9,10 +9,10 @@
 # %% [markdown]
 # # Lesson 12 — Counting parameters of real models
 #
-# A model's parameter count decides what it costs to store, to serve and to train, and every estimate of
-# compute and memory in lesson 13 starts from it. This lesson counts the parameters of real architectures
-# exactly, down to the last one, on the shape-only device. A 70B model counts in milliseconds there, and every
-# count is checked against a formula derived by hand.
+# A model's parameter count decides what it costs to store, to serve (to run for its users) and to train, and
+# every estimate of compute and memory in lesson 13 starts from it. This lesson counts the parameters of real
+# architectures exactly, down to the last one, on the shape-only device. A 70B model counts in milliseconds
+# there, and every count is checked against a formula derived by hand.
 #
 # **What you will learn**
 # - the shape-only device: how to build all 69 billion parameters of Llama-2-70B without allocating a byte;
@@ -99,10 +99,10 @@ assert n7 == acc.total_params(cfg7) == 6_738_415_616 and refused is not None and
 # as about 65.7 B. Counted, one block is 855,654,400 and 80 blocks are 68,452,352,000: the table's figure does
 # not follow from its own formula.
 #
-# The body outweighs the embedding by a factor often quoted as about 250. Counted, it is 261 times the
-# embedding (68,452,352,000 / 262,144,000 = 261.1), and 131 times the embedding and the LM head together. The
-# embedding and the head add 524,296,192 parameters with the final norm, the "about 0.5 B more" on top of the
-# body.
+# The **body**, the stack of blocks, outweighs the embedding by a factor often quoted as about 250. Counted, it
+# is 261 times the embedding (68,452,352,000 / 262,144,000 = 261.1), and 131 times the embedding and the LM head
+# together. The embedding and the head add 524,296,192 parameters with the final norm, the "about 0.5 B more" on
+# top of the body.
 #
 # **Small models are different.** The embedding's size depends on the vocabulary and $d_{model}$, the body's on
 # $n_{layers} d_{model}^2$. Shrink $d_{model}$ and the number of layers, keep a large vocabulary, and the embedding

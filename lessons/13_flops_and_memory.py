@@ -22,7 +22,8 @@
 # - where the compute goes, and the sequence length where attention overtakes the FFN (plotted);
 # - training compute: Chinchilla's 20 tokens per parameter, how long a 70B model takes on a thousand GPUs, and
 #   the `calc` command that does this arithmetic for any architecture;
-# - training memory: weights, gradients, Adam, and the activations kept for backward, estimated and measured;
+# - training memory: weights, gradients, the state of the Adam optimizer, and the activations kept for backward,
+#   estimated and measured;
 # - the KV cache of generation, beside all that.
 #
 # Run it as a script, `python -m tinygrad_block lesson 13`, or as a notebook,
@@ -126,8 +127,9 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # 3,911,999,488 FLOPs to the forward's 1,932,735,283,200 of matmuls: 0.20 % of the total. Most of them act on
 # the $32 \times 4096 \times 4096$ scores ($T$ = 536,870,912): the mask is one add per score, and the softmax
 # is $5T - 2R$ = 2,684,092,416 for its $R = 32 \times 4096$ rows. They barely count as arithmetic, but on a GPU
-# each one is a trip through memory, so they still take real time (lesson 16 counts that traffic, kernel by
-# kernel: a **kernel** is one program the GPU runs, such as one op over a whole tensor).
+# each one is a trip through memory (its input read from the GPU's memory, its output written back), so they
+# still take real time. Lesson 16 counts that traffic kernel by kernel (a kernel, lesson 10, is one program the
+# GPU runs, such as one op over a whole tensor).
 #
 # **Closed forms.** `accounting.block_forward_flops` and `block_backward_flops` derive the same numbers on
 # paper, for matmuls alone and for all ops. They equal the counts exactly, a difference of 0 in all four.
@@ -183,13 +185,14 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # (2,147,483,648). Training comes to **46,084,915,200**: $6 \times$ 6,607,077,376 + $12 L d\,n_{layers}$
 # (6,442,450,944). That is **14.0 % more** than the rule's $6N$ = 40,430,493,696.
 #
-# A figure often quoted for Llama-2-7B is "about 15 GFLOPs per token", with "about 66k tokens per second on an
-# H100 at 990 TFLOP/s" ($990 \times 10^{12} / 15 \times 10^9$). Which 15 G is it? The 32 blocks' weight
-# matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are 15,099,494,400: that is the
-# 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation that allows 64,446
-# tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because reading the
-# weights from memory takes time (lesson 16, section 3: decoding, generating one token at a time, is bound by
-# memory).
+# A figure often quoted for Llama-2-7B is "about 15 GFLOPs per token", with "about 66k tokens per second on an H100
+# at 990 TFLOP/s" ($990 \times 10^{12} / 15 \times 10^9$). The H100 is NVIDIA's data-centre GPU, and 990 TFLOP/s,
+# $990 \times 10^{12}$ FLOPs per second, is its peak for matrix products in bf16; GFLOPs are $10^9$ FLOPs. Which
+# 15 G is it? The 32 blocks' weight matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are
+# 15,099,494,400: that is the 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation
+# that allows 64,446 tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because
+# reading the weights from memory takes time (lesson 16, section 3: decoding, generating one token at a time, is
+# bound by memory).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -256,11 +259,12 @@ assert round(990e12 / blocks_ctx / 1e3) == 66                         # the 15 G
 # "comparable to the FFN". For Llama-2-7B it is 536,870,912 at $L$ = 32,768, 1.98 times the FFN's 270,532,608.
 #
 # A worked example often used for Llama-2-7B at $L = 2048$ gives the attention projections as
-# "$2 \times 2 \times 2048 \times 4096^2$ = 137 B FLOPs", the attention core as 69 B and the FFN as 555 B. Counted,
-# the four projections cost $4 \times 2 \times 2048 \times 4096^2$ = 274,877,906,944 (the 137 B is two of the
-# four), the core 68,719,476,736, and the FFN 554,050,781,184, which rounds to 554 B. The FFN's share of this
-# forward compute is 61.7 %. The "about 67 %" usually quoted beside it is the FFN's share of the parameters. It
-# is also its share of the compute without the $L$-dependent core.
+# "$2 \times 2 \times 2048 \times 4096^2$ = 137 B FLOPs", the attention core (the $L$-dependent part: the scores
+# and the weighted sum) as 69 B and the FFN as 555 B. Counted, the four projections cost
+# $4 \times 2 \times 2048 \times 4096^2$ = 274,877,906,944 (the 137 B is two of the four), the core 68,719,476,736,
+# and the FFN 554,050,781,184, which rounds to 554 B. The FFN's share of this forward compute is 61.7 %. The "about
+# 67 %" usually quoted beside it is the FFN's share of the parameters. It is also its share of the compute without
+# the $L$-dependent core.
 #
 # The picture draws these costs per token of one block against $L$. The points are counts made on meta, the lines
 # the closed forms.
@@ -366,17 +370,19 @@ show(fig, OUT / "attention_vs_ffn.png")
 # %% [markdown]
 # ## 5. Training compute for the whole model
 #
-# Training on $D$ tokens costs about $6ND$ FLOPs. The compute-optimal recipe of the Chinchilla study is about
-# 20 tokens per parameter, $D = 20N$, so $C = 6N \cdot 20N = 120 N^2$. For Llama-2-70B that is
-# 1,379,532,963,840 tokens (about 1.4 T) and about $5.71 \times 10^{23}$ FLOPs. Compute grows as $N^2$: going
-# from Llama-2-7B to Llama-2-70B multiplies the optimal compute by $(N_{70}/N_7)^2$ = 104.8, and on the same
-# GPUs the training time too.
+# Training on $D$ tokens costs about $6ND$ FLOPs. The Chinchilla study (Hoffmann et al., 2022) asked how best to
+# split a fixed amount of compute between parameters and training tokens. Its **compute-optimal** recipe, the one
+# that reaches the lowest loss for the compute, is about 20 tokens per parameter, $D = 20N$, so
+# $C = 6N \cdot 20N = 120 N^2$. For Llama-2-70B that is 1,379,532,963,840 tokens (about 1.4 T) and about
+# $5.71 \times 10^{23}$ FLOPs. Compute grows as $N^2$: going from Llama-2-7B to Llama-2-70B multiplies the optimal
+# compute by $(N_{70}/N_7)^2$ = 104.8, and on the same GPUs the training time too.
 #
 # At $L = 4096$ the count is 444,491,366,400 matmul FLOPs per token, **7.4 % above** $6N$ = 413,859,889,152.
 # That is a smaller gap than for 7B: the weights grow with $d^2$ and attention over the context only with $d$.
 #
 # **The sanity check.** Suppose someone says "a 70B model takes 6 weeks on a thousand H100s". With $6ND$ =
-# $6 \times 70\text{e}9 \times 1.4\text{e}12 = 5.88 \times 10^{23}$ FLOPs and 990 TFLOP/s per GPU (bf16, dense):
+# $6 \times 70\text{e}9 \times 1.4\text{e}12 = 5.88 \times 10^{23}$ FLOPs and 990 TFLOP/s per GPU (bf16, dense: the
+# H100's peak of section 3, not the doubled figure its data sheet gives for sparse matrices):
 #
 # wall-clock days = $C$ / (GPUs × peak FLOP/s × MFU × 86,400 s).
 #
@@ -421,13 +427,13 @@ assert math.isclose(days[mfu_6_weeks], weeks6)
 # %% [markdown]
 # ### The calculator
 #
-# `python -m tinygrad_block calc` does this arithmetic for any architecture, not only the presets, at any
-# sequence length: it builds the model on the shape-only device, counts its parameters and FLOPs beside the
-# closed forms, and turns them into training days for a number of GPUs at an MFU. Run on the sanity check's
-# numbers (Llama-2-70B's real shape, 1.4 T tokens, 1,000 GPUs at 16.4 %), it reports two times: $6NT$ with the
-# exact $N$ (68,976,648,192 rather than 70 B, so a little under six weeks), and the FLOPs it counted at
-# $L = 4096$, which include attention over the context (a little over). The cell runs the command as you would,
-# with `--json`, and checks its numbers against `accounting`.
+# `python -m tinygrad_block calc` does this arithmetic for any architecture, not only the presets, at any sequence
+# length: it builds the model on the shape-only device, counts its parameters and FLOPs beside the closed forms,
+# and turns them into training days for a number of GPUs at an MFU. Run on the sanity check's numbers
+# (Llama-2-70B's real shape, 1.4 T tokens, 1,000 GPUs at 16.4 %), it reports two times: $6ND$ (printed as `6 N T`,
+# with $T$ the tokens) with the exact $N$ (68,976,648,192 rather than 70 B, so a little under six weeks), and the
+# FLOPs it counted at $L = 4096$, which include attention over the context (a little over). The cell runs the
+# command as you would, with `--json`, and checks its numbers against `accounting`.
 
 # %%
 argv = ["calc", "--preset", "llama2-70b", "--seq-len", "4096", "--gpus", "1000", "--mfu", "0.164",

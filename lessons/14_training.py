@@ -86,6 +86,10 @@ assert (INDUCTION.n_layers, INDUCTION.d_model, INDUCTION.n_heads, INDUCTION.d_ff
 # opt.step()                                   # AdamW: move every parameter
 # ```
 #
+# Clipping (`optim.clip_grad_norm`) looks at all the gradients together as one long vector. If its length, the
+# **global norm**, is above 1.0, every gradient is multiplied by the same factor to bring it down to 1.0, so one
+# unlucky batch cannot throw the weights far; the direction of the step is kept.
+#
 # AdamW (`optim.AdamW`) keeps two running averages per weight: $m$ of the gradient and $v$ of its square. At
 # step $t = 1, 2, \dots$, with $\beta_1 = 0.9$, $\beta_2 = 0.999$, $\epsilon = 10^{-8}$:
 #
@@ -94,8 +98,9 @@ assert (INDUCTION.n_layers, INDUCTION.d_model, INDUCTION.n_heads, INDUCTION.d_ff
 # p \leftarrow p(1 - \eta\lambda) - \eta\,\frac{\hat m}{\sqrt{\hat v} + \epsilon}.$$
 #
 # Both averages start at zero, so early on they are too small; dividing by $1 - \beta^t$ corrects that bias.
-# The weight decay $\lambda$ (0.01 here) is **decoupled**: it shrinks $p$ directly, instead of being added to
-# the gradient where Adam's division would rescale it. That is the "W" in AdamW.
+# The **weight decay** $\lambda$ (0.01 here) pulls every weight towards zero, by the fraction $\eta\lambda$ at
+# each step. In AdamW it is **decoupled**: it shrinks $p$ directly, instead of being added to the gradient as
+# $\lambda p$ (the "L2" penalty of plain Adam), where Adam's division would rescale it. That is the "W" in AdamW.
 #
 # Below, one parameter of a float64 copy of the model is updated by hand in numpy for two steps, and compared with
 # what `AdamW.step()` did to it. The **learning rate**, the step size $\eta$ of the formula, is $\eta = 1.5 \times
@@ -239,20 +244,21 @@ assert history.tokens == STEPS * 32 * (2 * N - 1) and len(history.evals) == STEP
 # %% [markdown]
 # ## 5. The loss curve
 #
-# **Where it starts.** Not at chance, $\ln 32$, but above it. A random head gives logits with a spread of
+# **Where it starts.** Not at chance, $\ln 32$, but above it. A random LM head gives logits with a spread of
 # about $\sigma = 1$ across the vocabulary, and a model that is wrong with some confidence pays for it: for
 # logits drawn independently with standard deviation $\sigma$, the expected cross-entropy is close to
 # $\ln V + \sigma^2 / 2$. The measured spread of the initial logits gives that estimate to within 0.05 of the
 # first batch's loss.
 #
-# **The plateau and the drop.** For dozens of steps the held-out loss creeps down and the accuracy stays low.
-# Then, within at most 30 steps, the accuracy jumps from under a half to over 99 %. Copying pays off only once
-# layer 1's heads have found the right key and put nearly all their weight on it (section 6): a head that
-# spreads its weight over many keys averages many tokens and predicts none of them. Such sudden drops are
-# typical of induction-like circuits in language models (section 6 says what an induction head is).
+# **The plateau and the drop.** For dozens of steps the held-out loss creeps down and the **accuracy** (the
+# fraction of the 2,560 held-out targets that are the model's top choice) stays low. Then, within at most 30 steps,
+# the accuracy jumps from under a half to over 99 %. Copying pays off only once layer 1's heads have found the
+# right key and put nearly all their weight on it (section 6): a head that spreads its weight over many keys
+# averages many tokens and predicts none of them. Such sudden drops are typical of induction-like **circuits** in
+# language models, heads in different layers that work together to copy earlier text (section 6 says what an
+# induction head is).
 #
-# At the end the held-out loss is under 0.05 nats, and the accuracy, the fraction of the 2,560 held-out
-# targets that are the model's top choice, is at least 99 %.
+# At the end the held-out loss is under 0.05 nats, and the accuracy is at least 99 %.
 
 # %%
 init_model, init_held, _ = fresh()
