@@ -61,8 +61,11 @@ cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 # Below, the `tiny` preset in float64 prefills a 6-token prompt (logits (1, 6, 256), 6,144 bytes of cache: 2 layers
 # × K and V × 2 KV heads × 6 positions × 16 numbers × 8 bytes). One decode step of token 7 gives logits (1, 1, 256)
 # that equal the last row of running all 7 tokens from scratch, to better than 1e-12 (the two paths add the same
-# numbers in a different order, so they differ in the last bits). Greedy generation (always picking the most likely
-# next token) of 40 tokens, `model.generate(..., use_cache=True)` and `use_cache=False`, gives the same 40 tokens.
+# numbers in a different order, so they differ in the last bits). `model.generate` can draw each next token at
+# random from the softmax of the last logits, with a **temperature** that divides the logits first (higher: a
+# flatter draw); `temperature=0` draws nothing and is **greedy** generation, always picking the most likely next
+# token. Greedy generation of 40 tokens with the cache (`use_cache=True`, the default) and with `use_cache=False`
+# gives the same 40 tokens.
 #
 # The decode step costs 223,271 FLOPs, counted by running, exactly `accounting.decode_flops`. The same 7
 # tokens recomputed cost 1,562,897 FLOPs, 7.0 times more.
@@ -110,8 +113,8 @@ assert round(full_count.total() / decode_count.total(), 1) == 7.0
 # checked against a count on the shape-only device first: `measure.generation_phases` runs a prefill of 1,000
 # tokens and one decode step on meta, and counts 13,749,999,811,000 and 13,750,530,243 FLOPs, the closed forms
 # exactly. The first step (the prefill) is the same either way. After it, the recomputing run spends
-# 21.0 PFLOPs on the other 999 steps against 14.0 TFLOPs with the cache, **1,503 times** more: about the
-# average length it recomputes.
+# 21.0 PFLOPs (peta: $10^{15}$) on the other 999 steps against 14.0 TFLOPs (tera: $10^{12}$) with the cache,
+# **1,503 times** more: about the average length it recomputes.
 #
 # The price is memory: the cache of a 2,000-token sequence holds 1,048,576,000 bytes (1,000 MiB) in bf16,
 # and that memory must be read at every step, as the next section shows.
@@ -146,15 +149,17 @@ show(fig, OUT / "flops_per_step.png")
 # %% [markdown]
 # ## 3. Arithmetic intensity: why decoding is bound by memory
 #
-# A step costs time in two ways: the arithmetic, and moving its operands from memory (the GPU's HBM) to the
-# compute units. Their ratio, FLOPs per byte moved, is the step's **arithmetic intensity**. A GPU has a ratio
-# of its own, peak FLOP/s over bandwidth. We take an H100 SXM at **990 TFLOP/s** (dense bf16) and **3.35 TB/s**:
-# assumptions, the vendor's figures, never reached in practice. Its ratio is 295.5 FLOPs per byte. (990 is the
-# peak as commonly quoted; NVIDIA's exact figure is 989.4, which 990 rounds. This lesson keeps the round figure,
-# since its assumptions are round anyway: with 989.4 the ratio would be 295.3. Lesson 17, which divides measured
-# times by the peak, uses the exact 989.4.) A step whose intensity is below the GPU's ratio
-# waits for memory (it is *memory-bound*); above it, for arithmetic (*compute-bound*). The most a step can do
-# is min(peak, intensity × bandwidth): this is the *roofline*.
+# A step costs time in two ways: the arithmetic, and moving its operands from the GPU's main memory (HBM, high-bandwidth
+# memory) to the compute units. Their ratio, FLOPs per byte moved, is the step's **arithmetic intensity**. A GPU has a
+# ratio of its own, its peak FLOP/s over its **bandwidth** (the bytes per second it can read from memory). We take an
+# H100 SXM at **990 TFLOP/s** (*dense* bf16: matmuls of ordinary matrices; the datasheet's twice-as-large "sparse"
+# figure needs two zeros in every four numbers, lesson 17) and **3.35 TB/s**: assumptions, the vendor's figures, never
+# reached in practice. Its ratio, the **ridge point**, is 295.5 FLOPs per byte. (990 is the peak as commonly quoted;
+# NVIDIA's exact figure is 989.4, which 990 rounds. This lesson keeps the round figure, since its assumptions are round
+# anyway: with 989.4 the ratio would be 295.3. Lesson 17, which divides measured times by the peak, uses the exact
+# 989.4.) A step whose intensity is below the ridge point waits for memory (it is *memory-bound*); above it, for
+# arithmetic (*compute-bound*). The most FLOP/s a step can reach is min(peak, intensity × bandwidth): plotted against
+# the intensity, this is the **roofline**, a slope that rises until the ridge point and a flat roof after it.
 #
 # `measure.generation_phases` counts both for Llama-2-7B in bf16, with a 1,000-token prompt. The bytes are the
 # weights each phase reads (only the looked-up rows of the embedding) and the whole KV cache:
@@ -279,8 +284,10 @@ show(fig, OUT / "roofline.png")
 # them, the softmax reads them and writes the weights, and the weighted sum of $V$ reads those. That is
 # $6HL$ = 786,432 of the block's 971,264 numbers per token. The rest is the $d$- and $d_{ff}$-wide tensors.
 #
-# Each common fusion runs some neighbouring kernels as one, so a tensor made and used inside it never reaches
-# memory. `fuse` below merges kernels and drops every such tensor from the count. What each saves, per token:
+# Each common fusion runs some neighbouring kernels as one, so a tensor made and used inside it stays **on chip**,
+# in the small fast memory beside the compute units (registers and shared memory: kilobytes, where HBM holds
+# gigabytes), and never reaches HBM. `fuse` below merges kernels and drops every such tensor from the count.
+# What each saves, per token:
 #
 # | fusion | kernels merged | saves | numbers |
 # |---|---|---|---|
@@ -455,10 +462,12 @@ assert m.item() == scores.numpy().max() and np.isclose(row_sum.item(), np.exp(sc
 # `nn.tiled_attention` runs this loop over blocks of queries and blocks of keys. Per query it keeps only
 # $m$, $\ell$ and acc, skips the key blocks that lie wholly in a query block's future, and adds the causal mask
 # only on tiles that cross the diagonal. For the backward it keeps just the output and one number per query,
-# $\mathrm{lse} = m + \log \ell$; the backward recomputes each tile's weights as $e^{s - \mathrm{lse}}$.
+# $\mathrm{lse} = m + \log \ell$, the log-sum-exp $\log \sum_j e^{s_j}$ of its scores; the backward recomputes
+# each tile's weights as $e^{s - \mathrm{lse}}$.
 # `nn.plain_attention` is the usual $\mathrm{softmax}(q k^\top / \sqrt{d} + \text{mask})\,V$.
 #
-# **Equal.** With 4 query heads sharing 2 KV heads, 24 queries after 16 cached keys (the KV cache's layout),
+# **Equal.** With 4 query heads sharing 2 KV heads, 24 queries whose keys follow 16 cached ones (40 keys in all,
+# as a prompt continued after a KV cache has them),
 # $d_{head}$ = 16 and tiles of 8 × 8, in float64, the outputs and the gradients of q, k and v agree to
 # better than 1e-12.
 #
@@ -466,7 +475,8 @@ assert m.item() == scores.numpy().max() and np.isclose(row_sum.item(), np.exp(sc
 # 128, causal, $n = L$. Plain attention keeps two $L \times L$ tensors (the exponentials and the softmax
 # weights), plus $q / \sqrt{d}$ and the row sums: $4\,(2L^2 + Ld + L)$ bytes. Tiled keeps the output and lse:
 # $4\,(Ld + L)$. The same loop differentiated by autograd (`online_softmax_attention`) keeps every tile it made,
-# still $O(L^2)$; that is why `tiled_attention` is a Function of its own, with a hand-derived backward. At
+# still $O(L^2)$; that is why `tiled_attention` is a primitive of its own (a `tb.Function`, as lesson 02 wrote
+# one), with a hand-derived backward. At
 # $L$ = 4,096 plain keeps 136,331,264 bytes (130 MiB) per head, the loop under autograd 38,813,696, and tiled
 # 2,113,536: 64.5 times less than plain. Doubling $L$ doubles tiled's bytes exactly.
 #

@@ -62,7 +62,7 @@ GB, GiB, MiB = 10**9, 2**30, 2**20
 # |---|---|---|
 # | when an op returns | at once: the kernel is queued and runs later | when its result is ready |
 # | timing | must wait for the device before reading the clock | the clock can be read at once |
-# | dtype | float16 on the tensor cores, accumulating in float32 | float32 (numpy has no fast float16 matmul) |
+# | dtype | float16 on the tensor cores (matmul units), summing in float32 | float32 (numpy: no fast float16 matmul) |
 # | sizes | up to a Llama-3-8B block on 8 sequences of 2,048 tokens | small enough to run in seconds |
 # | the peak | the card's datasheet figure for dense float16 matmuls | a ceiling: CPUs × 6.5 GHz × 64 FLOPs per cycle |
 #
@@ -71,10 +71,10 @@ GB, GiB, MiB = 10**9, 2**30, 2**20
 # every four can use. The PCIe and NVL cards are slower; the table below knows them by name. On a card the
 # lesson does not know, the peak is the large matmul measured in section 2.
 #
-# The CPU's "peak" is no datasheet figure. It is a bound that no CPU core of today exceeds in float32: at most
-# two 512-bit fused multiply-add units (16 float32 lanes, 2 FLOPs each, twice per cycle) at a clock below
-# 6.5 GHz. Fractions of it are small by construction. What carries over from the CPU to the GPU is the
-# *shape* of the results: which phase wins, what grows with size. The numbers do not.
+# The CPU's "peak" is no datasheet figure. It is a bound that no CPU core of today exceeds in float32: at most two
+# 512-bit fused multiply-add units (each computes $a \cdot b + c$ on 16 float32 numbers at once: 32 FLOPs, so 64 per
+# cycle for the two) at a clock below 6.5 GHz. Fractions of it are small by construction. What carries over from the CPU
+# to the GPU is the *shape* of the results: which phase wins, what grows with size. The numbers do not.
 
 # %%
 try:
@@ -115,15 +115,16 @@ assert round(2 * DATASHEET["H100"] / 1e12) == 1979                  # the datash
 # %% [markdown]
 # ## 2. Timing work on a device
 #
-# On a GPU, `block(x)` returns as soon as its kernels are *queued*. Reading the clock then measures Python
-# and the launches, not the work. So a timer must wait for the device before it starts and before it stops.
-# The first calls are slower too: CuPy compiles each elementwise kernel the first time it meets it, and on
-# the CPU the first touch of fresh memory and the start of the BLAS threads cost time. So we run the work
-# twice before timing, then take the median of five runs, which one slow run cannot move.
+# On a GPU, `block(x)` returns as soon as its kernels (lesson 16, section 4: one program each) are *queued*. Reading the
+# clock then measures Python and the **launches** (the calls that hand each kernel to the device), not the work. So a
+# timer must wait for the device before it starts and before it stops. The first calls are slower too: CuPy compiles
+# each elementwise kernel the first time it meets it, and on the CPU the first touch of fresh memory and the start of
+# the threads of BLAS (the library numpy calls for its matrix products) cost time. So we run the work twice before
+# timing, then take the median of five runs, which one slow run cannot move.
 #
 # The "peak" a GPU is sold with is the rate of its largest matmuls. We also measure it ourselves: one large
 # square GEMM (general matrix multiply: a matmul, in the name of the BLAS libraries that do them) through the
-# engine's own matmul (cuBLAS on the GPU, numpy's BLAS on the CPU), its best of ten
+# engine's own matmul (cuBLAS, NVIDIA's BLAS, on the GPU; numpy's BLAS on the CPU), its best of ten
 # runs. That is about the best this engine can hope for, and it stays below the stated peak.
 
 # %%
@@ -412,8 +413,9 @@ show(fig, OUT / "roofline.png")
 # %% [markdown]
 # ## 7. Tensor parallelism: one block split over devices
 #
-# A block's work is mostly matmuls, and a matmul splits cleanly. Megatron-LM's tensor parallelism splits each
-# block over $t$ devices in two steps, with one sum between:
+# A block's work is mostly matmuls, and a matmul splits cleanly. The tensor parallelism of Megatron-LM (NVIDIA's
+# code, and paper, for training large transformers) splits each block over $t$ devices in two steps, each ending in
+# one sum over the devices:
 #
 # - **attention**: $W_Q$, $W_K$ and $W_V$ are split by output columns, so device $r$ computes the queries,
 #   keys and values of its own $H/t$ heads (and its $H_{kv}/t$ key/value heads). Attention is per head, so each
@@ -500,9 +502,11 @@ assert [round(100 * acc.attention_ffn_shares(nn.preset(m)).ffn) for m in ("llama
 #   each device attends with its own heads;
 # - **communication**: each all-reduce sums a $(B, L, d_{model})$ tensor: at $L = 4096$ in bf16 that is
 #   64 MiB. A forward pass makes two per block; training makes four (the backward's gradient with respect to
-#   each sublayer's input is a sum over devices too). A ring all-reduce sends and receives $2(t-1)/t$ times the
-#   tensor per device: 112 MiB at $t = 8$. For 80 blocks, one training step of one sequence moves
-#   35 GiB per device, which is why tensor parallelism stays inside one server, on its fast links.
+#   each sublayer's input is a sum over devices too). A ring all-reduce (the devices stand in a ring; each
+#   passes pieces of the tensor to its neighbour, which adds its own, until every piece is summed, then the sums
+#   go round once more) sends and receives $2(t-1)/t$ times the tensor per device: 112 MiB at $t = 8$. For 80
+#   blocks, one training step of one sequence moves 35 GiB per device, which is why tensor parallelism stays
+#   inside one server, on its fast links.
 #
 # Llama-2-70B has 8 key/value heads, so $t = 8$ is as far as it splits without copying KV heads.
 
@@ -589,8 +593,8 @@ for (name, f), color in zip(stages.items(), ("0.4", "C1", "C2", "C0")):
 ax.axhline(80, color="C3", ls=":", lw=1.2)
 ax.text(1.1, 80 * 1.15, "one 80 GB GPU", color="C3", fontsize=8.5)
 ax.axvline(fits, color="C0", ls=":", lw=1)
-ax.annotate(f"ZeRO-3 fits from\n{fits} devices", (fits, 80), xytext=(30, 40), textcoords="offset points",
-            fontsize=8.5, arrowprops=dict(arrowstyle="->", color="0.4"))
+ax.annotate(f"ZeRO-3 fits from\n{fits} devices", (fits, 80), xytext=(90, 40), textcoords="data", va="center",
+            fontsize=8.5, arrowprops=dict(arrowstyle="->", color="0.4"))       # in the clear, under the 80 GB line
 ax.set(xscale="log", yscale="log", xlabel="devices t", ylabel="training state per device (GB)",
        title="Llama-2-70B, 16 bytes per parameter: what each device holds")
 ax.xaxis.set_major_formatter("{x:.0f}")

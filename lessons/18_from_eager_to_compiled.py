@@ -14,8 +14,8 @@
 # engine easy to read and to debug, and on a small model it costs more than the arithmetic. This lesson
 # measures that cost, then removes it: `tb.jit(fn)` watches `fn` run, keeps the list of primitives it
 # called, and from then on runs only that list, straight on the arrays. Along the way it merges chains of
-# elementwise ops into single **kernels**: lesson 13 used the word for one program a GPU runs over a whole
-# tensor; here, on the CPU, a kernel is one numpy call, or a few that run as one (section 4). We read the
+# elementwise ops into single **kernels**: lessons 16 and 17 used the word for one program a GPU runs over a
+# whole tensor; here, on the CPU, a kernel is one numpy call, or a few that run as one (section 4). We read the
 # program it builds, draw it, time it against eager and against PyTorch, and watch the guards that stop it from
 # ever replaying something that would be wrong.
 #
@@ -123,14 +123,15 @@ assert np.array_equal((a + b).numpy(), np.add(a.data, b.data))                  
 assert add_graph > add_array and add_no_grad > add_array
 
 # %% [markdown]
-# A block is made of such calls. Counted by `count_flops`, the tiny block's forward on $(B, L) = (2, 16)$
-# makes 118 primitive calls and its backward 164: 282 in all. Only 154 of them do arithmetic; the other 128 are
-# reshapes (46), permutes (42), expands (20), slices (14), pads (4) and concats (2), which compute nothing: they
-# copy the numbers, or give a **view** of them (the same numbers in memory, read with another shape or in
-# another order, so nothing is copied). A matmul of the tiny
-# block is a $(32 \times 64) \cdot (64 \times 172)$ product at most, a few microseconds of arithmetic, so here
-# the fixed cost of each call is a large part of the whole. Lesson 17 saw the same thing from the other side:
-# a small block reaches almost nothing of the machine's peak.
+# A block is made of such calls. Counted by `count_flops`, the tiny block's forward on $(B, L) = (2, 16)$ makes 118
+# primitive calls and its backward 164: 282 in all. (Lesson 17 counted 280 for a block of the same shape in float32. Its
+# blocks had `max_seq_len` equal to $L$; the `tiny` preset's RoPE tables hold 128 positions, and cutting them to the 16
+# in use costs two slices.) Only 154 of them do arithmetic; the other 128 are reshapes (46), permutes (42), expands
+# (20), slices (14), pads (4) and concats (2), which compute nothing: they copy the numbers, or give a **view** of them
+# (the same numbers in memory, read with another shape or in another order, so nothing is copied). A matmul of the tiny
+# block is a $(32 \times 64) \cdot (64 \times 172)$ product at most, a few microseconds of arithmetic, so here the fixed
+# cost of each call is a large part of the whole. Lesson 17 saw the same thing from the other side: a small block
+# reaches almost nothing of the machine's peak.
 
 # %%
 block.zero_grad()
@@ -156,8 +157,9 @@ assert moving == {"reshape": 46, "permute": 42, "expand": 20, "slice": 14, "conc
 # - **calls 1 and 2 are captured.** They run eagerly, exactly as `step` would, while an observer at the
 #   choke point writes down each primitive: which op, its parameters, which arrays it read and which it
 #   produced. An array that no recorded op produced is a *source*: an argument (read anew at each call), a
-#   tensor that outlives the call, like a weight or the RoPE tables (its `.data` is read at each call, so a
-#   weight an optimizer changed is seen), or a constant such as the causal mask. Two captures are needed
+#   tensor that outlives the call, like a weight or the RoPE tables (the cosines and sines of every position's
+#   angles, lesson 07; its `.data` is read at each call, so a weight an optimizer changed is seen), or a constant
+#   such as the causal mask. Two captures are needed
 #   because one proves nothing about the next call: only if two calls in a row run the same primitives on the
 #   same shapes and constants is the list trusted.
 # - **later calls are replayed.** No `Tensor`, `Function` or graph object is made: the program runs its kernels
@@ -391,7 +393,7 @@ show(page.save(OUT / "compiled_explorer.html"))                 # in a notebook:
 # - **compiled**: `tb.jit(step)`, fused, each kernel calling its array function directly (section 3);
 # - **manual**: lesson 10's hand-derived pairs (`manual.block_forward` and `block_backward`), plain numpy code;
 # - **PyTorch eager**, if it is installed: the same block written in PyTorch from its equations
-#   (`tools/torch_block.py`, the oracle the tests compare with), held to one thread
+#   (`tools/torch_block.py`, the independent version the tests compare with), held to one thread
 #   (`torch.set_num_threads(1)`) so that it does not compete with numpy for the cores.
 #
 # On the quiet 2-core machine this course was written on, the compiled step took under a third of eager's

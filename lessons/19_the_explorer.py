@@ -75,7 +75,7 @@ data = page.data
 nodes = data["nodes"]
 by_id = {n["id"]: n for n in nodes}
 ops = {p: [n for n in nodes if n["phase"] == p and n["data_kind"] == "op"] for p in ("forward", "backward")}
-with record_graph(block, x) as graph, count_flops() as fc:   # oracles: the same call, recorded and counted
+with record_graph(block, x) as graph, count_flops() as fc:   # the checks: the same call, recorded and counted
     out = block(x)
     out.backward(tb.ones_like(out))
 print(f"phases {data['phases']}, shown side by side at first: {data['show']}; opened at depth {data['depth']}")

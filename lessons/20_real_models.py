@@ -255,7 +255,7 @@ assert tok.decode(prompt_ids) == PROMPT and "".join(pieces[1:]).replace("Ġ", " 
 # `model.generate(ids, 40, temperature=0)` continues the prompt greedily (`temperature=0` means no random
 # draw): 40 times, it takes the most likely token and appends it. It runs the prompt once into a KV cache (the
 # prefill), then one token per step against the cached keys and values (lesson 16). The first new token is the
-# argmax printed above, and recomputing the whole sequence at every step (`use_cache=False`) gives the same 40
+# most likely one printed above, and recomputing the whole sequence at every step (`use_cache=False`) gives the same 40
 # tokens. The text reads like the help pages only in its words: 156,480 parameters trained for a few seconds.
 
 # %%
