@@ -333,10 +333,11 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 # \mathrm{ffn}(h)); \qquad \text{pre-norm:}\quad h = x + \mathrm{attn}(\mathrm{norm}_1(x)), \quad \mathrm{out} =
 # h + \mathrm{ffn}(\mathrm{norm}_2(h)).$$
 #
-# Post-norm models are known to need a careful learning-rate warmup (training steps that start small and grow
-# over the first part of training; lesson 14) to train past about a dozen layers, while
-# pre-norm models train at 100 layers and more without it; every recent open model is pre-norm. To see why,
-# look at how the gradient travels down the stack. Write $J_\ell$ for the Jacobian of a sublayer and $N_\ell$
+# Post-norm models are commonly said to need a careful learning-rate warmup (training steps that start small and
+# grow over the first part of training; lesson 14) to train past about a dozen layers, while pre-norm models
+# train at 100 layers and more without it; every recent open model is pre-norm. (Lesson 15 trains both layouts
+# and finds the depth where post-norm gets stuck in its runs.) To see why, look at how the gradient travels
+# down the stack. Write $J_\ell$ for the Jacobian of a sublayer and $N_\ell$
 # for that of a norm. Through $n$ pre-norm blocks, and through $n$ post-norm ones:
 #
 # $$\frac{\partial x^{(n)}}{\partial x^{(0)}} = \prod_{\ell} \big(I + J_\ell\big)
@@ -348,13 +349,14 @@ assert per_token["down projection"] == per_token["residual add"] == (4096,)
 # later sublayers' terms shrink, and the identity term dominates. In post-norm there is no such path. Every
 # route from the output to the input passes through every norm's backward, so each block multiplies the
 # gradient by a factor of its own, and these factors compound. Whether the gradient grows or shrinks through a
-# block depends on the sublayers' gains. Either way, the effect compounds with depth: a factor barely under 1 is
+# block depends on the sublayers' weights. Either way, the effect compounds with depth: a factor barely under 1 is
 # enough, since 0.99 per block leaves $0.99^{80}$ = 0.4475 of the gradient after 80 blocks (often quoted as about
 # 0.45; the cell below checks it). Take the residual adds out altogether and every path runs through every
 # sublayer: the cell also runs the same blocks as $\mathrm{ffn}(\mathrm{norm}_2(\mathrm{attn}(\mathrm{norm}_1
-# (x))))$, and at 24 blocks the gradient at the input is more than a hundred times pre-norm's, compounding block
-# after block. That is why networks without residual connections deeper than about 20 layers were hard to train,
-# as is often said, and why the residual add is in every block since.
+# (x))))$. At 24 blocks the gradient at the input is then about 780 times the top's, more than 70 times
+# pre-norm's 10.6, against 2.4 at 3 blocks: it compounds block after block. That is why networks without
+# residual connections deeper than about 20 layers were hard to train, as is often said, and why the residual
+# add is in every block since.
 #
 # The experiment: stacks of tiny-preset blocks (float64, 3 random seeds each), a random gradient at the top,
 # and the gradient measured at every layer's input. Three measurements:
@@ -465,7 +467,6 @@ def without_residuals(depth: int, seed: int) -> float:
     g = tb.Generator(seed)
     stack = [nn.TransformerBlock(CFG, generator=g, dtype=tb.float64) for _ in range(depth)]
     x = tb.randn(B, L, CFG.d_model, generator=g, dtype=tb.float64, requires_grad=True)
-    x = tb.randn(B, L, CFG.d_model, generator=g, dtype=tb.float64, requires_grad=True)
     h = x
     for blk in stack:
         h = blk.ffn(blk.norm2(blk.attn(blk.norm1(h))))
@@ -477,7 +478,7 @@ def without_residuals(depth: int, seed: int) -> float:
 bare = {n: float(np.exp(np.mean([np.log(without_residuals(n, s)) for s in SEEDS]))) for n in (3, 24)}
 print(f"without the residual adds, gradient at the input / at the top: {bare[3]:.1f} at 3 blocks, "
       f"{bare[24]:,.0f} at 24 (with them, pre-norm: {mean_in['pre'][DEPTHS.index(24)]:.1f} at 24)")
-assert bare[24] > 100 * mean_in["pre"][DEPTHS.index(24)] and bare[24] > 10 * bare[3]
+assert bare[24] > 70 * mean_in["pre"][DEPTHS.index(24)] and bare[24] > 100 * bare[3] and round(bare[24], -1) == 780
 
 # %% [markdown]
 # ## Exercises
