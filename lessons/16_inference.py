@@ -480,15 +480,15 @@ assert m.item() == scores.numpy().max() and np.isclose(row_sum.item(), np.exp(sc
 # $L$ = 4,096 plain keeps 136,331,264 bytes (130 MiB) per head, the loop under autograd 38,813,696, and tiled
 # 2,113,536: 64.5 times less than plain. Doubling $L$ doubles tiled's bytes exactly.
 #
-# **FLOPs**, counted on meta for $L = n$ = 2,048 ($T$ = 16 tiles of 128 per side). Each tile costs
-# $4 d$ matmul FLOPs per score forward ($q k^\top$ and $P V$) and $10 d$ backward (the scores recomputed, then
-# $dV$, $dP$, $dQ$, $dK$), against plain's $4d$ and $8d$ on every score. Plain computes the whole square and
-# then masks half of it; the tiles skip the blocks above the diagonal, so causal tiled attention does
-# $(T + 1) / 2T$ = 17/32 of plain's matmul work forward, and 85/128 of it backward: recomputing costs
-# 10/8 per tile visited. Without a mask it visits every tile: the same forward, and 5/4 of plain's backward.
-# What this does not show is time. Here each tile is several of the engine's ops, each writing its result to
-# memory; FlashAttention's speed comes from one kernel that keeps the tile on chip (section 4). What carries
-# over exactly is the math, the $O(L)$ memory kept for backward, and the FLOPs.
+# **FLOPs**, counted on meta for $L = n$ = 2,048 ($T$ = 16 tiles of 128 per side). Each tile costs $4 d$ matmul FLOPs
+# per score forward ($q k^\top$, and $P V$ with $P$ the softmax weights) and $10 d$ backward (the scores recomputed,
+# then $dV$, $dP$, $dQ$, $dK$), against plain's $4d$ and $8d$ on every score. Plain computes the whole square and then
+# masks half of it; the tiles skip the blocks above the diagonal, so causal tiled attention does $(T + 1) / 2T$ = 17/32
+# of plain's matmul work forward, and 85/128 of it backward: recomputing costs 10/8 per tile visited. Without a mask it
+# visits every tile: the same forward, and 5/4 of plain's backward. What this does not show is time. Here each tile is
+# several of the engine's ops, each writing its result to memory; FlashAttention's speed comes from one kernel that
+# keeps the tile on chip (section 4). What carries over exactly is the math, the $O(L)$ memory kept for backward, and
+# the FLOPs.
 
 # %%
 r = np.random.default_rng(1)
