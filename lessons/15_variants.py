@@ -59,7 +59,8 @@ OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
 # **The setup.** The task is predicting the next character of text: the first 200,000 characters of Python's
 # help pages (they ship with Python, so nothing is downloaded), 90% to train on and the last 10% held out.
 # The model is a stack of 8 small blocks: $d_{model} = 32$, 2 heads, a SwiGLU FFN of width 64, RoPE and RMSNorm.
-# It takes 80 AdamW steps on batches of 16 windows of 32 characters. The learning rate starts at its peak,
+# It takes 80 AdamW steps on batches of 16 windows of 32 characters (a window is a run of consecutive
+# characters cut from a random place in the text). The learning rate starts at its peak,
 # $10^{-2}$, with no warmup, and decays along a cosine to $10^{-3}$ (`tinygrad_block.train.train`). Each run
 # uses the same initial draw and the same batches. Only the layout changes.
 #
@@ -276,7 +277,9 @@ plot_runs(["pre-norm, 8 blocks", "post-norm, 8 blocks", "DeepNorm, 8 blocks"], O
 #
 # Next to a block's matmuls either cost is small: a Llama-2-7B block's two RMSNorms are 0.008% of its
 # 404,750,336 matmul FLOPs per token (lesson 13), and two LayerNorms would be 0.014%. The saving that counts
-# on a GPU is in memory traffic: one pass over the data to compute a statistic instead of two. Dropping the
+# on a GPU is in memory traffic (the bytes read from and written to the GPU's memory, which lesson 16 shows
+# often limit the speed more than the FLOPs do): one pass over the data to compute a statistic instead of two.
+# Dropping the
 # centring was found to cost no quality in comparisons far longer than the runs of this lesson, which is why
 # the cheaper norm won.
 
