@@ -198,6 +198,7 @@ def test_each_page_loads_without_errors_and_draws_both_phases(visit, name):
     assert loaded.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == \
         ["forward", "backward"]
     assert all(loaded.nodes(phase) for phase in ("forward", "backward"))       # no empty pane
+    assert "kernel" not in loaded.page.inner_text("p.help")                  # no compiled pane, no word of one
     assert loaded.errors == []
 
 
@@ -452,6 +453,7 @@ def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
     assert f"{len(program.kernels)} kernels for {len(program.plain)} primitives, " \
            f"{len(kernel_steps(program, 'fused'))} of them fused chains" in title
     page.shot("compiled_depth1")
+    assert "click a kernel for the primitives it runs" in page.page.inner_text("p.help")
     page.page.click("#expand-all")
     page.shot("compiled_expanded")
     drawn = page.nodes("compiled", "op")

@@ -297,6 +297,7 @@ function into(id) {                // scroll the drawn node into the middle of i
 }
 
 const eager = D.phases.filter(p => p !== "compiled");
+document.getElementById("help-compiled").hidden = !D.phases.includes("compiled");
 const choices = (eager.length > 1 ? [["forward", ["forward"]], ["backward", ["backward"]], ["both", eager]] : [])
   .concat(D.phases.includes("compiled") ? [["compiled", ["compiled"]], ["all", D.phases]] : []);
 function mark() {                  // the phase button that matches what is shown
