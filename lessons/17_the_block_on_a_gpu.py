@@ -262,7 +262,7 @@ ax.axhline(PEAK, color="C3", ls="--", lw=1.2, label=f"peak ({PEAK_WHAT.split(':'
 ax.axhline(GEMM, color="0.4", ls=":", lw=1.2, label=f"measured {n}$^3$ GEMM")
 ax.set(xscale="log", yscale="log", xlabel="matmul FLOPs per forward + backward",
        ylabel="achieved FLOP/s (matmul FLOPs / time)", ylim=(min(rates) / 3, PEAK * 3),
-       title=f"One block on {card_name()}: the rate climbs with the size")
+       title=f"One block on {card_name()}: the FLOP rate by size")
 ax.legend(loc="lower right", fontsize=8.5)
 show(fig, OUT / "rate_by_size.png")
 
