@@ -75,6 +75,19 @@ def write_notebook(number: int, out_dir: Path | None = None, execute: bool = Fal
     return out
 
 
+def this_python() -> str:
+    """This interpreter as a shell word, for the commands the course and the CLI print: relative to the current
+    folder when it lies below it (a virtual environment's `.venv/bin/python`, which needs no activating), else
+    its full path."""
+    exe = Path(sys.executable)
+    return shlex.quote(str(exe.relative_to(Path.cwd()) if exe.is_relative_to(Path.cwd()) else exe))
+
+
+def command(words: str) -> str:
+    """The shell command that runs `python -m tinygrad_block WORDS` with this very interpreter."""
+    return f"{this_python()} -m tinygrad_block {words}"
+
+
 def notebook_viewer(path: Path) -> str | None:
     """The command that opens the notebook at `path` in JupyterLab, with the `jupyter` of this Python's environment
     (a virtual environment need not be activated); None when JupyterLab is not installed there."""
@@ -211,8 +224,8 @@ def load_solution(path: Path, number: int):
     """The learner's file for lesson `number` as a module; a CourseError if it is missing or does not import."""
     exercises(number)                                                # a lesson without exercises says so first
     if not path.is_file():
-        raise CourseError(f"no file {path}; write the starter with `python -m tinygrad_block exercise "
-                          f"{number:02d}`, fill it in, then check it")
+        raise CourseError(f"no file {path}; write the starter with `{command(f'exercise {number:02d}')}`, fill "
+                          "it in, then check it")
     spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
     if spec is None:
         raise CourseError(f"{path} is not a Python file: check {number:02d} expects a .py file, like the starter "

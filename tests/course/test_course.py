@@ -73,6 +73,10 @@ def test_each_starter_is_a_file_beside_its_grader_and_fails_every_check_as_not_w
 def test_exercise_then_check_from_the_command_line(tmp_path, command_line):
     made = command_line.process("exercise", "1", cwd=tmp_path)
     assert made.returncode == 0 and (tmp_path / "exercise_01.py").is_file()
+    printed = made.stdout.split("`")[1]                        # the check command, as the learner would paste it
+    assert printed.startswith(f"{sys.executable} -m tinygrad_block check 01")   # this Python, not whatever is on PATH
+    pasted = subprocess.run(printed, shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert pasted.returncode == 1 and "exercises pass" in pasted.stdout
     again = command_line.process("exercise", "01", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
     unfinished = command_line.process("check", "01", cwd=tmp_path)
@@ -184,3 +188,16 @@ def test_a_lesson_cell_that_fails_as_a_notebook_is_one_line_naming_it(tmp_path, 
     monkeypatch.setattr(course, "LESSONS", tmp_path)
     with pytest.raises(course.CourseError, match=r"^07_broken.py failed as a notebook: AssertionError: x is not 2$"):
         course.write_notebook(7, tmp_path, execute=True)
+
+
+def test_a_printed_command_runs_from_where_it_was_printed(command_line):
+    """From the repository root, the commands printed name this Python by a path that works from there (a
+    virtual environment below the root by its relative path), so pasting them needs no activated environment."""
+    result = command_line.process("lesson", "1", "--execute")              # cwd: the repository root
+    printed = result.stderr.strip().split(": ")[-1]                         # ... --notebook: <command>
+    python = Path(shlex.split(printed.split(" -m tinygrad_block ")[0])[0])
+    assert python == (Path(sys.executable).relative_to(ROOT) if Path(sys.executable).is_relative_to(ROOT)
+                      else Path(sys.executable))
+    helped = subprocess.run(f"{shlex.quote(str(python))} -m tinygrad_block lesson --help", shell=True, cwd=ROOT,
+                            capture_output=True, text=True)
+    assert helped.returncode == 0 and "lesson" in helped.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -194,6 +195,9 @@ def test_ctrl_c_from_the_command_line_saves_says_one_line_and_resume_ends_identi
     last = [line for line in err.replace("\r", "\n").splitlines() if line.strip()][-1]
     assert "Traceback" not in err and last.startswith("python -m tinygrad_block train: stopped at step ")
     assert "; saved to " in last and "--resume" in last
+    again_printed = shlex.split(last.split("continue with: ")[1])         # to paste: this very Python, by its path
+    assert Path(again_printed[0]).resolve() == Path(sys.executable).resolve()
+    assert again_printed[1:5] == ["-m", "tinygrad_block", "train", "induction"] and again_printed[-1] == "--resume"
     step = int(last.split("stopped at step ")[1].split()[0])
     assert 7 <= step < 40
     again = subprocess.run(base + ["--out", str(tmp_path / "cut"), "--resume"], env=env, capture_output=True,
