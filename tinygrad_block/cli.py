@@ -398,11 +398,11 @@ def train_data(args: argparse.Namespace) -> dict:
     except TrainingDiverged as e:
         raise CommandStopped(str(e).removeprefix("train: "), 1) from None
     except TrainingStopped as e:
-        again = " ".join(["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
-                         + (["--steps", str(args.steps)] if args.steps else [])
-                         + (["--text-file", args.text_file] if args.text_file else [])
-                         + (["--eager"] if args.eager else []) + ["--resume"])
-        raise CommandStopped(f"{e}; continue with: {course.command(again)}", 130) from None
+        again = (["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
+                 + (["--steps", str(args.steps)] if args.steps else [])
+                 + (["--text-file", args.text_file] if args.text_file else [])
+                 + (["--eager"] if args.eager else []) + ["--resume"])
+        raise CommandStopped(f"{e}; continue with: {course.command(*again)}", 130) from None
 
 
 def read_text_file(path: str, demo: str) -> str:
@@ -434,7 +434,7 @@ def lesson_data(args: argparse.Namespace) -> dict:
     if not args.notebook:
         if args.execute or args.out_dir:
             raise CommandError("--execute and --out-dir go with --notebook: "
-                               + course.command(f"lesson {args.number:02d} --notebook --execute"))
+                               + course.command("lesson", f"{args.number:02d}", "--notebook", "--execute"))
         return {"command": "lesson", "number": args.number, "status": course.run_lesson(args.number)}
     path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None, args.execute)
     return {"command": "lesson", "number": args.number, "path": str(path), "executed": args.execute,
@@ -460,8 +460,8 @@ def check_data(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- how the tour and the course print
 def tour_text(data: dict) -> list[str]:
-    return [f"next, the course, one lesson at a time: {course.command('lesson 01')} (add --notebook --execute for "
-            "a notebook); lessons/README.md lists them all"]
+    return [f"next, the course, one lesson at a time: {course.command('lesson', '01')} (add --notebook --execute "
+            "for a notebook); lessons/README.md lists them all"]
 
 
 def lesson_text(data: dict) -> list[str]:
@@ -476,9 +476,8 @@ def lesson_text(data: dict) -> list[str]:
 
 
 def exercise_text(data: dict) -> list[str]:
-    check = f"check {data['number']:02d}" + (f" {data['path']}" if data["named"] else "")
-    return [f"exercise {data['number']:02d}: wrote {data['path']}; fill in each function, then run "
-            f"`{course.command(check)}`"]
+    check = course.command("check", f"{data['number']:02d}", *([data["path"]] if data["named"] else []))
+    return [f"exercise {data['number']:02d}: wrote {data['path']}; fill in each function, then run `{check}`"]
 
 
 def check_text(data: dict) -> list[str]:

@@ -83,9 +83,9 @@ def this_python() -> str:
     return shlex.quote(str(exe.relative_to(Path.cwd()) if exe.is_relative_to(Path.cwd()) else exe))
 
 
-def command(words: str) -> str:
-    """The shell command that runs `python -m tinygrad_block WORDS` with this very interpreter."""
-    return f"{this_python()} -m tinygrad_block {words}"
+def command(*words: str) -> str:
+    """The shell command that runs `python -m tinygrad_block WORDS...` with this very interpreter, quoted."""
+    return f"{this_python()} -m tinygrad_block {shlex.join(words)}"
 
 
 def notebook_viewer(path: Path) -> str | None:
@@ -224,7 +224,7 @@ def load_solution(path: Path, number: int):
     """The learner's file for lesson `number` as a module; a CourseError if it is missing or does not import."""
     exercises(number)                                                # a lesson without exercises says so first
     if not path.is_file():
-        raise CourseError(f"no file {path}; write the starter with `{command(f'exercise {number:02d}')}`, fill "
+        raise CourseError(f"no file {path}; write the starter with `{command('exercise', f'{number:02d}')}`, fill "
                           "it in, then check it")
     spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
     if spec is None:

@@ -77,6 +77,9 @@ def test_exercise_then_check_from_the_command_line(tmp_path, command_line):
     assert printed.startswith(f"{sys.executable} -m tinygrad_block check 01")   # this Python, not whatever is on PATH
     pasted = subprocess.run(printed, shell=True, cwd=tmp_path, capture_output=True, text=True)
     assert pasted.returncode == 1 and "exercises pass" in pasted.stdout
+    spaced = command_line.process("exercise", "1", "--out", "my exercise.py", cwd=tmp_path).stdout.split("`")[1]
+    pasted = subprocess.run(spaced, shell=True, cwd=tmp_path, capture_output=True, text=True)   # quoted for a shell
+    assert pasted.returncode == 1 and "exercises pass" in pasted.stdout, pasted.stderr
     again = command_line.process("exercise", "01", cwd=tmp_path)
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
     unfinished = command_line.process("check", "01", cwd=tmp_path)
