@@ -185,8 +185,8 @@ plot_runs(list(runs), OUT / "pre_vs_post_norm_training.png", "Post-norm gets stu
 #   below the frequencies. A deep pre-norm stack learns more slowly in 80 steps than the 8-block one (2.7), but
 #   it does learn.
 #
-# A 100-block stack is beyond this lesson: its 80 steps alone would take about a minute here, and a stack
-# that deep needs far more than 80 steps to show much. Published models show the pattern at full size:
+# A 100-block stack is beyond this lesson: its 80 steps alone would take longer than the whole lesson does,
+# and a stack that deep needs far more than 80 steps to show much. Published models show the pattern at full size:
 # BERT-base (post-norm, `nn.preset("bert-base")`) has 12 blocks, Llama-2-70B (pre-norm) has 80.
 
 # %%
