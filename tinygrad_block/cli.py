@@ -552,9 +552,15 @@ COMMANDS = {c.name: c for c in [
 
 
 # ---------------------------------------------------------------- parsing and dispatch
-def parser() -> argparse.ArgumentParser:
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A mistake in the arguments: one line, as every mistake is (the usage is one --help away)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def parser() -> Parser:
     """The one parser of every command in COMMANDS."""
-    top = argparse.ArgumentParser(prog=PROG, description="Learn how a transformer block computes by running it.")
+    top = Parser(prog=PROG, description="Learn how a transformer block computes by running it.")
     commands = top.add_subparsers(dest="command", metavar="<command>")
     for command in COMMANDS.values():
         p = commands.add_parser(command.name, help=command.help, description=command.description or command.help)

@@ -392,6 +392,19 @@ def test_graph_rejects_bad_arguments(command_line, argv, message):
 
 
 # ---------------------------------------------------------------- a user's mistakes: one line, status 2
+@pytest.mark.parametrize("argv, fragments", [
+    (["walk", "--preset", "tiny", "--batch", "2"],
+     ["python -m tinygrad_block: error: unrecognized arguments: --batch 2", "(see python -m tinygrad_block --help)"]),
+    (["memory", "--preset", "tiny", "--seq-len", "8", "--dtype", "int3"],
+     ["memory: error: argument --dtype: invalid choice: 'int3'", "(see python -m tinygrad_block memory --help)"]),
+    (["params"], ["params: error: the following arguments are required: --preset", "params --help)"]),
+    (["nope"], ["error: argument <command>: invalid choice: 'nope'", "(see python -m tinygrad_block --help)"]),
+    (["train", "text", "--steps", "-1"], ["train: error: argument --steps: must be a positive integer, got '-1'"]),
+])
+def test_argument_mistakes_are_one_line_that_points_to_the_help(argv, fragments, command_line):
+    one_line_error(command_line.process(*argv), *fragments)
+
+
 def test_the_one_parser_serves_every_command(capsys):
     assert package_main is cli.main
     assert cli.main([]) == 2                                            # no command: the help, status 2

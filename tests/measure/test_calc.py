@@ -149,9 +149,10 @@ def test_json_fields_and_the_table(capsys, command_line):
     (["--preset", "llama9"], "unknown preset 'llama9'"),
     (["--batch", "0"], "--batch: must be a positive integer"),
 ])
-def test_bad_arguments_print_the_usage_and_exit_2(command_line, argv, message):
+def test_bad_arguments_are_one_line_pointing_to_the_usage_and_exit_2(command_line, argv, message):
     err = command_line.mistake("calc", *LLAMA2_7B, "--seq-len", "64", *argv)
-    assert message in err and "usage: python -m tinygrad_block calc" in err
+    assert err.startswith("python -m tinygrad_block calc: error: ") and message in err and err.count("\n") == 1
+    assert err.rstrip().endswith("(see python -m tinygrad_block calc --help)")
 
 
 @pytest.mark.parametrize("argv, message", [
