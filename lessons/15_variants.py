@@ -179,8 +179,8 @@ plot_runs(list(runs), OUT / "pre_vs_post_norm_training.png", "Post-norm gets stu
 #   already below the quoted dozen;
 # - 40 warmup steps (the rate rising linearly over the first half of the run, lesson 14) get the 6-block stack
 #   learning: about 3.1 nats held out against 3.56 without. At 8 blocks, 40 warmup steps are not enough within
-#   80 steps: it stays stuck. Deeper post-norm stacks need longer warmups and longer runs than a lesson can
-#   afford, which is the practical cost the quoted rule describes;
+#   80 steps: it stays stuck. Longer warmups over longer runs are how deep post-norm models were trained, at a
+#   cost in steps this lesson cannot pay; section 2's DeepNorm gets 8 blocks learning within the same 80 steps;
 # - pre-norm with 24 blocks, twice the quoted dozen and with no warmup, learns: about 3.2 nats held out, well
 #   below the frequencies. A deep pre-norm stack learns more slowly in 80 steps than the 8-block one (2.7), but
 #   it does learn.
