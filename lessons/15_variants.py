@@ -203,7 +203,7 @@ assert abs(held["post-norm, 6 blocks"] - unigram) < 0.05                        
 assert held["post-norm, 6 blocks, 40 warmup steps"] < held["post-norm, 6 blocks"] - 0.3   # warmup: learns
 assert abs(held["post-norm, 8 blocks, 40 warmup steps"] - unigram) < 0.05            # still stuck
 assert held["pre-norm, 24 blocks"] < unigram - 0.25 and abs(held["pre-norm, 24 blocks"] - 3.2) < 0.1
-assert round(held["post-norm, 6 blocks, 40 warmup steps"], 1) == 3.1
+assert abs(held["post-norm, 6 blocks, 40 warmup steps"] - 3.1) < 0.1
 bert, llama70 = nn.preset("bert-base"), nn.preset("llama2-70b")
 print(f"bert-base: {bert.layout}-norm, {bert.n_layers} blocks; llama2-70b: {llama70.layout}-norm, "
       f"{llama70.n_layers} blocks")
