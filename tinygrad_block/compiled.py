@@ -335,6 +335,11 @@ class Program:
                            dataclasses.replace(state, phase=s.phase, scope=s.scope, step=s.step, origin=s.origin),
                            kernel.params)
 
+    def spec(self, k: int) -> tuple:
+        """(shape, dtype) of what index k names: step k's result as captured, or a source array as it is now."""
+        made = self.steps[k] if k < len(self.steps) else self.all[k].data
+        return made.shape, made.dtype
+
     def escaping(self) -> set:
         """The steps whose arrays outlive a replay: returned, or written back into a tensor."""
         kept = {slot for *_, slot, _ in self.writes} | set(self.outputs[1])

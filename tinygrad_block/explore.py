@@ -21,12 +21,11 @@ from collections import Counter
 from pathlib import Path
 
 from .dtypes import as_dtype
-from .function import Movement, primitive
 from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, folded_layers
-from .measure import program_of
+from .measure import is_movement, program_of
 
 ASSETS = Path(__file__).parent / "explorer"
 BINS = 24                                   # histogram bars of a tensor's values
@@ -147,7 +146,7 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
            "inputs": [[list(i.shape), i.dtype] for i in ins], "flops": n.flops,
            "matmul_flops": n.flops if n.label == "matmul" else 0}
     if n.kind in KINDS:
-        view = _is_view(n.label)                                # a view of its input: no bytes moved
+        view = is_movement(n.label, aliasing=True)              # a view of its input: no bytes moved
         written = 0 if view else _nbytes(n.shape, n.dtype)
         out |= {"bytes_read": 0 if view else sum(_nbytes(i.shape, i.dtype) for i in ins),
                 "bytes_written": written}
@@ -234,10 +233,10 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
         for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
             if j not in inside and j not in reads:
                 reads.append(j)
-        views = all(_is_view(steps[k].op.name) for k in ks)                  # no bytes moved
+        views = all(is_movement(steps[k].op.name, aliasing=True) for k in ks)   # no bytes moved
         kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
         flops = kernel_flops(program.kernels[i])
-        inputs = [(tuple(_slot_shape(program, j)), str(_slot_dtype(program, j))) for j in reads]
+        inputs = [(tuple(shape), str(dtype)) for shape, dtype in map(program.spec, reads)]
         out.append({"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
                     "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
                     "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
@@ -260,19 +259,6 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
                 seen.add((src, dst))
                 edges.append([f"c{src}", f"c{dst}", list(steps[j].shape), False])
     return out, edges
-
-
-def _is_view(name: str) -> bool:
-    op = primitive(name)
-    return op is not None and issubclass(op, Movement) and op.aliases
-
-
-def _slot_shape(program, j: int) -> tuple:
-    return program.steps[j].shape if j < len(program.steps) else program.all[j].data.shape
-
-
-def _slot_dtype(program, j: int):
-    return program.steps[j].dtype if j < len(program.steps) else program.all[j].data.dtype
 
 
 def _nbytes(shape, dtype: str) -> int:

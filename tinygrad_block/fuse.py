@@ -175,7 +175,7 @@ def fuse_program(program) -> list:
             readers.setdefault(k, []).append(i)
     alias = program.alias = _elided_expands(steps, readers, escapes)
     name = lambda k: slots[alias.get(k, k)]  # noqa: E731
-    shape = lambda k: steps[k].shape if k < len(steps) else program.all[k].data.shape  # noqa: E731
+    shape = lambda k: program.spec(k)[0]  # noqa: E731
     kernels, chain = [], None
     for i, (s, plain) in enumerate(zip(steps, program.plain)):
         if i in alias:
