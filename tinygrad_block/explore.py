@@ -218,7 +218,7 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
     for i, ks in enumerate(kernels):
         if draw[i] != i:
             continue
-        last, runs = steps[ks[-1]], []
+        runs = []
         for k in ks:
             g = node_of.get(k)
             if g is None:
@@ -228,26 +228,7 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
             if target in by_id:
                 runs.append(target)
                 by_id[target].setdefault("kernel", f"c{i}")
-        inside = set(ks)
-        reads = []
-        for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
-            if j not in inside and j not in reads:
-                reads.append(j)
-        views = all(is_movement(steps[k].op.name, aliasing=True) for k in ks)   # no bytes moved
-        kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
-        flops = kernel_flops(program.kernels[i])
-        inputs = [(tuple(shape), str(dtype)) for shape, dtype in map(program.spec, reads)]
-        out.append({"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
-                    "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
-                    "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
-                    "note": f"{len(ks)} primitives, one kernel" if kind == "fused" else "", "origin": "",
-                    "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
-                    "inputs": [[list(sh), dt] for sh, dt in inputs], "flops": flops,
-                    "matmul_flops": flops if last.op.name == "matmul" else 0,
-                    "bytes_read": 0 if views else sum(_nbytes(sh, dt) for sh, dt in inputs),
-                    "bytes_written": 0 if views else _nbytes(last.shape, last.dtype),
-                    "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
-                    "runs": runs, "ops": [steps[k].op.name for k in ks]})
+        out.append(_kernel_node(program, i, ks, runs))
     edges, seen = [], set()
     for i, ks in enumerate(kernels):
         dst = draw[i]
@@ -259,6 +240,31 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
                 seen.add((src, dst))
                 edges.append([f"c{src}", f"c{dst}", list(steps[j].shape), False])
     return out, edges
+
+
+def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
+    """The page's node for kernel i, which runs the steps `ks` (the primitives `runs` of the other panes): what it
+    reads from outside itself, writes, costs, and the bytes of intermediates a fused chain never writes."""
+    steps, alias = program.steps, program.alias
+    last, inside, reads = steps[ks[-1]], set(ks), []
+    for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
+        if j not in inside and j not in reads:
+            reads.append(j)
+    views = all(is_movement(steps[k].op.name, aliasing=True) for k in ks)       # no bytes moved
+    kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
+    flops = kernel_flops(program.kernels[i])
+    inputs = [(tuple(shape), str(dtype)) for shape, dtype in map(program.spec, reads)]
+    return {"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
+            "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
+            "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
+            "note": f"{len(ks)} primitives, one kernel" if kind == "fused" else "", "origin": "",
+            "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
+            "inputs": [[list(shape), dtype] for shape, dtype in inputs], "flops": flops,
+            "matmul_flops": flops if last.op.name == "matmul" else 0,
+            "bytes_read": 0 if views else sum(_nbytes(shape, dtype) for shape, dtype in inputs),
+            "bytes_written": 0 if views else _nbytes(last.shape, last.dtype),
+            "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
+            "runs": runs, "ops": [steps[k].op.name for k in ks]}
 
 
 def _nbytes(shape, dtype: str) -> int:
