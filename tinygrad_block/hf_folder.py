@@ -29,17 +29,43 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# ---------------------------------------------------------------- names, shown
+def shown(name, quote: bool = False, limit: int = 200) -> str:
+    """A name read from a file (a tensor, a shard, an architecture), safe to put in a message or a report: as it is
+    when every character prints (letters of any script, digits, punctuation, spaces) and there is no backslash, else
+    (always, with `quote`) as a Python literal, 'a\\x1b[2J\\n', so an escape sequence, a newline or an invisible
+    unicode control (Cc, Cf: a bidi override) is shown, never obeyed by the terminal. Past `limit` characters it is
+    cut, saying how long it was."""
+    name = str(name) if isinstance(name, Path) else name
+    text = name if isinstance(name, str) else repr(name)               # a number, a list: its literal already
+    cut = f"... ({len(text):,} characters)" if len(text) > limit else ""
+    text = text[:limit]
+    if isinstance(name, str) and (quote or not text.isprintable() or "\\" in text):
+        text = repr(text)
+    return text + cut
+
+
+def shown_list(names, limit: int = 10, show: Callable = lambda name: shown(name, quote=True)) -> str:
+    """Names read from a file as a list, each quoted by `shown` (or shown by `show`): the first `limit`, then how
+    many more, so 200,000 names are one short line."""
+    names = list(names)
+    more = [f"... and {len(names) - limit:,} more"] if len(names) > limit else []
+    return "[" + ", ".join([show(n) for n in names[:limit]] + more) + "]"
+
+
 # ---------------------------------------------------------------- paths
 def inside(folder: Path, name, op: str, what: str) -> Path:
     """folder / name, where `name` comes from a file in the folder: a plain file name (no folders, no '..', not
-    absolute), whose real path, symlinks followed, lies in the folder. Anything else is refused, naming it."""
-    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise ValueError(f"{op}: {what} names {name!r}; expected the plain name of a file in {folder}")
+    absolute, nothing unprintable), whose real path, symlinks followed, lies in the folder. Anything else is
+    refused, naming it."""
+    if not isinstance(name, str) or not name.isprintable() or name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise ValueError(f"{op}: {what} names {shown(name, quote=True)}; expected the plain name of a file in "
+                         f"{folder}")
     path = folder / name
     real, home = path.resolve(), folder.resolve()
     if home not in real.parents:
-        raise ValueError(f"{op}: {path} is a link to {real}, outside the folder {folder}; a checkpoint's files "
-                         "must lie in its own folder")
+        raise ValueError(f"{op}: {path} is a link to {shown(real)}, outside the folder {folder}; a checkpoint's "
+                         "files must lie in its own folder")
     return path
 
 
@@ -69,7 +95,7 @@ def read_bytes(path: Path, op: str, limit: int) -> bytes:
 def _no_repeats(pairs: list) -> dict:
     keys = [k for k, _ in pairs]
     if len(set(keys)) != len(keys):
-        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} appears twice")
+        raise ValueError(f"the key {shown(next(k for k in keys if keys.count(k) > 1), quote=True)} appears twice")
     return dict(pairs)
 
 
@@ -141,7 +167,7 @@ def read_header(path: Path, op: str) -> dict[str, TensorEntry]:
         raise ValueError(f"{op}: the header of {path} is a JSON {type(header).__name__}; expected an object")
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise ValueError(f"{op}: {path}: __metadata__ must map names to strings, got {metadata!r:.80}")
+        raise ValueError(f"{op}: {path}: __metadata__ must map names to strings, got {shown(metadata, limit=80)}")
     entries = {name: _entry(path, name, spec, 8 + n, op) for name, spec in header.items()}
     _check_coverage(path, entries, 8 + n, size, op)
     return entries
@@ -149,17 +175,19 @@ def read_header(path: Path, op: str) -> dict[str, TensorEntry]:
 
 def _entry(path: Path, name: str, spec, start: int, op: str) -> TensorEntry:
     """One header entry, checked: a known dtype, a shape of ints >= 0, offsets that fit the shape."""
-    where = f"{path}: tensor {name}"
+    where = f"{path}: tensor {shown(name)}"
     if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "data_offsets"}:
-        raise ValueError(f"{op}: {where}: expected {{dtype, shape, data_offsets}}, got {spec!r:.100}")
+        raise ValueError(f"{op}: {where}: expected {{dtype, shape, data_offsets}}, got {shown(spec, limit=100)}")
     dtype, shape, offsets = spec["dtype"], spec["shape"], spec["data_offsets"]
     if dtype not in DTYPES:
-        raise ValueError(f"{op}: {where} has the unknown dtype {dtype!r:.40}; safetensors has {', '.join(DTYPES)}")
+        raise ValueError(f"{op}: {where} has the unknown dtype {shown(dtype, quote=True, limit=40)}; safetensors has "
+                         f"{', '.join(DTYPES)}")
     if not isinstance(shape, list) or not all(is_int(d) and d >= 0 for d in shape):
-        raise ValueError(f"{op}: {where} has the shape {shape!r:.80}; expected a list of integers >= 0")
+        raise ValueError(f"{op}: {where} has the shape {shown(shape, limit=80)}; expected a list of integers >= 0")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_int(o) for o in offsets)
             and 0 <= offsets[0] <= offsets[1]):
-        raise ValueError(f"{op}: {where} has data_offsets {offsets!r:.80}; expected [begin, end], 0 <= begin <= end")
+        raise ValueError(f"{op}: {where} has data_offsets {shown(offsets, limit=80)}; expected [begin, end], "
+                         "0 <= begin <= end")
     nbytes = math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize
     if offsets[1] - offsets[0] != nbytes:
         raise ValueError(f"{op}: {where} is {dtype} {tuple(shape)}, {nbytes:,} bytes, but its data_offsets "
@@ -172,8 +200,8 @@ def _check_coverage(path: Path, entries: dict, start: int, size: int, op: str) -
     position = start
     for e in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
         if e.begin < position:
-            raise ValueError(f"{op}: {path}: tensor {e.name}'s bytes {e.begin - start:,}..{e.end - start:,} overlap "
-                             "another tensor's")
+            raise ValueError(f"{op}: {path}: tensor {shown(e.name)}'s bytes {e.begin - start:,}..{e.end - start:,} "
+                             "overlap another tensor's")
         if e.begin > position:
             raise ValueError(f"{op}: {path}: bytes {position - start:,}..{e.begin - start:,} of the data belong to "
                              "no tensor; the safetensors format has no gaps")
@@ -189,7 +217,8 @@ def read_array(entry: TensorEntry, dtype, op: str) -> np.ndarray:
     dtype is converted CHUNK_BYTES at a time. A bfloat16 is the top 16 bits of a float32, so its bits shifted up 16
     are the exact float32."""
     if entry.dtype not in FLOATS:
-        raise ValueError(f"{op}: tensor {entry.name} in {entry.file.name} is {entry.dtype}; expected F64, F32, F16 "
+        raise ValueError(f"{op}: tensor {shown(entry.name)} in {shown(entry.file.name)} is {entry.dtype}; expected "
+                         "F64, F32, F16 "
                          "or BF16")
     out = np.empty(entry.shape, dtype)
     flat, stored = out.reshape(-1), np.dtype(DTYPES[entry.dtype])
@@ -208,7 +237,8 @@ def read_array(entry: TensorEntry, dtype, op: str) -> np.ndarray:
 
 def _fill(f, buffer: memoryview, entry: TensorEntry) -> None:
     if f.readinto(buffer) != len(buffer):
-        raise OSError(f"cannot read tensor {entry.name} of {entry.file}: the file ended early (changed while read?)")
+        raise OSError(f"cannot read tensor {shown(entry.name)} of {entry.file}: the file ended early (changed "
+                      "while read?)")
 
 
 # ---------------------------------------------------------------- writing, atomically

@@ -5,6 +5,7 @@ whole, and a process killed in the middle of a save leaves the previous checkpoi
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -282,18 +283,49 @@ def test_pickles_are_refused_unread(tmp_path, name):
 
 
 # ---------------------------------------------------------------- size before memory
-def test_a_config_too_large_to_fit_fails_before_any_allocation(ckpt, monkeypatch):
+def sparse_checkpoint(folder: Path, cfg) -> None:
+    """A checkpoint of `cfg` whose config.json and headers agree and whose data is a hole in a sparse file (no disk,
+    no time): a model too large to load, laid out as save_pretrained lays it out."""
+    model, arch = pretrained.shape_model(nn.LM, cfg, tb.float32, "test"), pretrained.hf_architecture(cfg)
+    shapes, header, offset = {n: p.shape for n, p in model.named_parameters()}, {}, 0
+    for name, (conv1d, ours) in pretrained.hf_layout(model, arch).items():
+        shape = pretrained.hf_shape(conv1d, [shapes[o] for o in ours])
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + 4 * math.prod(shape)]}
+        offset = header[name]["data_offsets"][1]
+    folder.mkdir(exist_ok=True)
+    text = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        f.truncate(8 + len(text) + offset)
+    (folder / "config.json").write_text(json.dumps(pretrained.config_to_hf(cfg, arch, "float32")))
+
+
+def test_a_config_too_large_to_fit_fails_before_any_allocation(tmp_path, monkeypatch):
     def no_reading(*args):
         raise AssertionError("an array was read for a model that cannot fit")
     monkeypatch.setattr(pretrained, "read_array", no_reading)
-    edit_config(ckpt, vocab_size=10**12)
-    cfg = TINY.with_(vocab_size=10**12)
+    free = pretrained.available_bytes("cpu")
+    cfg = TINY.with_(vocab_size=free // (4 * TINY.d_model) + 1)            # the embedding alone is more than free
+    sparse_checkpoint(tmp_path / "huge", cfg)
     gib = accounting.total_params(cfg) * 4 / 2**30
     start = time.perf_counter()
-    refused(ckpt, LOAD, f"{accounting.total_params(cfg):,} parameters", f"{gib:,.1f} GiB in float32", "more than")
+    refused(tmp_path / "huge", LOAD, f"{accounting.total_params(cfg):,} parameters", f"{gib:,.1f} GiB in float32",
+            "more than", "GiB free on cpu")
     assert time.perf_counter() - start < 5          # the issue's bound is a second; generous for a busy CI machine
-    free = pretrained.available_bytes("cpu")
-    assert 0 < free and accounting.total_params(cfg) * 4 > free
+    assert 0 < free < accounting.total_params(cfg) * 4
+
+
+def test_a_config_that_disagrees_with_its_file_is_named_before_sizing(ckpt, monkeypatch):
+    """vocab_size 10^12 over a 40-row embedding: the field and the tensor's shape, not 'more than the free memory'
+    (which check_size, here unreachable, would say)."""
+    monkeypatch.setattr(pretrained, "check_size", lambda *a: pytest.fail("sized before the shapes were checked"))
+    edit_config(ckpt, vocab_size=10**12)
+    refused(ckpt, LOAD, "do not fit the model its config.json describes",
+            f"model.embed_tokens.weight is (40, {TINY.d_model}), expected (1000000000000, {TINY.d_model}) from "
+            "config.json's vocab_size=1,000,000,000,000")
+    edit_config(ckpt, vocab_size=40, intermediate_size=TINY.d_ff + 1)
+    refused(ckpt, LOAD, f"model.layers.0.mlp.up_proj.weight is ({TINY.d_ff}, {TINY.d_model}), expected "
+                        f"({TINY.d_ff + 1}, {TINY.d_model}) from config.json's intermediate_size={TINY.d_ff + 1}")
 
 
 def test_a_context_too_long_to_tabulate_fails_before_any_allocation(ckpt, monkeypatch):

@@ -21,8 +21,8 @@ from ..tensor import Tensor
 from .attention import Attention
 from .config import BlockConfig
 from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
-from ..hf_folder import (FLOATS, TensorEntry, inside, read_array, read_header, read_json_object, readable, sync_folder,
-                        write_safetensors, write_text)
+from ..hf_folder import (FLOATS, TensorEntry, inside, is_int, read_array, read_header, read_json_object, readable,
+                         shown, shown_list, sync_folder, write_safetensors, write_text)
 
 __all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
            "save_pretrained", "checkpoint_files", "read_headers", "hf_layout"]
@@ -74,9 +74,9 @@ def checkpoint_files(path, op: str) -> tuple[Path, dict, list[Path], dict | None
         return folder, hf, [folder / SINGLE], None
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        raise ValueError(f"{op}: {folder} holds only {pickles[0]}, a pickle: unpickling runs whatever code the file "
-                         "contains, so tinygrad_block never loads one. Convert it to safetensors where you trust "
-                         "it (transformers: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out))")
+        raise ValueError(f"{op}: {folder} holds only {shown(pickles[0])}, a pickle: unpickling runs whatever code "
+                         "the file contains, so tinygrad_block never loads one. Convert it to safetensors where you "
+                         "trust it (transformers: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out))")
     raise FileNotFoundError(f"{op}: {folder} has no {SINGLE} and no {INDEX}")
 
 
@@ -86,9 +86,10 @@ def read_weight_map(folder: Path, op: str) -> dict[str, str]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError(f"{op}: {folder / INDEX} has no 'weight_map' object mapping each tensor to its shard")
     for name, shard in weight_map.items():
-        path = inside(folder, shard, op, f"{INDEX}'s weight_map entry {name!r}")
+        path = inside(folder, shard, op, f"{INDEX}'s weight_map entry {shown(name, quote=True)}")
         if not readable(path, op):
-            raise FileNotFoundError(f"{op}: {INDEX} names the shard {shard} (for {name}), which is not in {folder}")
+            raise FileNotFoundError(f"{op}: {INDEX} names the shard {shard} (for {shown(name)}), which is not in "
+                                    f"{folder}")
     return weight_map
 
 
@@ -99,29 +100,87 @@ def read_headers(files: list[Path], op: str, weight_map: dict | None = None) -> 
     for file in files:
         for name, entry in read_header(file, op).items():
             if name in found:
-                raise ValueError(f"{op}: tensor {name} is in both {found[name].file.name} and {file.name}")
+                raise ValueError(f"{op}: tensor {shown(name)} is in both {found[name].file.name} and {file.name}")
             if weight_map is not None and weight_map.get(name) != file.name:
                 listed = f"lists it in {weight_map[name]}" if name in weight_map else "does not list it"
-                raise ValueError(f"{op}: tensor {name} is in {file.name}, but {INDEX} {listed}")
+                raise ValueError(f"{op}: tensor {shown(name)} is in {file.name}, but {INDEX} {listed}")
             found[name] = entry
     for name in sorted(set(weight_map or {}) - set(found)):
-        raise ValueError(f"{op}: {INDEX} lists tensor {name} in {weight_map[name]}, which does not hold it")
+        raise ValueError(f"{op}: {INDEX} lists tensor {shown(name)} in {weight_map[name]}, which does not hold it")
     return found
 
 
 # ---------------------------------------------------------------- size before memory
-def available_bytes(device) -> int | None:
-    """Memory free on `device` now: the GPU's own, or the host's (None: the shape-only device, or unknown)."""
+def available_bytes(device, root: Path = Path("/")) -> int | None:
+    """Memory `device` can still give this process: the GPU's free memory; on the host the least of what Linux
+    has available, what the process's own limits leave and what its cgroup (a container) leaves, each of which ends
+    a load in a MemoryError when passed (host_rooms). None: the shape-only device, or unknown. `root`: where /proc
+    and /sys are (tests point it at a folder of their own)."""
     be = get_backend(device)
     if be.name == "meta":
         return None
     if getattr(be, "active", None) is not None:                        # a GPU (CuPy)
         return be.active.mem_info[0]
-    try:                                                               # Linux says what it could give
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
+    return min(host_rooms(root).values(), default=None)
+
+
+def host_rooms(root: Path = Path("/")) -> dict[str, int]:
+    """{limit: bytes it leaves} for each limit on host memory that Linux says is set: MemAvailable (/proc/meminfo),
+    ulimit -v (RLIMIT_AS, against the address space in use, VmSize) and ulimit -d (RLIMIT_DATA, against VmData),
+    and the cgroup's limits (cgroup_room)."""
+    rooms = {"MemAvailable": _fields(root / "proc/meminfo", 1024).get("MemAvailable")}
+    status = _fields(root / "proc/self/status", 1024)
+    try:
+        import resource                                                # Unix only
+        limits = {"ulimit -v": (resource.RLIMIT_AS, "VmSize"), "ulimit -d": (resource.RLIMIT_DATA, "VmData")}
+        for name, (limit, used) in limits.items():
+            soft = resource.getrlimit(limit)[0]
+            if soft != resource.RLIM_INFINITY and used in status:
+                rooms[name] = max(soft - status[used], 0)
+    except ImportError:
+        pass
+    rooms["cgroup"] = cgroup_room(root)
+    return {name: n for name, n in rooms.items() if n is not None}
+
+
+def cgroup_room(root: Path = Path("/")) -> int | None:
+    """What the process's memory cgroup (a container's limit) leaves it: cgroup v2's memory.max - memory.current,
+    v1's memory.limit_in_bytes - memory.usage_in_bytes, not counting the file pages the kernel drops first
+    (inactive_file in memory.stat); the least over its group and the groups above it. None: no limit found."""
+    rooms = []
+    for line in _lines(root / "proc/self/cgroup"):                     # 'id:controllers:/path'
+        parts = line.split(":", 2)
+        if len(parts) != 3 or (parts[1] and "memory" not in parts[1].split(",")):
+            continue
+        v2 = parts[1] == ""
+        base = root / "sys/fs/cgroup" if v2 else root / "sys/fs/cgroup/memory"
+        limit, usage, stat = (("memory.max", "memory.current", "inactive_file") if v2 else
+                              ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+        groups = Path(parts[2]).relative_to("/").parts if parts[2].startswith("/") else ()
+        for folder in (base.joinpath(*groups[:i]) for i in range(len(groups) + 1)):
+            cap, used = _integer(folder / limit), _integer(folder / usage)
+            if cap is not None and used is not None:
+                rooms.append(max(cap - used + _fields(folder / "memory.stat").get(stat, 0), 0))
+    return min(rooms, default=None)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _fields(path: Path, unit: int = 1) -> dict[str, int]:
+    """A file of 'name value' lines ('MemAvailable:  123 kB', 'inactive_file 456') as {name: value * unit}."""
+    pairs = (line.replace(":", " ").split()[:2] for line in _lines(path))
+    return {p[0]: int(p[1]) * unit for p in pairs if len(p) == 2 and p[1].isdigit()}
+
+
+def _integer(path: Path) -> int | None:
+    """A file holding one integer (a cgroup's memory.max); None when it is missing, unreadable or 'max'."""
+    text = "".join(_lines(path)).strip()
+    return int(text) if text.isdigit() else None
 
 
 def shape_model(model_class, cfg: BlockConfig, dtype, op: str):
@@ -136,15 +195,29 @@ def shape_model(model_class, cfg: BlockConfig, dtype, op: str):
 def check_size(model, dtype, device, op: str) -> int:
     """The bytes the model's weights (counted on the shape-only model: no array made) and its RoPE tables take in
     `dtype`, refused before any allocation when they exceed what the device has free. Returns them."""
-    cfg, n, itemsize = model.cfg, model.num_parameters(), as_dtype(dtype, op).itemsize
-    tables = 2 * cfg.max_seq_len * cfg.d_head if cfg.rope else 0     # RoPE's cos and sin, shared by the layers
-    nbytes, free = (n + tables) * itemsize, available_bytes(device)
-    if n + tables > MAX_PARAMETERS or (free is not None and nbytes > free):
+    nbytes, free = model_bytes(model, dtype, op), available_bytes(device)
+    if model.num_parameters() + rope_numbers(model.cfg) > MAX_PARAMETERS or (free is not None and nbytes > free):
         room = f"{free / 2**30:,.1f} GiB free on {device}" if free is not None else "no published model is as large"
-        raise ValueError(f"{op}: config.json describes {n:,} parameters ({cfg.n_layers:,} layers, d_model "
-                         f"{cfg.d_model:,}, vocabulary {cfg.vocab_size:,}) and RoPE tables of {tables:,} numbers "
-                         f"({cfg.max_seq_len:,} positions): {nbytes / 2**30:,.1f} GiB in {dtype}, more than {room}")
+        raise too_large(model, dtype, op, room)
     return nbytes
+
+
+def model_bytes(model, dtype, op: str) -> int:
+    """The bytes of the model's parameters and RoPE tables (cos and sin, shared by the layers) in `dtype`."""
+    return (model.num_parameters() + rope_numbers(model.cfg)) * as_dtype(dtype, op).itemsize
+
+
+def rope_numbers(cfg: BlockConfig) -> int:
+    return 2 * cfg.max_seq_len * cfg.d_head if cfg.rope else 0
+
+
+def too_large(model, dtype, op: str, room: str) -> ValueError:
+    """The one refusal of a model that does not fit: its size from the config, in bytes of `dtype`, and `room`."""
+    cfg, n, tables = model.cfg, model.num_parameters(), rope_numbers(model.cfg)
+    return ValueError(f"{op}: config.json describes {n:,} parameters ({cfg.n_layers:,} layers, d_model "
+                      f"{cfg.d_model:,}, vocabulary {cfg.vocab_size:,}) and RoPE tables of {tables:,} numbers "
+                      f"({cfg.max_seq_len:,} positions): {model_bytes(model, dtype, op) / 2**30:,.1f} GiB in {dtype}, "
+                      f"more than {room}")
 
 
 # ---------------------------------------------------------------- parameter names and layouts
@@ -196,31 +269,65 @@ def _canonical(name: str, arch: str) -> str:
     return name
 
 
-def _check_tensors(layout: dict, shapes: dict, headers: dict, op: str) -> None:
-    """Every tensor the model needs is present with its shape; nothing else is (bar BUFFERS), each named."""
+def _by_canonical_name(headers: dict, arch: str, op: str) -> dict[str, TensorEntry]:
+    """{canonical name: entry}. A file holding one GPT-2 tensor under both its names (wte.weight and
+    transformer.wte.weight) loads when the two are the same bytes, and is refused, naming both, when they differ."""
+    found = {}
+    for name, entry in headers.items():
+        other = found.setdefault(_canonical(name, arch), entry)
+        if other is not entry and not _same_values(other, entry):
+            raise ValueError(f"{op}: the checkpoint holds {shown(other.name)} ({other.dtype} {other.shape}) and "
+                             f"{shown(entry.name)} ({entry.dtype} {entry.shape}), two names of one GPT-2 tensor, with "
+                             "different values; which of the two is meant is unknowable")
+    return found
+
+
+SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "head_dim", "max_position_embeddings", "n_embd",
+               "n_inner", "n_positions")
+
+
+def _misshaped(name: str, shape: tuple, expected: tuple, hf: dict) -> str:
+    """'NAME is (173, 64), expected (1000000000000, 64) from config.json's vocab_size=1,000,000,000,000': the
+    config's size fields that give the dimensions where the file and the config disagree."""
+    dims = {e for s, e in zip(shape, expected) if s != e} if len(shape) == len(expected) else set(expected)
+    fields = [f"{k}={hf[k]:,}" for k in SIZE_FIELDS if is_int(hf.get(k)) and hf[k] in dims]
+    return f"{shown(name)} is {shape}, expected {expected}" + (f" from config.json's {', '.join(fields)}"
+                                                               if fields else "")
+
+
+def _check_tensors(layout: dict, shapes: dict, headers: dict, hf_config: dict, op: str) -> None:
+    """Every tensor the model needs is present with its shape; nothing else is (bar BUFFERS), each named (the first
+    ten of each kind, and how many more)."""
     expected = {hf: hf_shape(conv1d, [shapes[o] for o in ours]) for hf, (conv1d, ours) in layout.items()}
     missing = sorted(set(expected) - set(headers))
     unexpected = sorted(n for n in set(headers) - set(expected) if not BUFFERS.search(n))
-    misshaped = [f"{n} is {headers[n].shape}, expected {expected[n]}" for n in sorted(set(expected) & set(headers))
+    misshaped = [_misshaped(n, headers[n].shape, expected[n], hf_config) for n in sorted(set(expected) & set(headers))
                  if headers[n].shape != expected[n]]
     if missing or unexpected or misshaped:
         raise ValueError(f"{op}: the checkpoint's tensors do not fit the model its config.json describes: "
-                         f"missing {missing}, unexpected {unexpected}, misshaped {misshaped}")
+                         f"missing {shown_list(missing)}, unexpected {shown_list(unexpected)}, misshaped "
+                         f"{shown_list(misshaped, show=str)}")
     for e in (headers[n] for n in sorted(expected)):
         if e.dtype not in FLOATS:
-            raise ValueError(f"{op}: tensor {e.name} in {e.file.name} is {e.dtype}; expected F64, F32, F16 or BF16")
+            raise ValueError(f"{op}: tensor {shown(e.name)} in {e.file.name} is {e.dtype}; expected F64, F32, F16 or "
+                             "BF16")
+
+
+def _same_values(a: TensorEntry, b: TensorEntry) -> bool:
+    """Whether two stored tensors are the same dtype, shape and bytes (compared 16 MiB at a time)."""
+    same = a.dtype == b.dtype and a.shape == b.shape
+    with open(a.file, "rb") as fa, open(b.file, "rb") as fb:
+        fa.seek(a.begin)
+        fb.seek(b.begin)
+        for start in range(a.begin, a.end if same else a.begin, 2**24):
+            n = min(2**24, a.end - start)
+            same = same and fa.read(n) == fb.read(n)
+    return same
 
 
 def _check_tied_copy(copy: TensorEntry, embedding: TensorEntry, op: str) -> None:
     """A tied model's file may also store lm_head.weight: loaded only when it is the embedding, byte for byte."""
-    same = copy.dtype == embedding.dtype and copy.shape == embedding.shape
-    with open(copy.file, "rb") as a, open(embedding.file, "rb") as b:
-        a.seek(copy.begin)
-        b.seek(embedding.begin)
-        for start in range(copy.begin, copy.end if same else copy.begin, 2**24):
-            n = min(2**24, copy.end - start)
-            same = same and a.read(n) == b.read(n)
-    if not same:
+    if not _same_values(copy, embedding):
         raise ValueError(f"{op}: tie_word_embeddings is true, but lm_head.weight differs from the embedding "
                          f"({copy.dtype} {copy.shape} vs {embedding.dtype} {embedding.shape}); a tied model has one "
                          "matrix, and which of the two is meant is unknowable")
@@ -230,24 +337,29 @@ def _check_tied_copy(copy: TensorEntry, embedding: TensorEntry, op: str) -> None
 def load_pretrained(model_class, path, dtype=float32, device="cpu"):
     """A checkpoint folder (or a train run) as a `model_class` (nn.LM) of `dtype` on `device`, with the folder's
     tokenizer (or None) as model.tokenizer; LM.from_pretrained calls this. Everything is checked before any array
-    is made: config, size, headers, names and shapes. The model is built on the shape-only device, then each
-    parameter is read straight from the file into its array on `device`: one copy of the weights, never two."""
+    is made: config, headers, names and shapes (so a config that disagrees with its file says so, whatever its
+    size), then the size. The model is built on the shape-only device, then each parameter is read straight from
+    the file into its array on `device`: one copy of the weights, never two. Memory that runs out all the same
+    (a limit no check saw) is the same refusal as the size check's."""
     from ..tokenizer import load_tokenizer
     op = "from_pretrained"
     folder, hf_config, files, weight_map = checkpoint_files(path, op)
     arch, cfg = config_from_hf(hf_config, op)
     model = shape_model(model_class, cfg, dtype, op)                 # shapes only: no memory
-    check_size(model, dtype, device, op)
-    headers = read_headers(files, op, weight_map)
-    tokenizer = load_tokenizer(folder)
     layout, shapes = hf_layout(model, arch), {n: p.shape for n, p in model.named_parameters()}
-    found = {_canonical(n, arch): e for n, e in headers.items()}
+    found = _by_canonical_name(read_headers(files, op, weight_map), arch, op)
     tied_copy = found.pop("lm_head.weight", None) if cfg.tie_embeddings else None
-    _check_tensors(layout, shapes, found, op)
+    _check_tensors(layout, shapes, found, hf_config, op)
+    check_size(model, dtype, device, op)
     if tied_copy is not None:
         _check_tied_copy(tied_copy, found[next(hf for hf, (_, o) in layout.items() if o == ["embed.weight"])], op)
+    tokenizer = load_tokenizer(folder)
     if get_backend(device).name != "meta":                             # on meta the shapes are all there is
-        _read_weights(model, layout, found, dtype, device, op)
+        try:
+            _read_weights(model, layout, found, dtype, device, op)
+        except MemoryError:
+            raise too_large(model, dtype, op, f"{device} could give: the memory ran out while reading the "
+                                              "weights") from None
     model.tokenizer = tokenizer
     return model
 
