@@ -328,6 +328,98 @@ def test_a_config_that_disagrees_with_its_file_is_named_before_sizing(ckpt, monk
                         f"({TINY.d_ff + 1}, {TINY.d_model}) from config.json's intermediate_size={TINY.d_ff + 1}")
 
 
+def test_a_memory_error_while_reading_is_the_size_refusal(ckpt, monkeypatch, command_line):
+    """A limit no check saw (memory taken by another process meanwhile, say): the same one-line refusal."""
+    def out_of_memory(*args):
+        raise MemoryError
+    monkeypatch.setattr(pretrained, "read_array", out_of_memory)
+    n = accounting.total_params(TINY)
+    refused(ckpt, LOAD, f"{n:,} parameters", "more than cpu could give: the memory ran out while reading the weights")
+    err = command_line.mistake("generate", ckpt, "--ids", "1 2")
+    assert err.count("\n") == 1 and "the memory ran out" in err, err
+
+
+def write_limits(root: Path, files: dict[str, str]) -> Path:
+    """Files under `root` as Linux shows them under / (proc/meminfo, sys/fs/cgroup/...): a fake machine's limits."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_cgroup_v2_room_is_the_least_over_the_group_and_those_above(tmp_path):
+    root = write_limits(tmp_path, {
+        "proc/self/cgroup": "0::/box/job\n",
+        "sys/fs/cgroup/memory.max": "max\n", "sys/fs/cgroup/memory.current": "900000000\n",    # the root: no limit
+        "sys/fs/cgroup/box/memory.max": "1000000000\n", "sys/fs/cgroup/box/memory.current": "700000000\n",
+        "sys/fs/cgroup/box/memory.stat": "anon 500000000\ninactive_file 100000000\nactive_file 5\n",
+        "sys/fs/cgroup/box/job/memory.max": "2000000000\n", "sys/fs/cgroup/box/job/memory.current": "300000000\n"})
+    assert pretrained.cgroup_room(root) == 1_000_000_000 - 700_000_000 + 100_000_000   # box binds; file pages drop
+    (root / "sys/fs/cgroup/box/memory.max").write_text("max\n")
+    assert pretrained.cgroup_room(root) == 2_000_000_000 - 300_000_000
+    (root / "sys/fs/cgroup/box/job/memory.max").write_text("max\n")
+    assert pretrained.cgroup_room(root) is None
+
+
+def test_cgroup_v1_room_reads_the_memory_controller(tmp_path):
+    root = write_limits(tmp_path, {
+        "proc/self/cgroup": "9:pids:/x\n4:memory:/docker/abc\n1:cpu,cpuacct:/x\n0::/\n",
+        "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",         # v1's 'unlimited'
+        "sys/fs/cgroup/memory/memory.usage_in_bytes": "5000000000\n",
+        "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "536870912\n",
+        "sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes": "436870912\n",
+        "sys/fs/cgroup/memory/docker/abc/memory.stat": "cache 7\ntotal_inactive_file 1000\n"})
+    assert pretrained.cgroup_room(root) == 100_000_000 + 1000
+    (root / "proc/self/cgroup").write_text("4:memory:/\n")                 # a cgroup namespace: the group is the root
+    assert pretrained.cgroup_room(root) == 9223372036854771712 - 5000000000
+
+
+def test_available_bytes_is_the_least_of_the_limits(tmp_path):
+    root = write_limits(tmp_path, {"proc/meminfo": "MemTotal: 8000 kB\nMemAvailable:   5000 kB\n",
+                                   "proc/self/status": "VmSize:\t  100 kB\nVmData:\t 50 kB\n",
+                                   "proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "4096000\n",
+                                   "sys/fs/cgroup/memory.current": "4000\n"})
+    rooms = pretrained.host_rooms(root)
+    assert rooms["MemAvailable"] == 5000 * 1024 and rooms["cgroup"] == 4096000 - 4000
+    assert pretrained.available_bytes("cpu", root) == min(rooms.values()) == 4092000
+    (root / "sys/fs/cgroup/memory.max").write_text("max\n")                    # no limit: the free memory binds
+    rooms = pretrained.host_rooms(root)
+    assert "cgroup" not in rooms and pretrained.available_bytes("cpu", root) == min(rooms.values()) == 5000 * 1024
+    assert pretrained.available_bytes("meta", root) is None
+    assert pretrained.available_bytes("cpu", tmp_path / "nothing") is None                       # nothing known
+
+
+GIB = 2**30
+LIMITED = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({GIB}, {GIB}))"     # ulimit -v 1048576
+
+
+def test_ulimit_v_is_read_as_the_room_it_leaves():
+    child = subprocess.run([sys.executable, "-c", LIMITED + """
+from tinygrad_block.nn import pretrained
+def vm(): return next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmSize'))
+before = vm()
+room = pretrained.host_rooms()['ulimit -v']
+print(before, room, vm())"""], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    before, room, after = map(int, child.stdout.split())
+    assert GIB - after <= room <= GIB - before, (before, room, after)
+
+
+def test_a_checkpoint_larger_than_ulimit_v_is_one_line_from_the_command_line(tmp_path, command_line):
+    """The process may use 1 GiB of address space (ulimit -v); the host has far more free. The checkpoint's weights
+    are 3 GiB: generate refuses them in one line, naming the room the limit leaves, instead of a MemoryError
+    traceback from the first large array; inspect, which reads headers only, counts them."""
+    cfg = TINY.with_(vocab_size=3 * GIB // (2 * 4 * TINY.d_model))        # embedding and head: 3 GiB in float32
+    sparse_checkpoint(tmp_path / "big", cfg)
+    result = command_line.process("generate", tmp_path / "big", "--ids", "1 2", prelude=LIMITED, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{accounting.total_params(cfg):,} parameters" in lines[0] and "GiB free on cpu" in lines[0], lines[0]
+    free = float(lines[0].split("more than ")[1].split(" GiB")[0])
+    assert free < 1, lines[0]                                         # what ulimit -v leaves, not the host's memory
+    result = command_line.process("inspect", tmp_path / "big", prelude=LIMITED, timeout=120)
+    assert result.returncode == 0 and f"{accounting.total_params(cfg):,} parameters" in result.stdout, result.stderr
+
+
 def test_a_context_too_long_to_tabulate_fails_before_any_allocation(ckpt, monkeypatch):
     monkeypatch.setattr(pretrained, "read_array", lambda *a: pytest.fail("an array was read"))
     edit_config(ckpt, max_position_embeddings=10**11)
