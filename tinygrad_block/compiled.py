@@ -9,7 +9,8 @@ A capture records, for each primitive call, which arrays it read and wrote. An a
 the program; any other array is read from where it came: an argument of `fn`, a tensor that outlives the call
 (a parameter, a RoPE table, an optimizer's state: read afresh at every replay), or a constant (a Python number
 turned into a tensor, a causal mask). When the call ends, a tensor whose `.data` or `.grad` the call set (the
-optimizer's update, backward's gradients) is written back from its slot at every replay.
+optimizer's update, a KV cache's new entries, backward's gradients; an argument or a live tensor) is written back
+from its slot at every replay.
 
 Replaying is only right if the next call would have run the same primitives on the same constants. So the first
 calls run eagerly and are captured until two captures in a row agree (same ops, same shapes, same constants); a
@@ -18,6 +19,9 @@ it; and every replay first checks that the arguments' shapes, dtypes and devices
 shapes capture again, a few kept), that the parameters of the modules `fn` uses are the same tensors, and that
 the gradients it would set start empty. Never a stale replay that gives a wrong answer.
 
+Any number of threads may call a compiled function at once: each replay runs a program copy of its own (Replays),
+and captures are taken one at a time.
+
 Fusion (fuse.py) then turns each chain of elementwise primitives whose intermediate results nothing else reads
 into one kernel. Under an observer (a FLOP count, a graph) a replay runs the unfused kernels and tells the
 observer of each primitive, so a count of a replay equals eager's.
@@ -25,6 +29,7 @@ observer of each primitive, so a count of a replay equals eager's.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -179,8 +184,8 @@ def capture(fn, args: tuple, kwargs: dict, owners: list = ()) -> tuple[Capture, 
         owner = src.owner() if src.owner is not None else None
         if owner is None:
             continue
-        if owner.data is not src.array and src.arg is None:   # fn rebound .data: the optimizer's update
-            rec.writes.append((j, "data", _produced(rec, owner.data, "its .data"), False))
+        if owner.data is not src.array:         # fn rebound .data: an optimizer's update, a KV cache's new entries
+            rec.writes.append((j, "data", _produced(rec, owner.data, "a tensor's .data"), False))
         if owner.grad is not None and id(owner.grad.data) in rec.produced:
             if not src.grad_was_none:
                 raise JitError("jit: the function adds to a gradient that was already there (a leaf's .grad was "
@@ -194,7 +199,7 @@ def capture(fn, args: tuple, kwargs: dict, owners: list = ()) -> tuple[Capture, 
 
 def _produced(rec: Capture, array, what: str) -> int:
     if id(array) not in rec.produced:
-        raise JitError(f"jit: the function sets a tensor's {what} to an array made outside the recorded ops "
+        raise JitError(f"jit: the function sets {what} to an array made outside the recorded ops "
                        "(a tensor built from Python data or numpy inside the function); build it from the "
                        "arguments with tensor ops, or pass it in as an argument")
     return rec.produced[id(array)]
@@ -436,9 +441,29 @@ def _tensors(owners) -> list:
     return [v for d in watched(owners) for v in (d.values() if isinstance(d, dict) else d) if isinstance(v, Tensor)]
 
 
+class Replays:
+    """The programs of one verified capture: as many copies as threads replay it at once. A program's slots hold
+    the arrays of the replay in progress, and its fused kernels write in place, so two threads never run one
+    copy together: each call takes a free copy (a new one when every copy is busy) and gives it back after."""
+
+    def __init__(self, rec: Capture, fuse: bool, ids: tuple):
+        self.rec, self.fuse, self.ids = rec, fuse, ids
+        self.program = Program(rec, fuse)
+        self.free = [self.program]            # list.pop and list.append are atomic: no lock on the way
+
+    def take(self) -> Program:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return Program(self.rec, self.fuse)
+
+    def give(self, program: Program) -> None:
+        self.free.append(program)
+
+
 class Compiled:
-    """`tb.jit(fn)`: call it as fn. `program` is the last replayed (or ready) program; `captures` counts the
-    eager captures so far; `replays` the replays."""
+    """`tb.jit(fn)`: call it as fn, from any number of threads. `program` is the last replayed (or ready) program;
+    `captures` counts the eager captures so far; `replays` the replays."""
 
     def __init__(self, fn, fuse: bool = True, modules=None):
         if not callable(fn):
@@ -446,9 +471,10 @@ class Compiled:
         self.fn, self.fuse = fn, fuse
         self.owners = list(modules) if modules is not None else _modules_of(fn)
         self.watch = []                  # watched(owners), walked again at each new program
-        self.cache: dict = {}            # argument key -> (Program, parameter ids)
+        self.cache: dict = {}            # argument key -> Replays
         self.pending: dict = {}          # argument key -> the last capture, not yet confirmed
         self.tries: dict = {}
+        self.lock = threading.RLock()    # one capture at a time, and the tables above changed by one thread
         self.captures = self.replays = 0
         self.program = None
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -457,20 +483,37 @@ class Compiled:
         arg_tensors = []
         spec = _flatten((args, kwargs), arg_tensors)
         key = (_key(spec), tuple((t.shape, t.dtype, t.device) for t in arg_tensors))
+        done, out = self._replay(key, arg_tensors)
+        if done:
+            return out
+        with self.lock:                                  # another thread may have just made the program
+            done, out = self._replay(key, arg_tensors)
+            return out if done else self._capture(key, args, kwargs)
+
+    def _replay(self, key, arg_tensors: list) -> tuple[bool, object]:
+        """(True, fn's result) from a replay of the program for `key`, or (False, None) when there is none, or
+        when the model changed under it (then it is dropped, to be captured again)."""
         entry = self.cache.get(key)
-        if entry is not None:
-            program, ids = entry
-            if ids == marks(self.watch) and self._grads_empty(program, arg_tensors):
-                try:
-                    out = program.run(arg_tensors)
+        if entry is None:
+            return False, None
+        if entry.ids == marks(self.watch) and self._grads_empty(entry.program, arg_tensors):
+            program = entry.take()
+            try:
+                out = program.run(arg_tensors)
+            except _Stale:
+                pass
+            else:
+                with self.lock:
                     self.replays += 1
                     self.program = program
-                    return out
-                except _Stale:
-                    pass
-            del self.cache[key]                          # the model changed under the program: capture again
-            self.tries.pop(key, None)
-        return self._capture(key, args, kwargs)
+                return True, out
+            finally:
+                entry.give(program)
+        with self.lock:
+            if self.cache.get(key) is entry:
+                del self.cache[key]
+                self.tries.pop(key, None)
+        return False, None
 
     @staticmethod
     def _grads_empty(program: Program, arg_tensors: list) -> bool:
@@ -482,6 +525,8 @@ class Compiled:
         return True
 
     def _capture(self, key, args, kwargs):
+        """Run fn eagerly, recorded (the caller holds the lock); the second of two captures that agree becomes
+        the program for `key`."""
         rec, result = capture(self.fn, args, kwargs, self.owners)
         self.captures += 1
         last = self.pending.get(key)
@@ -492,10 +537,12 @@ class Compiled:
             if not why:
                 if len(self.cache) >= MAX_SHAPES:
                     self.cache.pop(next(iter(self.cache)))
-                self.program = Program(rec, self.fuse) if rec.backend is not None else None
-                if self.program is not None:
+                if rec.backend is not None:
                     self.watch = watched(self.owners)
-                    self.cache[key] = (self.program, marks(self.watch))
+                    self.cache[key] = entry = Replays(rec, self.fuse, marks(self.watch))
+                    self.program = entry.program
+                else:
+                    self.program = None
                 del self.pending[key]
             elif self.tries[key] >= MAX_CAPTURES:
                 raise JitError(f"jit: {getattr(self.fn, '__name__', 'the function')} does not repeat itself, so it "

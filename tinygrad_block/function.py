@@ -342,6 +342,23 @@ class Max(Reduce):
         return (hit * _unreduce(g, shape, self.axes, self.keepdims) / count.expand(shape),)
 
 
+class KthLargest(Reduce):
+    """out = the k-th largest of a along its last axis, kept as an axis of 1 (k = 1: the max), found in one
+    selection pass (a partition, not a sort: time and memory do not grow with k);  da as Max's: g at the elements
+    equal to it, shared among ties"""
+    saves_output = True
+
+    def forward(self, a, k: int):
+        n = a.shape[-1] if a.ndim else 0
+        if not (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= n):
+            raise ValueError(f"kthlargest: k must be an int in 1..{n} (the length of the last axis of {a.dtype} "
+                             f"{a.shape}), got {k!r}")
+        self.a, self.axes, self.keepdims = a, (a.ndim - 1,), True
+        return self.backend.kth_largest(a.data, k)
+
+    backward = Max.backward
+
+
 def _unreduce(g, in_shape, axes, keepdims):
     """Broadcast a reduced tensor back to the input shape it was reduced from."""
     if not keepdims:

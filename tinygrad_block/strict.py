@@ -148,6 +148,7 @@ subtract, multiply, divide, maximum = map(_lift, (np.subtract, np.multiply, np.d
 less, less_equal, greater = map(_lift, (np.less, np.less_equal, np.greater))
 greater_equal, equal, not_equal = map(_lift, (np.greater_equal, np.equal, np.not_equal))
 where, sum, max, matmul = map(_lift, (np.where, np.sum, np.max, np.matmul))
+partition = _lift(np.partition)
 bitwise_and, bitwise_xor = map(_lift, (np.bitwise_and, np.bitwise_xor))
 reshape, transpose, broadcast_to, pad = map(_lift, (np.reshape, np.transpose, np.broadcast_to, np.pad))
 concatenate, stack, take, repeat, triu = map(_lift, (np.concatenate, np.stack, np.take, np.repeat, np.triu))

@@ -1,12 +1,17 @@
 """What compiling costs and what fusing buys: tb.jit's capture cost, and the fused chains of a block's program
 run three ways (numpy one op at a time, numpy in place as fuse.py runs them, and numexpr when installed).
 
+Dispatch: what a call of a compiled function costs around its replay (the arguments' key, the modules'
+fingerprint, the gradient guards, and taking a program copy of its own, so that threads can replay at once), on
+the smallest replay there is (the tiny block's forward on one token): the compiled call against `Program.run`
+alone, interleaved, median ratio and spread.
+
 Capture: the first two calls of a compiled forward+backward run eagerly while recorded (the second also builds
 the program); their times are set against one eager call, medians over fresh compilations. Fusion: every chain
 of the compiled block's program is timed on its real arrays, interleaved round by round, and the table gives the
 summed time of all chains per engine with the median ratio to numpy's op-at-a-time and its spread.
 
-    python tools/bench_compiled.py [--sizes tiny small medium] [--rounds 9]
+    python tools/bench_compiled.py [--sizes tiny small medium] [--rounds 9] [--only dispatch|capture|fusion]
 
 Pin threads for a fair comparison on a small machine:
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NUMEXPR_NUM_THREADS=1 python tools/bench_compiled.py
@@ -122,17 +127,61 @@ def fusion(size: str, rounds: int) -> dict:
     return {"chains": len(chains), "times": times}
 
 
+def dispatch(rounds: int, calls: int = 300) -> dict:
+    """Seconds per call of the compiled one-token forward, of its Program.run alone, and of the thread safety in
+    the call (taking and giving back a program copy, the lock around the replay count), per round."""
+    block = nn.TransformerBlock(nn.BlockConfig(*SIZES["tiny"][2:], max_seq_len=16), generator=tb.Generator(0))
+    x = tb.randn(1, 1, block.cfg.d_model, generator=tb.Generator(1))
+    compiled = tb.jit(lambda x: block(x))
+    with tb.no_grad():
+        for _ in range(3):
+            compiled(x)
+        program, args = compiled.program, [x]
+        entry = next(iter(compiled.cache.values()))
+
+        def copy_and_lock():                      # what lets threads replay at once: a program copy, the lock
+            mine = entry.take()
+            entry.give(mine)
+            with compiled.lock:
+                pass
+        runs = {"compiled call": lambda: compiled(x), "Program.run alone": lambda: program.run(args),
+                "copy + lock alone": copy_and_lock}
+        times = {name: [] for name in runs}
+        for r in range(rounds):
+            for name in list(runs)[r % 3:] + list(runs)[:r % 3]:
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    runs[name]()
+                times[name].append((time.perf_counter() - t0) / calls)
+    return times
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--only", choices=("dispatch", "capture", "fusion"), help="one part alone")
     args = p.parse_args(argv)
+    if args.only in (None, "dispatch"):
+        times = dispatch(args.rounds)
+        ratios = [c / r for c, r in zip(times["compiled call"], times["Program.run alone"])]
+        print("dispatch: the tiny block's forward on one token, per call (median over rounds)")
+        for name, ts in times.items():
+            print(f"  {name:<20} {statistics.median(ts) * 1e6:8.1f} us")
+        share = [t / c for t, c in zip(times["copy + lock alone"], times["compiled call"])]
+        print(f"  compiled call / Program.run: {statistics.median(ratios):.3f}x "
+              f"({min(ratios):.3f}-{max(ratios):.3f}); copy + lock / compiled call: {statistics.median(share):.2%} "
+              f"({min(share):.2%}-{max(share):.2%})")
+    if args.only not in (None, "capture", "fusion"):
+        return
     print("capture cost: one eager forward+backward, then the first two calls of tb.jit (recorded; the second "
           "builds the program)")
-    for size in args.sizes:
+    for size in args.sizes if args.only != "fusion" else []:
         eager, first, second = capture_cost(size, args.rounds)
         print(f"  {size:<7} eager {eager * 1e3:8.2f} ms   first {first * 1e3:8.2f} ms ({first / eager:.2f}x)   "
               f"second {second * 1e3:8.2f} ms ({second / eager:.2f}x)")
+    if args.only == "capture":
+        return
     print("fused chains of the block's forward+backward, all of them, per engine (median, ratio to op at a time)")
     for size in args.sizes:
         result = fusion(size, args.rounds)

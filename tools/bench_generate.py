@@ -9,10 +9,16 @@ over the rounds, and the ratios taken within each round, medians (min-max). Then
 decode step reads every weight once (and the cache), so tokens/s <= bandwidth / bytes per token, the bandwidth
 measured here as one thread's matrix-vector product over a float32 matrix far larger than the caches.
 
+`topk`: sampled decoding at temperature 0.8 with top_k from 1 to the whole vocabulary, compiled: tokens/s and the
+peak memory of one generate call (numpy's allocations, through tracemalloc) at each k, and the ratio of each k's
+time to k = 1's within each round. The k-th largest logit is one selection pass over each row, so neither should
+grow with k.
+
 `cache`: with and without the KV cache, from a short prompt up to several total lengths (the speed-up grows with
 the length), and a PNG of both curves; then prefill and decode apart, from the engine's own counts (measure.py).
 
     python tools/bench_generate.py [engines] [--sizes 64x2 256x4 512x8] [--new 100] [--rounds 7] [--unfused]
+    python tools/bench_generate.py topk [--vocab 8192] [--ks 1 16 256 1024 8192] [--new 50] [--rounds 5]
     python tools/bench_generate.py cache [--lengths 16 32 ... 1024] [--rounds 3] [--d-model 64] [--layers 2]
         [--out out/bench_generate.png] [--dtype float32] [--device cpu]
 
@@ -259,14 +265,55 @@ def report_engines(results: list[dict], new: int, rounds: int, bytes_per_s: floa
               f"{med['torch matvecs']:>14,.0f} {shares[0]:>16} {shares[1]:>16}")
 
 
+# ---------------------------------------------------------------- top-k: time and memory at each k
+def run_topk(vocab: int, ks: list[int], new: int, rounds: int) -> dict:
+    """{k: {'tok/s': [per round], 'vs k=ks[0]': [time ratio per round], 'peak MB': one traced call}}."""
+    import tracemalloc
+    cfg = config(64, 2, PROMPT + new).with_(vocab_size=vocab)
+    model = nn.LM(cfg, generator=tb.Generator(0))
+    prompt = tb.randint(0, vocab, (1, PROMPT), generator=tb.Generator(1))
+
+    def run(k: int) -> None:
+        model.generate(prompt, new, temperature=0.8, top_k=k, generator=tb.Generator(2)).numpy()
+    results = {k: {"tok/s": [], f"vs k={ks[0]}": []} for k in ks}
+    for k in ks:                                                      # capture each k's decoder, then trace one call
+        run(k), run(k)
+        tracemalloc.start()
+        run(k)
+        results[k]["peak MB"] = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+    for r in range(rounds):
+        t = {}
+        for k in ks if r % 2 == 0 else ks[::-1]:
+            run(k)                                                    # the decoder for k made again: replays
+            t[k] = timed(lambda k=k: run(k))[0]
+        for k in ks:
+            results[k]["tok/s"].append(new / t[k])
+            results[k][f"vs k={ks[0]}"].append(t[k] / t[ks[0]])
+    return {"cfg": cfg, "results": results}
+
+
+def report_topk(out: dict, new: int, rounds: int) -> None:
+    cfg = out["cfg"]
+    print(f"\nsampled generation (temperature 0.8, top_k) of {new} tokens, vocabulary {cfg.vocab_size:,}, "
+          f"d_model {cfg.d_model}, {cfg.n_layers} layers, compiled; {rounds} rounds, medians (min-max)")
+    first = next(iter(out["results"]))
+    print(f"{'k':>7} {'tok/s':>22} {f'time / k={first}':>20} {'peak MB, one call':>18}")
+    for k, r in out["results"].items():
+        print(f"{k:>7,} {spread(r['tok/s'], ',.0f'):>22} {spread(r[f'vs k={first}'], '.2f'):>20} "
+              f"{r['peak MB']:>18.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", nargs="?", choices=("engines", "cache"), default="engines")
+    ap.add_argument("mode", nargs="?", choices=("engines", "topk", "cache"), default="engines")
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default: engines 7, cache 3)")
     ap.add_argument("--sizes", type=size, nargs="+", default=[(64, 2), (256, 4), (512, 8)],
                     help="engines: d_model x layers of each model (the tiny preset's shape, resized)")
-    ap.add_argument("--new", type=int, default=100, help="engines: tokens generated per call")
+    ap.add_argument("--new", type=int, default=100, help="engines, topk: tokens generated per call")
     ap.add_argument("--unfused", action="store_true", help="engines: compile without fusion")
+    ap.add_argument("--vocab", type=int, default=8192, help="topk: the vocabulary")
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 16, 256, 1024, 8192], help="topk: the values of top_k")
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512, 1024],
                     help="cache: total lengths")
     ap.add_argument("--d-model", type=int, default=64, help="cache: the model's width")
@@ -286,6 +333,11 @@ def main() -> None:
         rounds = args.rounds or 7
         results = [compare(d, n, args.new, rounds, not args.unfused) for d, n in args.sizes]
         report_engines(results, args.new, rounds, bandwidth())
+        return
+    if args.mode == "topk":
+        print(f"tinygrad_block on numpy; {threads}")
+        rounds = args.rounds or 5
+        report_topk(run_topk(args.vocab, args.ks, args.new, rounds), args.new, rounds)
         return
     if min(args.lengths) <= PROMPT:
         ap.error(f"--lengths must exceed the {PROMPT}-token prompt")

@@ -22,8 +22,8 @@ PACKAGE = ROOT / "tinygrad_block"
 NUMPY_ALLOWED = {"backend.py", "dtypes.py", "generator.py", "device.py", "cuda.py", "strict.py", "gradcheck.py",
                  "tour.py", "nn/pretrained.py", "hf_folder.py"}   # checkpoint files are read and written as host arrays
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
-              "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "reshape", "permute", "expand", "slice",
-              "pad", "concat", "gather", "scatteradd", "matmul"}
+              "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "kthlargest", "reshape", "permute",
+              "expand", "slice", "pad", "concat", "gather", "scatteradd", "matmul"}
 
 
 def imported_modules(path: Path) -> set[str]:

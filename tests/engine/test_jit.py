@@ -358,3 +358,90 @@ def test_a_live_tensor_used_as_an_index_is_read_again_at_each_replay():
     pos.data = tb.tensor([10]).data
     with pytest.raises(IndexError, match="index 10 is out of bounds"):
         compiled()
+
+
+def test_an_argument_whose_data_the_function_rebinds_is_written_back_at_each_replay():
+    """As a KV cache passed in as an argument: the function rebinds the argument's .data, and every replay does
+    the same, so the running total is eager's at every call."""
+    def accumulate(total, x):
+        total.data = (total + x * 2.0).data             # the same Tensor, its array replaced
+        return total.sum()
+
+    eager_total, compiled_total = tb.zeros(3, dtype=tb.float64), tb.zeros(3, dtype=tb.float64)
+    step = tb.jit(accumulate)
+    for i in range(5):
+        x = tb.tensor([1.0, 2.0, 3.0 + i], dtype=tb.float64)
+        assert step(compiled_total, x).item() == accumulate(eager_total, x).item()
+        np.testing.assert_array_equal(compiled_total.numpy(), eager_total.numpy())
+    assert (step.captures, step.replays) == (2, 3)
+
+
+# ---------------------------------------------------------------- threads
+def run_in_threads(work, n_threads: int) -> list:
+    """work(i) in n_threads real threads started together; what each returned (an exception is raised here)."""
+    import threading
+    barrier, results, errors = threading.Barrier(n_threads), [None] * n_threads, []
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except BaseException as e:               # noqa: B036 (re-raised in the main thread)
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def matmul_silu_step(x, w):
+    """Forward and backward of a function of its arguments only: what it sets (x.grad, w.grad) is each call's."""
+    y = (x @ w).silu() * x.sum(axis=-1, keepdims=True)
+    y.sum().backward()
+    return y
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_one_compiled_function_replayed_by_four_threads_at_once_gives_each_call_its_own_answer(fuse):
+    """Replays from several threads at once (numpy lets go of the GIL in a matmul, so kernels of two replays do
+    interleave): every output and gradient equals the eager call on the same arguments, bit for bit."""
+    g = tb.Generator(0)
+    inputs = [(tb.randn(64, 48, generator=g, dtype=tb.float64), tb.randn(48, 96, generator=g, dtype=tb.float64))
+              for _ in range(8)]
+
+    def eager(x, w):
+        x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+        return [matmul_silu_step(x, w).numpy(), x.grad.numpy(), w.grad.numpy()]
+    want = [eager(x, w) for x, w in inputs]
+    step = tb.jit(matmul_silu_step, fuse=fuse)
+
+    def work(i):
+        wrong = []
+        for r in range(40):
+            j = (i + r) % len(inputs)
+            x, w = (t.detach().requires_grad_() for t in inputs[j])
+            got = [step(x, w).numpy(), x.grad.numpy(), w.grad.numpy()]
+            wrong += [(r, j) for a, b in zip(got, want[j]) if not np.array_equal(a, b)]
+        return wrong
+    assert run_in_threads(work, 4) == [[], [], [], []]
+    assert step.captures == 2 and step.replays == 4 * 40 - 2
+
+
+def test_threads_that_capture_at_once_each_get_their_eager_answer_and_one_program_is_kept():
+    """Four threads call a new compiled block at the same moment, so their first calls are captures: each call's
+    result equals eager's, the captures are taken one at a time (two, then every call replays)."""
+    blk, xs, _ = block_and_inputs(n=4, dtype=tb.float32, shape=(2, 16))
+    with tb.no_grad():
+        want = [blk(x).numpy() for x in xs]
+    for trial in range(3):
+        compiled = tb.jit(lambda x: blk(x))
+
+        def work(i, compiled=compiled):
+            with tb.no_grad():
+                return [np.array_equal(compiled(xs[(i + r) % 4]).numpy(), want[(i + r) % 4]) for r in range(3)]
+        assert run_in_threads(work, 4) == [[True] * 3] * 4, trial
+        assert (compiled.captures, compiled.replays) == (2, 10)

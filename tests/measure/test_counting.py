@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import tinygrad_block as tb
+from tinygrad_block import function as F
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops, count_saved_bytes
 
@@ -40,6 +41,7 @@ def t(*shape, grad=False):
     ("sum: n - 1 per output", lambda: t(4, 5).sum(axis=1), {"sum": 4 * 4}),
     ("sum of all", lambda: t(4, 5).sum(), {"sum": 19}),
     ("max", lambda: t(4, 5).max(axis=0, keepdims=True), {"max": 15}),
+    ("kthlargest: n - 1 per row, as max", lambda: F.KthLargest.apply(t(4, 5), k=2), {"kthlargest": 16}),
     ("broadcast add: expand is free", lambda: t(3, 1) + t(1, 4), {"expand": 0, "add": 12}),
     ("movement is free", lambda: t(2, 3).reshape(3, 2).T[1:, ::2].pad(((1, 1), (0, 0))),
      {"reshape": 0, "permute": 0, "slice": 0, "gather": 0, "pad": 0}),

@@ -427,3 +427,34 @@ def test_a_model_changed_between_or_during_generations_is_never_replayed_stale()
     np.testing.assert_array_equal(b, d)
     assert not np.array_equal(b, run(False, None)[1])                       # the change mattered
     assert compiled.compiled.captures == 2 and compiled.compiled.replays == 2   # steps 6..9 of a fresh compile
+
+
+# ---------------------------------------------------------------- threads
+@pytest.mark.parametrize("jit", [True, False])
+def test_threads_generating_from_one_model_at_once_each_get_their_own_tokens(jit):
+    """Four threads generate from one model at the same moment, greedy and sampled, with prompts of their own:
+    each gets the tokens of the same generation run alone (each generation has a cache of its own; the compiled
+    step is shared)."""
+    import threading
+    model, _ = model_and_ids(TINY, L=4)
+    prompts = [tb.randint(0, TINY.vocab_size, (2, 4), generator=tb.Generator(10 + i)) for i in range(4)]
+    settings = lambda i: dict(temperature=0) if i % 2 else dict(temperature=0.8, top_k=9,   # noqa: E731
+                                                                  generator=tb.Generator(i))
+    want = [model.generate(prompts[i], 12, jit=False, **settings(i)).numpy() for i in range(4)]
+    barrier, got, errors = threading.Barrier(4), {}, []
+
+    def work(i):
+        try:
+            barrier.wait()
+            for r in range(3):
+                got[i, r] = model.generate(prompts[i], 12, jit=jit, **settings(i)).numpy()
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for (i, r), tokens in got.items():
+        np.testing.assert_array_equal(tokens, want[i], err_msg=f"thread {i}, generation {r}")

@@ -78,10 +78,9 @@ class StaticLayerCache:
     always in the last slot (after n positions, slot max_len - n + i holds position i); attention reads all
     max_len slots, the mask hiding the empty ones."""
 
-    def __init__(self, owner: StaticKVCache, shape: tuple, dtype, device):
+    def __init__(self, owner: StaticKVCache, k: Tensor, v: Tensor):
         self.owner = owner
-        self.k = zeros(*shape, dtype=dtype, device=device)     # (B, H_kv, max_len, d_head)
-        self.v = zeros(*shape, dtype=dtype, device=device)
+        self.k, self.v = k, v                                    # (B, H_kv, max_len, d_head) each
 
     @property
     def mask(self) -> Tensor:
@@ -121,22 +120,48 @@ class StaticKVCache:
     rotation's cos and sin rows, looked up in a table of max_len rows (layer 0's tables, which
     every layer shares), so a position past the cache raises IndexError, in a replay too."""
 
-    def __init__(self, model, batch: int, max_len: int):
+    def __init__(self, model, batch: int, max_len: int, state: tuple[Tensor, ...] | None = None):
         cfg = model.cfg
-        for name, value, top in (("batch", batch, None), ("max_len", max_len, cfg.max_seq_len)):
+        self.model, (self.batch, self.max_len) = model, self.check(model, batch, max_len)
+        self.mask = self.cos = self.sin = None                           # the current call's, set by start()
+        if state is None:
+            state = self._allocate()
+        elif len(state) != 4 + 2 * cfg.n_layers or not all(isinstance(t, Tensor) for t in state):
+            raise ValueError(f"StaticKVCache: state must be the {4 + 2 * cfg.n_layers} tensors of a cache of this "
+                             f"model (StaticKVCache.state), got {len(state)} items")
+        self.position, self.rows, self.slots, self.open, *buffers = state
+        self.layers = [StaticLayerCache(self, k, v) for k, v in zip(buffers[0::2], buffers[1::2])]
+
+    @staticmethod
+    def check(model, batch: int, max_len: int) -> tuple[int, int]:
+        """(batch, max_len) as ints, or a ValueError: both positive, max_len within the model's context."""
+        for name, value, top in (("batch", batch, None), ("max_len", max_len, model.cfg.max_seq_len)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1 or \
                     (top is not None and value > top):
                 limit = f" <= the context length max_seq_len={top}" if top is not None else ""
                 raise ValueError(f"StaticKVCache: {name} must be a positive int{limit}, got {value!r}")
-        weight = model.embed.weight
-        self.model, self.batch, self.max_len = model, int(batch), int(max_len)
+        return int(batch), int(max_len)
+
+    def _allocate(self) -> tuple[Tensor, ...]:
+        """A new cache's tensors, in the order of `state`: everything at position 0, every buffer zero."""
+        cfg, weight = self.model.cfg, self.model.embed.weight
         shape = (self.batch, cfg.n_kv_heads, self.max_len, cfg.d_head)   # (B, H_kv, max_len, d_head)
-        self.layers = [StaticLayerCache(self, shape, weight.dtype, weight.device) for _ in range(cfg.n_layers)]
+        make = dict(dtype=weight.dtype, device=weight.device)
         self.slots = arange(self.max_len, device=weight.device)          # (max_len,): 0 .. max_len - 1
-        self.rows = self.position_rows()                                 # what a call looks its positions up in
-        self.position = zeros((), dtype=int64, device=weight.device)     # 0-d: the next position to fill
-        self.open = zeros(self.max_len, dtype=weight.dtype, device=weight.device)   # (max_len,): the mask's zeros
-        self.mask = self.cos = self.sin = None                           # the current call's, set by start()
+        buffers = [zeros(*shape, **make) for _ in range(2 * cfg.n_layers)]
+        return (zeros((), dtype=int64, device=weight.device),            # 0-d: the next position to fill
+                self.position_rows(),                                    # what a call looks its positions up in
+                self.slots,
+                zeros(self.max_len, **make),                             # (max_len,): the mask's zeros
+                *buffers)                                                # k and v of layer 0, of layer 1, ...
+
+    @property
+    def state(self) -> tuple[Tensor, ...]:
+        """Every tensor the cache holds: (position, rows, slots, open, k and v of each layer). A compiled decode
+        step takes them as an argument and builds its cache over them, `StaticKVCache(model, batch, max_len,
+        state)`, so one compiled step serves every cache of its shapes (one per generation)."""
+        return (self.position, self.rows, self.slots, self.open, *[t for layer in self.layers
+                                                                    for t in (layer.k, layer.v)])
 
     def position_rows(self) -> Tensor:
         """What a call looks its positions up in: with RoPE, the cos and sin rows of positions 0 .. max_len - 1

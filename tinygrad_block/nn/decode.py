@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..compiled import fingerprint, jit
 from ..dtypes import float64
+from ..function import KthLargest
 from ..generator import Generator
 from ..tensor import Tensor, arange, rand, where
 from .cache import StaticKVCache
@@ -20,13 +21,8 @@ def argmax(x: Tensor) -> Tensor:
 
 def keep_top_k(logits: Tensor, k: int) -> Tensor:
     """(B, V): every logit below its row's k-th largest becomes -inf (ties with the k-th stay, as in Hugging Face's
-    TopKLogitsWarper). The k-th largest is found by setting the largest to -inf k - 1 times, one index at a time."""
-    V = logits.shape[-1]
-    rest = logits
-    for _ in range(k - 1):
-        largest = argmax(rest).unsqueeze(1) == arange(V, device=logits.backend)   # (B, V): one True per row
-        rest = where(largest, float("-inf"), rest)
-    kth = rest.max(axis=-1, keepdims=True)                                        # (B, 1)
+    TopKLogitsWarper). The k-th largest is found in one selection pass over each row, whatever k is."""
+    kth = KthLargest.apply(logits, k=k)                                          # (B, 1)
     return where(logits < kth, float("-inf"), logits)
 
 
@@ -53,27 +49,38 @@ def next_token(logits: Tensor, temperature: float, top_k: int | None, generator:
 
 class Decoder:
     """Decodes `batch` sequences of up to `max_len` positions from `model` (an nn.LM) with a StaticKVCache:
-    `tokens(ids, n)` runs the prompt (prefill) and n - 1 decode steps; by hand, `prefill(ids)` once, then
-    `step(token)` per new token, each returning (the next tokens (B, 1), the logits they were chosen from
+    `tokens(ids, n)` runs the prompt (prefill) and n - 1 decode steps in a cache of its own, so any number of
+    threads may generate with one decoder at once; by hand, `prefill(ids)` once, then `step(token)` per new token,
+    in the decoder's own `cache`, each returning (the next tokens (B, 1), the logits they were chosen from
     (B, vocab_size)). The choice (temperature, top_k) is fixed for a decoder. A sampled choice draws its uniform
-    numbers from `generator` outside the step and passes them in as a tensor, so a compiled step reads them as
+    numbers from a generator outside the step and passes them in as a tensor, so a compiled step reads them as
     data. jit=True runs the prefill and each decode step through tb.jit (one compiled function, a program per
-    shape; fuse: merge elementwise chains); jit=False runs the very same function eagerly."""
+    shape, shared by every cache: the cache's tensors are an argument; fuse: merge elementwise chains);
+    jit=False runs the very same function eagerly."""
 
     def __init__(self, model, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
                  jit: bool = True, fuse: bool = True):
         self.model, self.temperature, self.top_k = model, temperature, top_k
-        self.cache = StaticKVCache(model, batch, max_len)
-        self.generator: Generator | None = None
+        self.batch, self.max_len = StaticKVCache.check(model, batch, max_len)
+        weight = model.embed.weight
+        self.made_for = weight.dtype, weight.backend               # the model's, when this decoder was made
+        self._cache = None                                         # prefill and step's; tokens() makes its own
+        self.generator: Generator | None = None                    # prefill and step's draws, when sampling
         self.jit, self.fuse = jit, fuse
         self.compiled, self.model_seen = None, None
         self.check_model()
 
     @property
+    def cache(self) -> StaticKVCache:
+        """The cache that `prefill` and `step` fill, made at the first prefill."""
+        if self._cache is None:
+            self._cache = StaticKVCache(self.model, self.batch, self.max_len)
+        return self._cache
+
+    @property
     def settings(self) -> tuple:
         """What a decoder is made for: (batch, max_len, temperature, top_k, compiled or not, fused or not)."""
-        return self.cache.batch, self.cache.max_len, self.temperature, self.top_k, self.jit, \
-            self.fuse if self.jit else None
+        return self.batch, self.max_len, self.temperature, self.top_k, self.jit, self.fuse if self.jit else None
 
     def check_model(self) -> None:
         """tb.jit guards a program with a fingerprint of the modules it uses (their tensors by identity, their
@@ -86,46 +93,48 @@ class Decoder:
         if seen != self.model_seen:
             self.compiled, self.model_seen = jit(self.forward, fuse=self.fuse, modules=[]), seen
 
-    def forward(self, ids: Tensor, uniform: Tensor | None = None) -> tuple[Tensor, Tensor]:   # ids: (B, L)
-        """The function a step runs: the model on ids at the cache's position, then the choice from the last
-        position's logits. Returns (next tokens (B, 1), ready to be the next step's ids; logits (B, vocab_size))."""
-        logits = self.model(ids, cache=self.cache)[:, -1]                        # (B, vocab_size)
+    def forward(self, ids: Tensor, state: tuple[Tensor, ...], uniform: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The function a step runs (ids: (B, L)): the model on ids in the cache whose tensors are `state`
+        (StaticKVCache.state), at its position, then the choice from the last position's logits. Returns (next
+        tokens (B, 1), ready to be the next step's ids; logits (B, vocab_size))."""
+        cache = StaticKVCache(self.model, self.batch, self.max_len, state)
+        logits = self.model(ids, cache=cache)[:, -1]                             # (B, vocab_size)
         return choose(logits, self.temperature, self.top_k, uniform).reshape(-1, 1), logits
 
-    def tokens(self, ids: Tensor, n: int, on_token=None) -> list[Tensor]:
-        """n new tokens after the prompt ids (B, L), (B, 1) each: the prefill chooses the first, then one decode
-        step per token. `on_token(i, new)` (new: (B,)) is called as each is chosen."""
+    def tokens(self, ids: Tensor, n: int, on_token=None, generator: Generator | None = None) -> list[Tensor]:
+        """n new tokens after the prompt ids (B, L), (B, 1) each, in a new cache: the prefill chooses the first,
+        then one decode step per token; a sampled choice draws from `generator`. `on_token(i, new)` (new: (B,))
+        is called as each is chosen."""
         self.check_model()
-        new, _ = self.prefill(ids)
+        cache = StaticKVCache(self.model, self.batch, self.max_len)
+        new, _ = self._run(ids, cache, generator)
         chosen = [new]
         for i in range(n):
             if i > 0:
-                new, _ = self._run(new)                                          # (B, 1)
+                new, _ = self._run(new, cache, generator)                        # (B, 1)
                 chosen.append(new)
             if on_token is not None:
-                on_token(i, new.reshape(self.cache.batch))
+                on_token(i, new.reshape(self.batch))
                 self.check_model()
         return chosen
 
     def prefill(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """Empty the cache, run the prompt ids (B, L) and choose the first new tokens: the same function as a step,
-        at the prompt's shape (compiled: captured by the first two generations with this prompt length, then
+        """Empty the decoder's cache, run the prompt ids (B, L) and choose the first new tokens: the same function
+        as a step, at the prompt's shape (compiled: captured by the first two calls with this prompt length, then
         replayed)."""
         self.cache.reset()
-        return self._run(ids)
+        return self._run(ids, self.cache, self.generator)
 
     def step(self, token: Tensor) -> tuple[Tensor, Tensor]:
-        """Run the newest tokens (B, 1) at the next position: compiled (replayed after two captures) or eagerly."""
+        """Run the newest tokens (B, 1) at the next position of the decoder's cache: compiled (replayed after two
+        captures) or eagerly."""
         self.check_model()
-        return self._run(token)
+        return self._run(token, self.cache, self.generator)
 
-    def _run(self, token: Tensor) -> tuple[Tensor, Tensor]:
+    def _run(self, token: Tensor, cache: StaticKVCache, generator: Generator | None) -> tuple[Tensor, Tensor]:
         run = self.compiled if self.compiled is not None else self.forward
-        return run(token, *self._draws())
-
-    def _draws(self) -> tuple:
         if self.temperature == 0:
-            return ()
+            return run(token, cache.state)
         V = self.model.cfg.vocab_size
-        return (rand(self.cache.batch, V, generator=self.generator, dtype=float64,
-                     device=self.cache.position.device),)
+        return run(token, cache.state, rand(self.batch, V, generator=generator, dtype=float64,
+                                            device=cache.position.device))

@@ -94,19 +94,18 @@ class LM(Module):
             if not use_cache:
                 return self._recompute(ids, max_new_tokens, temperature, top_k, generator, on_token)
             decoder = self.decoder(B, L + max_new_tokens, temperature, top_k, jit=jit)
-            decoder.generator = generator
-            new = decoder.tokens(ids, max_new_tokens, on_token)                   # (B, 1) each
+            new = decoder.tokens(ids, max_new_tokens, on_token, generator)        # (B, 1) each
             return concat([ids, *new], axis=1)                                    # (B, L + max_new_tokens)
 
     def decoder(self, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
                 jit: bool = True, fuse: bool = True) -> Decoder:
-        """A Decoder for these settings (nn/decode.py): the one made last, if it has them (its static cache and
-        compiled step reused, so a second generate replays from its first step), else a new one, then kept."""
+        """A Decoder for these settings (nn/decode.py): the one made last, if it has them (its compiled step
+        reused, so a second generate replays from its first step), else a new one, then kept. Generations from
+        several threads share it safely: each runs in a cache of its own."""
         want = (batch, max_len, temperature, top_k, jit, fuse if jit else None)
         kept = getattr(self, "last_decoder", None)
         weight = self.embed.weight
-        if kept is None or kept.settings != want or kept.cache.layers[0].k.dtype != weight.dtype or \
-                kept.cache.position.backend is not weight.backend:
+        if kept is None or kept.settings != want or kept.made_for != (weight.dtype, weight.backend):
             kept = self.last_decoder = Decoder(self, batch, max_len, temperature, top_k, jit=jit, fuse=fuse)
         return kept
 
