@@ -220,6 +220,12 @@ def test_config_that_is_not_a_json_object(ckpt, text, fragments):
     (dict(hidden_size=60, head_dim=None), ["config.json describes a model the engine cannot build", "is odd"]),
     (dict(num_key_value_heads=3), ["num_attention_heads=4 is not divisible by num_key_value_heads=3"]),
     (dict(rms_norm_eps="1e-5"), ["'rms_norm_eps' is '1e-5' (str); expected a finite number > 0"]),
+    (dict(rms_norm_eps=1e308), ["'rms_norm_eps' is 1e+308 (float); expected a finite number > 0 and < 1"]),
+    (dict(rms_norm_eps=1), ["'rms_norm_eps' is 1 (int); expected a finite number > 0 and < 1"]),
+    (dict(model_type="gpt2"), ["config.json's architectures ['LlamaForCausalLM'] and model_type 'gpt2' name "
+                               "different models (LlamaForCausalLM's model_type is 'llama')", "ambiguous"]),
+    (dict(model_type="mixtral"), ["and model_type 'mixtral' name different models"]),
+    (dict(model_type=7), ["'model_type' is 7 (int); expected a string"]),
     (dict(tie_word_embeddings="no"), ["'tie_word_embeddings' is 'no' (str); expected true or false"]),
     (dict(rope_scaling=[1]), ["'rope_scaling' is [1]"]),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), ["RoPE scaling 'yarn'"]),

@@ -155,6 +155,59 @@ def test_mistral_window_caps_the_context(saved):
         ours(tb.tensor(token_ids(1, 33)))
 
 
+MODEL_TYPE = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}
+WINDOWS = [   # (arch, config.json's window fields): whether transformers windows the attention is the oracle
+    ("llama", dict(sliding_window=4)),                                       # LlamaConfig has no window
+    ("llama", dict(sliding_window=4, layer_types=["sliding_attention"] * 2)),
+    ("mistral", dict(sliding_window=4)),
+    ("mistral", dict(sliding_window=None)),
+    ("mistral", dict(sliding_window=4, layer_types=["full_attention"] * 2)),  # Mistral ignores layer_types
+    ("qwen2", dict(sliding_window=4)),                                       # use_sliding_window is false
+    ("qwen2", dict(sliding_window=4, use_sliding_window=True)),              # max_window_layers 28: no layer
+    ("qwen2", dict(sliding_window=4, use_sliding_window=True, max_window_layers=1)),    # layer 1 windowed
+    ("qwen3", dict(sliding_window=4, use_sliding_window=True, layer_types=["sliding_attention", "full_attention"])),
+    ("qwen3", dict(sliding_window=4, use_sliding_window=True, layer_types=["full_attention"] * 2)),
+    ("qwen3", dict(sliding_window=None, use_sliding_window=True, max_window_layers=0)),
+]
+
+
+def windowed_in_transformers(hf: dict, arch: str) -> bool:
+    """Whether transformers' model for config.json `hf` attends through a window: its logits for 12 tokens differ
+    from those of the same weights with every window switched off."""
+    config_class = getattr(transformers, CONFIGS[arch][0])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_class.from_dict(hf)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) / 2)
+    full = hf | {"sliding_window": None, "use_sliding_window": False, "layer_types": None}
+    unwindowed = transformers.AutoModelForCausalLM.from_config(config_class.from_dict(full)).eval()
+    unwindowed.load_state_dict(model.state_dict())
+    ids = token_ids(1, 12)
+    return not np.allclose(hf_logits(model, ids), hf_logits(unwindowed, ids), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch, fields", WINDOWS)
+def test_a_sliding_window_caps_the_context_exactly_where_transformers_windows(arch, fields, tmp_path):
+    """A window of 4 over 64 positions: the context is 4 when transformers windows any layer, else all 64, read
+    from the config.json as written by hand and as transformers writes it back."""
+    hf = CONFIGS[arch][1] | {"architectures": [SAVED_AS[arch] if arch != "mistral" else "MistralForCausalLM"],
+                             "model_type": MODEL_TYPE[arch]} | fields
+    expected = 4 if windowed_in_transformers(hf, arch) else P
+    assert pretrained.config_from_hf(hf)[1].max_seq_len == expected
+    getattr(transformers, CONFIGS[arch][0]).from_dict(hf).save_pretrained(tmp_path)
+    assert pretrained.config_from_hf(json.loads((tmp_path / "config.json").read_text()))[1].max_seq_len == expected
+
+
+def test_mistral_without_sliding_window_has_transformers_default():
+    """config.json without the key: transformers' MistralConfig windows at 4096 (with the key null: no window)."""
+    hf = CONFIGS["mistral"][1] | {"architectures": ["MistralForCausalLM"], "max_position_embeddings": 8192}
+    del hf["sliding_window"]
+    assert transformers.MistralConfig.from_dict(hf).sliding_window == 4096
+    assert pretrained.config_from_hf(hf)[1].max_seq_len == 4096
+    assert pretrained.config_from_hf(hf | {"sliding_window": None})[1].max_seq_len == 8192
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_generate_equals_transformers(arch, saved, oracle):
     folder = saved[arch, "single"]
@@ -182,6 +235,24 @@ def test_published_gpt2_names_and_buffers_load(saved, oracle, tmp_path):
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match=msg("from_pretrained", "lm_head.weight differs from the embedding")):
         nn.LM.from_pretrained(tmp_path)
+
+
+def test_a_gpt2_tensor_under_both_its_names_loads_only_when_the_two_agree(saved, oracle, tmp_path):
+    """wte.weight and transformer.wte.weight are one tensor to GPT-2: both stored and equal, it loads; different,
+    which is meant is unknowable, and both are named."""
+    tensors = load_file(saved["gpt2", "single"] / "model.safetensors")
+    shutil.copy(saved["gpt2", "single"] / "config.json", tmp_path / "config.json")
+    for name in ("wte.weight", "h.1.mlp.c_fc.bias"):
+        twin = tensors | {name: tensors["transformer." + name].copy()}
+        save_file(twin, tmp_path / "model.safetensors", metadata={"format": "pt"})
+        ours = nn.LM.from_pretrained(tmp_path, dtype=tb.float64)
+        ids = token_ids()
+        assert rel_err(ours(tb.tensor(ids)).numpy(), hf_logits(oracle(saved["gpt2", "single"]), ids)) < TOL
+        twin[name] = twin[name] + 1
+        save_file(twin, tmp_path / "model.safetensors", metadata={"format": "pt"})
+        with pytest.raises(ValueError, match=msg("from_pretrained", "two names of one GPT-2 tensor", "different values",
+                                                 *sorted([name, "transformer." + name]))):
+            nn.LM.from_pretrained(tmp_path)
 
 
 # ---------------------------------------------------------------- saving: transformers loads it back
@@ -341,6 +412,13 @@ def test_pickle_checkpoints_are_refused_unread(tmp_path):
     ("llama", dict(hidden_size=None), ["config.json has no 'hidden_size'"]),
     ("gpt2", dict(activation_function="swish"), ["activation_function='swish'"]),
     ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), ["not scaled by 1/sqrt(d_head) alone"]),
+    ("gpt2", dict(layer_norm_epsilon=2.0), ["'layer_norm_epsilon' is 2.0 (float); expected a finite number > 0 "
+                                            "and < 1"]),
+    ("gpt2", dict(model_type="llama"), ["architectures ['GPT2LMHeadModel'] and model_type 'llama'", "ambiguous"]),
+    ("qwen2", dict(use_sliding_window=True, sliding_window=4, layer_types=["full_attention"]),
+     ["'layer_types' is ['full_attention']; expected a list of 2 (num_hidden_layers) entries"]),
+    ("qwen3", dict(use_sliding_window=True, sliding_window=4, layer_types=["full_attention", "chunked_attention"]),
+     ["'layer_types'", "each 'full_attention' or 'sliding_attention'"]),
 ])
 def test_unsupported_configs_are_refused_saying_what(arch, change, fragments, saved, tmp_path):
     folder = copy_of(saved, arch, tmp_path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from .config import BlockConfig
-from ..hf_folder import is_int
+from ..hf_folder import is_int, shown, shown_list
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -21,6 +21,9 @@ NOT_IMPLEMENTED = {   # config fields that change what a model computes, and why
     "final_logit_softcapping": "capped logits (Gemma 2)",
     "embedding_multiplier": "scaled embeddings (Granite)", "logits_scaling": "scaled logits (Granite)",
     "residual_multiplier": "scaled residuals (Granite)", "attention_multiplier": "another attention scale"}
+WINDOWED = ("MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")   # transformers' classes with a window
+WINDOW = 4096                  # transformers' sliding_window when these configs omit it
+WINDOW_LAYERS = 28             # transformers' max_window_layers for Qwen: the layers from this index on are windowed
 
 
 class Fields:
@@ -31,8 +34,8 @@ class Fields:
 
     def _fail(self, key: str, expected: str):
         value = self.hf[key]
-        raise ValueError(f"{self.op}: config.json's {key!r} is {value!r:.60} ({type(value).__name__}); expected "
-                         f"{expected}")
+        raise ValueError(f"{self.op}: config.json's {key!r} is {shown(value, quote=True, limit=60)} "
+                         f"({type(value).__name__}); expected {expected}")
 
     def int(self, key: str, default=None, minimum: int = 1) -> int:
         """An integer >= minimum (JSON's true/false and 64.0 are not); `default` when absent or null."""
@@ -44,16 +47,19 @@ class Fields:
             self._fail(key, f"an integer >= {minimum}")
         return self.hf[key]
 
-    def number(self, key: str, default: float, positive: bool = True, table: dict | None = None) -> float:
-        """A finite real number (> 0 when positive), from `table` (a nested dict) or config.json itself."""
+    def number(self, key: str, default: float, positive: bool = True, table: dict | None = None,
+               below: float | None = None) -> float:
+        """A finite real number (> 0 when positive, < below when given), from `table` (a nested dict) or
+        config.json itself."""
         table = self.hf if table is None else table
         value = table.get(key)
         if value is None:
             return default
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or (positive and value <= 0):
-            raise ValueError(f"{self.op}: config.json's {key!r} is {value!r:.60} ({type(value).__name__}); expected "
-                             f"a finite number{' > 0' if positive else ''}")
+        if not ok or (positive and value <= 0) or (below is not None and value >= below):
+            raise ValueError(f"{self.op}: config.json's {key!r} is {shown(value, quote=True, limit=60)} "
+                             f"({type(value).__name__}); expected a finite number{' > 0' if positive else ''}"
+                             + (f" and < {below:g}" if below is not None else ""))
         return float(value)
 
     def _of(self, key: str, default, kind: type, expected: str):
@@ -76,16 +82,22 @@ def _refuse(op: str, what: str, why: str):
 
 
 def architecture(hf: dict, op: str) -> str:
-    """The class named by config.json's `architectures` (a list of one string), or else by its `model_type`."""
-    names = hf.get("architectures")
+    """The class named by config.json's `architectures` (a list of one string), or else by its `model_type`. Both
+    given, they must name the same model: transformers picks the config class by model_type and the model class by
+    architectures, so a disagreement is refused as ambiguous, naming both."""
+    model_type, names = Fields(hf, op).str("model_type", ""), hf.get("architectures")
     if names is None:
-        model_type = Fields(hf, op).str("model_type", "")
         names = [MODEL_TYPES.get(model_type, model_type or "(no architectures, no model_type)")]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{op}: config.json's 'architectures' is {names!r:.60}; expected a list of class names "
-                         "such as [\"LlamaForCausalLM\"]")
+        raise ValueError(f"{op}: config.json's 'architectures' is {shown(names, quote=True, limit=60)}; expected a "
+                         "list of class names such as [\"LlamaForCausalLM\"]")
     if len(names) != 1 or names[0] not in ARCHITECTURES:
-        raise ValueError(f"{op}: unsupported architecture {names}; supported: {', '.join(ARCHITECTURES)}")
+        raise ValueError(f"{op}: unsupported architecture {shown_list(names)}; supported: {', '.join(ARCHITECTURES)}")
+    if model_type and MODEL_TYPES.get(model_type) != names[0]:
+        expected = next(t for t, a in MODEL_TYPES.items() if a == names[0])
+        raise ValueError(f"{op}: config.json's architectures {shown_list(names)} and model_type "
+                         f"{shown(model_type, quote=True, limit=60)} name different models ({names[0]}'s model_type "
+                         f"is {expected!r}); which one is meant is ambiguous")
     return names[0]
 
 
@@ -97,18 +109,19 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
     for key in ("rope_scaling", "rope_parameters"):
         table = hf.get(key) or {}
         if not isinstance(table, dict) or not all(isinstance(v, str | int | float) for v in table.values()):
-            raise ValueError(f"{op}: config.json's {key!r} is {table!r:.80}; expected an object of numbers and a "
-                             "rope_type")
+            raise ValueError(f"{op}: config.json's {key!r} is {shown(table, limit=80)}; expected an object of "
+                             "numbers and a rope_type")
         params |= table
         kinds.add(table.get("rope_type", table.get("type", "default")))
     kinds = kinds - {"default"} or {"default"}
     if len(kinds) > 1:
         raise ValueError(f"{op}: config.json's rope_scaling and rope_parameters name different RoPE types "
-                         f"{sorted(kinds)}; which one is meant is ambiguous")
+                         f"{shown_list(sorted(kinds, key=str))}; which one is meant is ambiguous")
     kind = kinds.pop()
     unknown = sorted(set(params) - ROPE_KEYS)
     if unknown:
-        _refuse(op, f"RoPE settings {unknown}", "only RoPE's theta and the linear and llama3 scalings are read")
+        _refuse(op, f"RoPE settings {shown_list(unknown)}", "only RoPE's theta and the linear and llama3 scalings are "
+                "read")
     theta = f.number("rope_theta", f.number("rope_theta", 10000.0), table=params)
     if kind == "default":
         return theta, ()
@@ -122,8 +135,10 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
             return theta, ("llama3", factor, *sizes, context)
     if kind in ("linear", "llama3"):
         raise ValueError(f"{op}: config.json's RoPE scaling {kind!r} needs a factor (and for llama3 low_freq_factor, "
-                         f"high_freq_factor and an integer original_max_position_embeddings); got {params}")
-    _refuse(op, f"RoPE scaling {kind!r}", "the plain RoPE and the 'linear' and 'llama3' scalings are implemented")
+                         f"high_freq_factor and an integer original_max_position_embeddings); got "
+                         f"{shown(params, limit=200)}")
+    _refuse(op, f"RoPE scaling {shown(kind, quote=True, limit=60)}", "the plain RoPE and the 'linear' and 'llama3' "
+            "scalings are implemented")
 
 
 def _heads(f: Fields, d: int, d_head_default) -> tuple[int, int]:
@@ -142,15 +157,25 @@ def _heads(f: Fields, d: int, d_head_default) -> tuple[int, int]:
 
 
 def _sliding_window(f: Fields, arch: str) -> int | None:
-    """The attention window, if any layer has one: Mistral's sliding_window; Qwen's when use_sliding_window."""
-    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and not f.bool("use_sliding_window", False):
+    """The attention window, as transformers applies it. Llama has none (a sliding_window in its config is ignored).
+    Mistral's sliding_window is on every layer (4096 when config.json omits it, none when it is null; layer_types is
+    ignored). Qwen2's and Qwen3's is on only with use_sliding_window, and then on the layers that layer_types marks
+    'sliding_attention' (by default those from max_window_layers on): one windowed layer windows the model."""
+    if arch not in WINDOWED or f.hf.get("sliding_window", WINDOW) is None:
         return None
-    layer_types = f.hf.get("layer_types") or ["sliding_attention"]
-    if not isinstance(layer_types, list):
-        raise ValueError(f"{f.op}: config.json's 'layer_types' is {layer_types!r:.60}; expected a list")
-    if "sliding_attention" not in layer_types or f.hf.get("sliding_window") is None:
+    window = f.int("sliding_window", WINDOW)
+    if arch == "MistralForCausalLM":
+        return window
+    if not f.bool("use_sliding_window", False):
         return None
-    return f.int("sliding_window")
+    n_layers, layer_types = f.int("num_hidden_layers"), f.hf.get("layer_types")
+    if layer_types is None:
+        return window if n_layers > f.int("max_window_layers", WINDOW_LAYERS, minimum=0) else None
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(layer_types, list) or len(layer_types) != n_layers or not all(t in kinds for t in layer_types):
+        raise ValueError(f"{f.op}: config.json's 'layer_types' is {shown(layer_types, limit=80)}; expected a list of "
+                         f"{n_layers} (num_hidden_layers) entries, each 'full_attention' or 'sliding_attention'")
+    return window if "sliding_attention" in layer_types else None
 
 
 def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
@@ -159,7 +184,8 @@ def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
     d = f.int("hidden_size")
     H, H_kv = _heads(f, d, 128 if arch == "Qwen3ForCausalLM" else None)   # transformers' Qwen3 default head_dim
     if f.str("hidden_act", "silu") != "silu":
-        _refuse(op, f"hidden_act={hf['hidden_act']!r}", "a Llama-style FFN here is SwiGLU, with SiLU")
+        _refuse(op, f"hidden_act={shown(hf['hidden_act'], quote=True, limit=60)}", "a Llama-style FFN here is "
+                "SwiGLU, with SiLU")
     bias = f.bool("attention_bias", False), f.bool("mlp_bias", False)
     if bias[0] != bias[1]:
         _refuse(op, f"attention_bias={bias[0]} with mlp_bias={bias[1]}", "biases are on every projection or none")
@@ -169,7 +195,7 @@ def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
     positions, window = f.int("max_position_embeddings"), _sliding_window(f, arch)
     return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=f.int("intermediate_size"), bias=bias[0],
                        qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
-                       norm_eps=f.number("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=scaling,
+                       norm_eps=f.number("rms_norm_eps", 1e-6, below=1.0), rope_theta=theta, rope_scaling=scaling,
                        max_seq_len=min(positions, window or positions), vocab_size=f.int("vocab_size"),
                        n_layers=f.int("num_hidden_layers"), tie_embeddings=f.bool("tie_word_embeddings", False),
                        name=arch)
@@ -179,7 +205,8 @@ def _gpt2_config(hf: dict, op: str) -> BlockConfig:
     f = Fields(hf, op)
     act = f.str("activation_function", "gelu_new")
     if act not in GPT2_ACTIVATIONS:
-        _refuse(op, f"activation_function={act!r}", f"GPT-2's MLP here uses one of {list(GPT2_ACTIVATIONS)}")
+        _refuse(op, f"activation_function={shown(act, quote=True, limit=60)}", "GPT-2's MLP here uses one of "
+                f"{list(GPT2_ACTIVATIONS)}")
     if not f.bool("scale_attn_weights", True) or f.bool("scale_attn_by_inverse_layer_idx", False):
         _refuse(op, "attention scores not scaled by 1/sqrt(d_head) alone", "scores are q k^T / sqrt(d_head)")
     if f.bool("add_cross_attention", False):
@@ -188,7 +215,7 @@ def _gpt2_config(hf: dict, op: str) -> BlockConfig:
     if d % H:
         raise ValueError(f"{op}: config.json's n_embd={d} is not divisible by n_head={H}")
     return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H, d_ff=f.int("n_inner", 4 * d), norm="layer",
-                       ffn=GPT2_ACTIVATIONS[act], bias=True, norm_eps=f.number("layer_norm_epsilon", 1e-5),
+                       ffn=GPT2_ACTIVATIONS[act], bias=True, norm_eps=f.number("layer_norm_epsilon", 1e-5, below=1.0),
                        rope=False, max_seq_len=f.int("n_positions"), vocab_size=f.int("vocab_size"),
                        n_layers=f.int("n_layer"), tie_embeddings=f.bool("tie_word_embeddings", True),
                        name="GPT2LMHeadModel")
@@ -202,7 +229,7 @@ def config_from_hf(hf: dict, op: str = "from_pretrained") -> tuple[str, BlockCon
     arch = architecture(hf, op)
     for key, what in NOT_IMPLEMENTED.items():
         if hf.get(key) not in (None, 1, 1.0) or (key == "quantization_config" and hf.get(key)):
-            _refuse(op, f"{key}={hf[key]!r:.60}", what)
+            _refuse(op, f"{key}={shown(hf[key], quote=True, limit=60)}", what)
     try:
         cfg = _gpt2_config(hf, op) if arch == "GPT2LMHeadModel" else _llama_config(hf, arch, op)
     except ValueError as e:
