@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
+import sys
+import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import tokenizers
 
-from .hf_folder import inside, read_json_object, readable, write_text
+from .hf_folder import inside, read_json_object, readable, shown, write_text
 
 MAX_BYTES = 64 * 2**20       # the largest tokenizer file read (Llama 3's tokenizer.json is 9 MB)
 BPE_HELP = ("transformers writes one where you trust the folder: "
@@ -107,20 +111,48 @@ class CharTokenizer(Tokenizer):
         return cls("".join(sorted(ids, key=ids.get)))
 
 
+@contextmanager
+def library_call(failed: str):
+    """Around a call into the tokenizers library (Rust): whatever it raises becomes ValueError(failed + why). A
+    hostile tokenizer.json can make the library panic (a regex that backtracks past Oniguruma's limit, say): Rust
+    then prints the panic to the process's stderr and raises pyo3's PanicException, which derives from
+    BaseException, not Exception, so it is caught as such (all but Ctrl-C, exits and a MemoryError). What the
+    library prints meanwhile is held back, and passed on to stderr only when the call succeeded."""
+    sys.stderr.flush()
+    saved, held = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    failure = None
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
+        raise
+    except BaseException as e:                 # Exception, and pyo3_runtime.PanicException, importable only this way
+        failure = e
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        if failure is None:
+            held.seek(0)
+            os.write(2, held.read())
+        held.close()
+    if failure is not None:
+        kind = "panicked" if not isinstance(failure, Exception) else type(failure).__name__
+        raise ValueError(f"{failed} ({kind}: {shown(str(failure), limit=300)})") from None
+
+
 class HFTokenizer(Tokenizer):
     """A Hugging Face tokenizer.json run by the `tokenizers` library: its normalizer, pre-tokenizer, model (BPE,
     Unigram, WordPiece), post-processor (which adds BOS where the file says so) and decoder. transformers 5 does the
     same: it ignores tokenizer_config.json's add_bos_token / add_eos_token whenever a tokenizer.json exists."""
 
     def __init__(self, spec: dict, file: Path):
-        try:
+        self.file = file
+        with library_call(f"load_tokenizer: {file} is not a tokenizer the tokenizers library can read; expected a "
+                          "tokenizer.json as Hugging Face tokenizers write it"):
             self.backend = tokenizers.Tokenizer.from_str(json.dumps(spec))
-        except Exception as e:       # tokenizers raises a bare Exception for a file it cannot read
-            raise ValueError(f"load_tokenizer: {file} is not a tokenizer the tokenizers library can read ({e}); "
-                             "expected a tokenizer.json as Hugging Face tokenizers write it") from None
-        self.backend.no_truncation()  # prompts are never cut short or padded, whatever the file says
-        self.backend.no_padding()
-        ids = self.backend.get_vocab(with_added_tokens=True).values()
+            self.backend.no_truncation()  # prompts are never cut short or padded, whatever the file says
+            self.backend.no_padding()
+            ids = self.backend.get_vocab(with_added_tokens=True).values()
         if not ids:
             raise ValueError(f"load_tokenizer: {file} has an empty vocabulary; expected at least one token")
         self.vocab_size = max(ids) + 1
@@ -128,9 +160,9 @@ class HFTokenizer(Tokenizer):
         self.unk = self._unknown_token(model)            # None: every text can be spelled (byte-level, byte fallback)
         self.unk_id = self.backend.token_to_id(self.unk) if self.unk is not None else None
         if self.unk is not None and self.unk_id is None:
-            raise ValueError(f"load_tokenizer: {file} names the unknown token {self.unk!r}, which its vocabulary "
-                             "lacks; expected one of the vocabulary's tokens")
-        self.name = f"HFTokenizer ({model.get('type', 'model')}, {self.vocab_size} tokens, {file})"
+            raise ValueError(f"load_tokenizer: {file} names the unknown token {shown(self.unk, quote=True)}, which "
+                             "its vocabulary lacks; expected one of the vocabulary's tokens")
+        self.name = f"HFTokenizer ({shown(model.get('type', 'model'), limit=40)}, {self.vocab_size} tokens, {file})"
 
     def _unknown_token(self, model: dict) -> str | None:
         """The model's unknown token: BPE, WordPiece and WordLevel name it, Unigram gives its id."""
@@ -143,17 +175,23 @@ class HFTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         """text -> ids, with the special tokens tokenizer.json's post-processor adds. Text that came out as the
         unknown token (a model without byte fallback) is refused, naming its characters."""
-        encoding = self.backend.encode(self._check_text(text))
+        text = self._check_text(text)
+        with library_call(f"HFTokenizer.encode: the tokenizers library failed to encode this text by the rules in "
+                          f"{self.file}; that file is broken or hostile"):
+            encoding = self.backend.encode(text)
         spans = [text[a:b] for i, (a, b) in zip(encoding.ids, encoding.offsets) if i == self.unk_id]
         lost = sorted(set("".join(s for s in spans if s != self.unk)))   # "<unk>" typed out is the token itself
         if lost:
             raise ValueError(f"HFTokenizer: characters not in the vocabulary: {''.join(lost)!r} (they became the "
-                             f"unknown token {self.unk!r}, which means nothing to a model)")
+                             f"unknown token {shown(self.unk, quote=True)}, which means nothing to a model)")
         return encoding.ids
 
     def decode(self, ids) -> str:
         """ids -> text, special tokens skipped: transformers' decode(ids, skip_special_tokens=True)."""
-        return self.backend.decode(self._check_ids(ids), skip_special_tokens=True)
+        ids = self._check_ids(ids)
+        with library_call(f"HFTokenizer.decode: the tokenizers library failed to decode these ids by the rules in "
+                          f"{self.file}; that file is broken or hostile"):
+            return self.backend.decode(ids, skip_special_tokens=True)
 
 
 def load_tokenizer(folder) -> Tokenizer | None:

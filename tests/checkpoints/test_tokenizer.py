@@ -323,3 +323,67 @@ def test_a_bpe_vocab_json_with_merges_and_no_tokenizer_json_is_refused(tmp_path)
     (folder / "vocab.json").write_text(json.dumps({"a": 0, "b": 1, "Ġthe": 2}))
     with pytest.raises(ValueError, match=msg(None, "'Ġthe'", "one character per key", "BPE", "tokenizer.json")):
         load_tokenizer(folder)
+
+
+# ---------------------------------------------------------------- a tokenizer.json that makes the library panic
+CATASTROPHIC = r"(a|a)*\d"      # on 'aaa...' with no digit: 2^n ways to fail, past Oniguruma's retry limit: a panic
+HOSTILE = {   # where the regex runs: splitting a prompt (encode), or cleaning a token's text (decode)
+    "encode": {"pre_tokenizer": {"type": "Split", "pattern": {"Regex": CATASTROPHIC}, "behavior": "Isolated",
+                                 "invert": False}},
+    "decode": {"decoder": {"type": "Replace", "pattern": {"Regex": CATASTROPHIC}, "content": ""}},
+}
+
+
+def hostile_tokenizer(folder: Path, where: str) -> Path:
+    """A word-level tokenizer.json (token 0 is thirty a's) whose regex makes the tokenizers library panic."""
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": None, "post_processor": None, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": {"a" * 30: 0, "b": 1, "[UNK]": 2}, "unk_token": "[UNK]"}}
+    folder.mkdir(exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(spec | HOSTILE[where]))
+    return folder / "tokenizer.json"
+
+
+@pytest.mark.parametrize("where", HOSTILE)
+def test_a_tokenizer_json_that_makes_the_library_panic_is_one_value_error(where, tmp_path, capfd):
+    file = hostile_tokenizer(tmp_path, where)
+    run = {"encode": lambda t: t.encode("a" * 30), "decode": lambda t: t.decode([0])}[where]
+    with pytest.raises(BaseException) as raw:                          # the oracle: the library itself panics
+        run(RustTokenizer.from_file(str(file)))
+    assert not isinstance(raw.value, Exception) and "retry-limit" in str(raw.value)
+    assert "panicked" in capfd.readouterr().err                        # and Rust printed it, lines of it
+    tok = load_tokenizer(tmp_path)
+    with pytest.raises(ValueError, match=msg(f"HFTokenizer.{where}", str(file), "broken or hostile", "panicked",
+                                             "retry-limit-in-match over")):
+        run(tok)
+    assert capfd.readouterr().err == ""                                # what Rust printed: held back
+
+
+@pytest.mark.parametrize("where", HOSTILE)
+def test_generate_with_a_panicking_tokenizer_is_one_line(where, tmp_path, command_line):
+    """The command line in a fresh interpreter, as a user runs it: one line on stderr (no traceback, no Rust
+    panic message), status 2, naming the tokenizer.json."""
+    from tinygrad_block import nn
+    import tinygrad_block as tb
+    nn.LM(nn.preset("tiny").with_(n_layers=1, vocab_size=40), generator=tb.Generator(0)).save_pretrained(tmp_path)
+    file = hostile_tokenizer(tmp_path, where)
+    given = ["--prompt", "a" * 30] if where == "encode" else ["--ids", "0 1", "--max-new-tokens", "1"]
+    result = command_line.process("generate", tmp_path, *given, "--temperature", "0")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert str(file) in lines[0] and "panicked" in lines[0], lines[0]
+
+
+def test_what_the_library_prints_without_failing_is_passed_on(capfd):
+    """library_call holds stderr back only to drop a panic's message: a call that succeeds prints as it would."""
+    with tokenizer_module.library_call("never raised"):
+        os.write(2, b"a warning from Rust\n")
+    assert capfd.readouterr().err == "a warning from Rust\n"
+    with pytest.raises(ValueError, match=msg(None, "it failed", "RuntimeError: the reason")):
+        with tokenizer_module.library_call("it failed"):
+            os.write(2, b"noise\n")
+            raise RuntimeError("the reason")
+    assert capfd.readouterr().err == ""
+    with pytest.raises(KeyboardInterrupt):                            # Ctrl-C is never turned into a ValueError
+        with tokenizer_module.library_call("interrupted"):
+            raise KeyboardInterrupt
