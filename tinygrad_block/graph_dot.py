@@ -8,6 +8,8 @@ classes live in graph_view.py, which imports this module for `GraphView.to_dot`.
 """
 from __future__ import annotations
 
+import re
+
 STYLE = {
     "op": 'shape=box, style="rounded,filled", fillcolor="#e8eef7", color="#5b7db1"',
     "box": 'shape=box, style="filled,bold", fillcolor="#dfeedd", color="#4c8a46", penwidth=2',
@@ -24,6 +26,21 @@ SCOPE_CLUSTER = 'style="rounded,dashed"; color="#9e9e9e";'
 FOLD_CLUSTER = 'style="rounded,bold"; color="#4c8a46"; penwidth=2;'
 STEP_CLUSTER = 'style="rounded,dotted"; color="#7986cb"; fontcolor="#3949ab"; fontsize=9;'
 UNCLUSTERED_STEPS = {"", "residual"}     # the residual adds sit on the highway, far apart
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")      # not allowed in the SVG graphviz writes: shown as \xNN
+SPECIAL = {"\\": "\\\\", '"': '\\"', "&": "&amp;", "\n": "\\n"}
+
+
+def text(line: str) -> str:
+    """`line` inside a DOT string, drawn as written whatever it holds: graphviz reads `\\` (\\N, \\l), `"` and HTML
+    entities (`&lt;`) inside a label, so they are escaped; a line break becomes DOT's \\n; a control character
+    (which an SVG may not hold) is shown as its code, `\\x1b`."""
+    line = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", line)
+    return re.sub(r'[\\"&\n]', lambda m: SPECIAL[m[0]], line)
+
+
+def lines(*parts: str) -> str:
+    """A label of several lines (empty ones left out), each drawn as written, joined by DOT's \\n."""
+    return "\\n".join(text(part) for part in parts if part)
 
 
 def _flops(n: int) -> str:
@@ -42,22 +59,21 @@ def _shape(shape) -> str:
 
 
 def label(view, n) -> str:
-    """The node's text, lines joined by DOT's \\n: what it is, its shape, its FLOPs."""
+    """The node's text, lines joined by DOT's \\n: what it is, its shape, its FLOPs; names drawn as written."""
     if n.kind == "box":
         head = view.module_name(n.scope) + ("′ (backward)" if view.phase == "backward" else "")
-        flops = f"{_human(n.flops)} each\\n× {n.repeat} = {_human(n.flops * n.repeat)}" if n.repeat > 1 else \
-            _human(n.flops)
-        return f"{head}{f'  × {n.repeat}' if n.repeat > 1 else ''}\\n{_shape(n.shape)}\\n{flops}"
+        flops = [f"{_human(n.flops)} each", f"× {n.repeat} = {_human(n.flops * n.repeat)}"] if n.repeat > 1 else \
+            [_human(n.flops)]
+        return lines(head + (f"  × {n.repeat}" if n.repeat > 1 else ""), _shape(n.shape), *flops)
     if n.kind in ("residual", "accumulate"):
-        lines = ["+", n.note, _shape(n.shape)]
+        parts = ["+", n.note, _shape(n.shape)]
     elif n.kind == "op":
-        lines = [n.label + (" (with a scalar)" if n.scalar else ""), n.note, f"{_shape(n.shape)} {n.dtype}"]
+        parts = [n.label + (" (with a scalar)" if n.scalar else ""), n.note, f"{_shape(n.shape)} {n.dtype}"]
     elif n.kind == "param" or n.name.startswith("g"):
-        return f"{n.label}\\n{_shape(n.shape)}"
+        return lines(n.label, _shape(n.shape))
     else:
-        return f"{n.label}\\n{_shape(n.shape)} {n.dtype}"
-    lines += [_flops(n.flops) if n.flops else "", *n.summary.split("\n")]
-    return "\\n".join(line for line in lines if line)
+        return lines(n.label, f"{_shape(n.shape)} {n.dtype}")
+    return lines(*parts, _flops(n.flops) if n.flops else "", *n.summary.split("\n"))
 
 
 def cluster_of(n) -> tuple:
@@ -73,11 +89,11 @@ def cluster_of(n) -> tuple:
 def cluster_head(view, key: tuple) -> str:
     """`subgraph "cluster_..." {` with the label and style of a module, a fold of layers, or a step."""
     if key[-2:-1] == ("step",):
-        name, text, style = ".".join(key[1:-2]) + ":" + key[-1], key[-1], STEP_CLUSTER
+        name, shown, style = ".".join(key[1:-2]) + ":" + key[-1], key[-1], STEP_CLUSTER
     else:
-        name, text = ".".join(key[1:]), view.module_name(key)
+        name, shown = ".".join(key[1:]), view.module_name(key)
         style = FOLD_CLUSTER if key in view.folds else SCOPE_CLUSTER
-    return f'  subgraph "cluster_{name}" {{ label="{text}"; {style}'
+    return f'  subgraph "cluster_{text(name)}" {{ label="{text(shown)}"; {style}'
 
 
 def fold_note(view, key: tuple, first: str) -> list[str]:
@@ -85,7 +101,7 @@ def fold_note(view, key: tuple, first: str) -> list[str]:
     first_layer, last_layer = view.folds[key]
     n = last_layer - first_layer + 1
     flops = sum(m.flops for m in view.nodes if m.scope[:len(key)] == key)
-    note = f"fold_{'.'.join(key[1:])}"
+    note = f"fold_{text('.'.join(key[1:]))}"
     return [f'  "{note}" [label="× {n}\\lidentical layers,\\ldrawn once\\l{_human(flops)} each\\l'
             f'{_human(flops * n)} in all\\l", {STYLE["fold"]}];', f'  {{ rank=same; "{note}"; {first}; }}']
 
@@ -112,7 +128,7 @@ def clusters(view) -> list[str]:
 def emit(view, title: str | None) -> str:
     """The DOT text of a GraphView: the header, the nodes in their nested clusters, the edges, then where each
     gradient comes out. Deterministic: the same view gives the same bytes."""
-    title = title or view.phase
+    title = text(title or view.phase)
     head = [f'digraph "{title}" {{', '  rankdir=TB; newrank=true; fontname="Helvetica";',
             '  node [fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9, color="#555555"];',
             f'  labelloc=t; label="{title}";']

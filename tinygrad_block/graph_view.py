@@ -164,17 +164,31 @@ def _signature(graph, scope: tuple, members: list) -> tuple:
                   n.flops, tuple(map(ref, n.inputs))) for n in map(graph.nodes.__getitem__, members))
 
 
+def finite(v):
+    """The finite values of a float64 array, flattened (masked attention scores hold -inf)."""
+    v = v.ravel()
+    return v[(v == v) & (abs(v) != float("inf"))]
+
+
+def moments(v) -> tuple[float, float]:
+    """mean and std of a non-empty float64 array of finite values, taken of v / max|v| and scaled back, so values
+    near 1e300 square to no inf (both are at most max|v|)."""
+    scale = float(abs(v).max()) or 1.0
+    u = v / scale
+    return float(u.mean()) * scale, float(u.std()) * scale
+
+
 def _summary(t) -> str:
-    """mean and std of a tensor's values (and of its .grad), if it has values."""
+    """mean and std of a tensor's finite values (and of its .grad's), if it has values."""
     if t is None or t.device == "meta":
         return ""
-    v = t.numpy().astype("float64")
-    v = v[(v == v) & (abs(v) != float("inf"))]             # masked attention scores hold -inf
-    text = f"value mean {v.mean():.3g} std {v.std():.3g}" if v.size else ""
-    if t.grad is not None and t.grad.device != "meta":
-        gv = t.grad.numpy()
-        text += f"\ngrad mean {gv.mean():.3g} std {gv.std():.3g}"
-    return text.strip("\n")
+    text = []
+    for what, a in (("value", t), ("grad", t.grad)):
+        v = finite(a.numpy().astype("float64")) if a is not None and a.device != "meta" else []
+        if len(v):
+            mean, std = moments(v)
+            text.append(f"{what} mean {mean:.3g} std {std:.3g}")
+    return "\n".join(text)
 
 
 class _Builder:

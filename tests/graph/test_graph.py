@@ -1,11 +1,13 @@
 """Computation graphs: the view of the recorded primitives (collapsed by depth, identical layers folded, the
 residual highway named by the modules' steps), its DOT text (deterministic) and graphviz's rendering."""
 import re
+import statistics
 import struct
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hostile import FINITE, NAMES, TITLE, hostile
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, nn
@@ -15,6 +17,7 @@ from tinygrad_block.graph_view import LARGE
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_computation.dot"
 CALLS = ("op", "residual", "accumulate")          # the view's kinds for a primitive call
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def recorded_block(device="cpu", backward=True, block=nn.TransformerBlock, **changes):
@@ -362,3 +365,33 @@ def test_missing_dot_gives_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(RuntimeError, match="apt-get install graphviz"):
         render("digraph { a -> b }", tmp_path / "x.svg")
+
+
+@pytest.mark.parametrize("depth, backward", [(None, False), (None, True), (1, False), (1, True)])
+def test_any_name_is_drawn_as_written(tmp_path, depth, backward):
+    """Quotes, backslashes (graphviz reads \\N), HTML entities, markup, newlines and control characters in module
+    names and the title: the DOT text stays valid, graphviz draws each name as it is (a line break where it has
+    one, a control character as its code) and every node of the view."""
+    model, x = hostile()
+    with record_graph(model, x) as graph:
+        model(x).backward(tb.ones(2, 4, dtype=tb.float64))
+    view = graph.view(depth, backward=backward)
+    svg = ET.fromstring(render(view.to_dot(TITLE), tmp_path / "hostile.svg").read_bytes())
+    texts = [el.text for el in svg.iter(f"{SVG}text")]
+    nodes = [g for g in svg.iter(f"{SVG}g") if g.get("class") == "node"]
+    assert len(nodes) == len(view.nodes) and texts[0] == TITLE
+    mark = "′ (backward)" if backward and depth == 1 else ""          # a box of the backward view
+    for name in NAMES:
+        *head, last = name.replace("\x07", "\\x07").split("\n")
+        assert [*head, last + mark] == texts[texts.index(head[0] if head else last + mark):][:len(head) + 1]
+
+
+def test_value_summaries_of_values_near_the_float64_limit_do_not_overflow():
+    """std of (1e300, -1e300, 1, 2, 3, 4) is about 5.8e299, not the inf that squaring 1e300 gives; inf and nan left
+    out. Oracle: the statistics module, exact in fractions."""
+    model, x = hostile()
+    with record_graph(model, x, retain_grads=True) as graph:
+        model(x).backward(tb.ones(2, 4, dtype=tb.float64))
+    muls = graph.view(values=True).find(label="mul")
+    value = f"value mean {statistics.fmean(FINITE):.3g} std {statistics.pstdev(FINITE):.3g}"
+    assert len(muls) == len(NAMES) and {n.summary for n in muls} == {f"{value}\ngrad mean 1 std 0"}
