@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -24,10 +25,11 @@ from .dtypes import as_dtype
 from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
-from .graph_view import GraphView, folded_layers
+from .graph_view import GraphView, finite, folded_layers, moments
 from .measure import is_movement, program_of
 
 ASSETS = Path(__file__).parent / "explorer"
+PLACEHOLDER = re.compile(r"/\*(TITLE|STYLE|VIZ|SCRIPT|DATA)\*/")     # in template.html
 BINS = 24                                   # histogram bars of a tensor's values
 SAMPLE = 200_000                            # values a histogram or statistic looks at, at most (evenly spaced)
 KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module",      # data-kind; the rest are tensors
@@ -54,7 +56,9 @@ class Explorer:
         return path
 
     def _repr_html_(self) -> str:
-        return (f'<iframe srcdoc="{html.escape(self.html)}" style="width:100%;height:720px;border:1px solid #ccc" '
+        """The page in an inline frame, sandboxed: its script runs, in an origin of its own, away from the notebook."""
+        return (f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(self.html)}" '
+                'style="width:100%;height:720px;border:1px solid #ccc" '
                 f'title="{html.escape(self.title)}"></iframe>')
 
     def __repr__(self) -> str:
@@ -95,14 +99,29 @@ def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool =
     as a third phase, 'compiled' (not shown until asked for)."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
+    if not isinstance(title, str):
+        raise TypeError(f"explore: title must be a str, got {type(title).__name__} {title!r}")
     data = payload(graph, title=title, depth=depth, fold=fold, values=values, program=program)
-    data["show"] = show or [p for p in data["phases"] if p != "compiled"]
-    text = (ASSETS / "template.html").read_text()
-    for key, value in {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
-                       "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
-                       "DATA": json.dumps(data, separators=(",", ":")).replace("</", "<\\/")}.items():
-        text = text.replace(f"/*{key}*/", value)
-    return Explorer(text, title, data)
+    if show is not None and not isinstance(show, (list, tuple)):
+        raise TypeError(f"explore: show must be a list of phases, got {type(show).__name__} {show!r}")
+    unknown = [p for p in show or () if p not in data["phases"]]
+    if unknown:
+        raise ValueError(f"explore: show={show!r} names {', '.join(map(repr, unknown))}, not a phase of this page; "
+                         f"expected some of {', '.join(map(repr, data['phases']))}")
+    data["show"] = list(show or (p for p in data["phases"] if p != "compiled"))
+    return Explorer(page(title, data), title, data)
+
+
+def page(title: str, data: dict) -> str:
+    """The template with its placeholders filled in one pass, so nothing filled in (a title that reads /*DATA*/)
+    is read as a placeholder again. The data is JSON with `<`, `>` and `&` written as \\u escapes, so no name in it
+    can end its <script> element (`</script>`) or open a comment there (`<!--`); a number that is not finite
+    is an error here, not JSON that no browser parses."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    parts = {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
+             "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
+             "DATA": text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+    return PLACEHOLDER.sub(lambda m: parts[m[1]], (ASSETS / "template.html").read_text())
 
 
 # ---------------------------------------------------------------- what the page holds
@@ -272,18 +291,30 @@ def _nbytes(shape, dtype: str) -> int:
 
 
 def _stats(t, what: str) -> dict:
-    """mean, std, min, max and a histogram of a tensor's finite values (at most SAMPLE of them, evenly spaced)."""
+    """mean, std, min, max and a histogram of a tensor's finite values (at most SAMPLE of them, evenly spaced), and
+    how many of those looked at were left out as not finite (`not_finite`, of `count`). Values are binned divided
+    by the largest magnitude, where max - min would overflow."""
     if t is None or t.device == "meta" or not t.size:
         return {}
     v = t.numpy().astype("float64").ravel()
     v = v[::max(1, v.size // SAMPLE)]
-    v = v[(v == v) & (abs(v) != float("inf"))]              # masked attention scores hold -inf
+    count, v = v.size, finite(v)
     if not v.size:
-        return {}
-    lo, hi = float(v.min()), float(v.max())
-    k = ((v - lo) * (BINS / (hi - lo))).astype("int64").clip(0, BINS - 1) if hi > lo else v.astype("int64") * 0
-    return {what: {"mean": float(v.mean()), "std": float(v.std()), "min": lo, "max": hi,
-                   "hist": [int((k == b).sum()) for b in range(BINS)] if hi > lo else [int(v.size)]}}
+        return {what: {"count": count, "not_finite": count}}
+    (mean, std), lo, hi = moments(v), float(v.min()), float(v.max())
+    scale = max(abs(lo), abs(hi)) or 1.0
+    u, lo_u = v / scale, lo / scale                         # in [-1, 1]
+    width = hi / scale - lo_u                               # at most 2
+    k = ((u - lo_u) * (BINS / width)).astype("int64").clip(0, BINS - 1) if width > 0 else u.astype("int64") * 0
+    return {what: {"mean": _finite(mean), "std": _finite(std), "min": lo, "max": hi,
+                   "hist": [int((k == b).sum()) for b in range(BINS)] if width > 0 else [int(v.size)],
+                   "count": count, "not_finite": count - int(v.size)}}
+
+
+def _finite(x) -> float | None:
+    """A float for the page's JSON: None (null) where it is not finite, which JSON cannot hold."""
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def _link(nodes: list) -> None:

@@ -4,17 +4,21 @@ accounting's closed forms (a folded 70B model). The page itself is driven in a r
 test_explorer_browser.py."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
+import statistics
 
+import numpy as np
 import pytest
+from hostile import FINITE, NAMES, ROOT, TITLE, Scale, hostile
 
 import tinygrad_block as tb
 from conftest import block_program
 from tinygrad_block import accounting, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.explore import Explorer, explorer
+from tinygrad_block.explore import ASSETS, Explorer, explorer
 from tinygrad_block.graph import record_graph
 
 CFG = nn.preset("tiny")
@@ -144,11 +148,83 @@ def test_the_page_is_one_self_contained_file(tiny, tmp_path):
     assert data == page.data
     saved = page.save(tmp_path / "sub" / "page.html")
     assert saved.read_text() == text and sorted(p.name for p in saved.parent.iterdir()) == ["page.html"]
-    assert '<iframe srcdoc="' in page._repr_html_() and isinstance(page, Explorer)
+    frame = re.fullmatch(r'<iframe sandbox="allow-scripts" srcdoc="([^"]*)" [^<>]*></iframe>', page._repr_html_())
+    assert html.unescape(frame.group(1)) == text and isinstance(page, Explorer)     # the page, in a sandbox
     with pytest.raises(ValueError, match="must end in .html"):
         page.save(tmp_path / "page.svg")
     with pytest.raises(ValueError, match="depth must be an int >= 0"):
         explorer(None, depth=-1)
+
+
+# ---------------------------------------------------------------- hostile names, titles and values
+def embedded(text: str) -> dict:
+    """The page's data, parsed as a browser does: strict JSON (no NaN, no Infinity)."""
+    data = re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S).group(1)
+    return json.loads(data, parse_constant=lambda c: pytest.fail(f"{c} in the page's JSON: no browser parses it"))
+
+
+@pytest.fixture(scope="module")
+def hostile_page():
+    model, x = hostile()
+    return tb.explore(model, x, title=TITLE, values=True)
+
+
+def test_a_title_holding_every_placeholder_is_shown_as_written_and_fills_nothing(hostile_page):
+    text = hostile_page.html
+    title = re.search(r"<title>(.*?)</title>", text, re.S).group(1)
+    h1 = re.search(r"<h1>(.*?)</h1>", text, re.S).group(1)
+    assert html.unescape(title) == html.unescape(h1) == TITLE and "<" not in title + h1
+    scripts = re.findall(r"<script[^>]*>(.*?)</script>", text, re.S)
+    assert len(scripts) == 3 and text.count("<script") == 3                     # no script but the page's own
+    assert scripts[1] == (ASSETS / "viz-global.js").read_text() and scripts[2] == (ASSETS / "explorer.js").read_text()
+    assert embedded(text) == hostile_page.data and hostile_page.data["title"] == TITLE
+
+
+def test_names_reach_the_data_as_written_and_no_markup_reaches_the_html(hostile_page):
+    data = re.search(r'<script id="data" type="application/json">(.*?)</script>', hostile_page.html, re.S).group(1)
+    assert not re.search(r"[<>&]", data)                         # no </script>, no <!--: \u003c, \u003e, \u0026
+    modules = embedded(hostile_page.html)["modules"]
+    assert sorted(modules) == sorted([ROOT, *(f"{ROOT}.{name}" for name in NAMES)])
+    assert [modules[f"{ROOT}.{name}"]["label"] for name in NAMES] == list(NAMES)
+
+
+def test_statistics_of_values_near_the_float64_limit_are_finite_and_exact(hostile_page):
+    """The finite values (1e300, -1e300, 1, 2, 3, 4) of 8: std about 5.8e299 (oracle: the statistics module, exact
+    in fractions), not inf; a histogram over [-1e300, 1e300] (hand-derived: 1, 2, 3 and 4 land in the middle bar,
+    12 of 24); inf and nan counted as left out."""
+    muls = [n for n in ops(hostile_page, "forward") if n["label"] == "mul"]
+    assert len(muls) == len(NAMES)
+    for n in muls:
+        value = n["value"]
+        assert value["mean"] == pytest.approx(statistics.fmean(FINITE), rel=1e-12)
+        assert value["std"] == pytest.approx(statistics.pstdev(FINITE), rel=1e-12)
+        assert (value["min"], value["max"], value["count"], value["not_finite"]) == (-1e300, 1e300, 8, 2)
+        assert value["hist"] == [1] + [0] * 11 + [4] + [0] * 10 + [1]
+        assert n["grad"] == {"mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "hist": [8], "count": 8,
+                             "not_finite": 0}
+
+
+@pytest.mark.parametrize("values, stats", [
+    ([1.7e308, -1.7e308, 0.0], {"mean": 0.0, "min": -1.7e308, "max": 1.7e308, "count": 3, "not_finite": 0,
+                                "hist": [1] + [0] * 11 + [1] + [0] * 10 + [1]}),      # max - min overflows
+    ([float("inf"), float("nan"), -float("inf")], {"count": 3, "not_finite": 3}),      # nothing finite to show
+])
+def test_statistics_at_the_ends_of_float64(values, stats):
+    x = tb.tensor(np.array(values), requires_grad=True)
+    [n] = ops(tb.explore(Scale(len(values)), x, values=True, backward=False), "forward")      # x * weight
+    finite = [v for v in values if math.isfinite(v)]
+    assert n["value"] == stats | ({"std": pytest.approx(statistics.pstdev(finite), rel=1e-12)} if finite else {})
+
+
+def test_a_phase_to_show_that_the_page_lacks_is_an_error_naming_it(tiny):
+    _, _, _, graph, _ = tiny
+    with pytest.raises(ValueError, match=r"show=\['forward', 'compiled'\] names 'compiled', not a phase of this "
+                                         r"page; expected some of 'forward', 'backward'"):
+        explorer(graph, show=["forward", "compiled"])
+    with pytest.raises(TypeError, match="show must be a list of phases, got str 'forward'"):
+        explorer(graph, show="forward")
+    with pytest.raises(TypeError, match="title must be a str, got int 7"):
+        explorer(graph, title=7)
 
 
 def test_the_graph_command_writes_the_explorer(tmp_path, command_line):

@@ -6,6 +6,7 @@ Skipped, saying why, where playwright or chromium is missing. Screenshots go to 
 /tmp/explorer_shots/ for a person to look at."""
 import re
 import shutil
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import explore
 from tinygrad_block.graph import record_graph
+from hostile import FINITE, NAMES, ROOT, TITLE, hostile
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 SHOTS = Path("/tmp/explorer_shots")
@@ -82,10 +84,15 @@ def meta_ids():
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict:
     """The pages, written once: the tiny block at depth 1 (no values), the same with values, the tiny LM on token
-    ids, Llama-2-7B on the shape-only device (its 32 identical layers folded into one box), and the tiny block with
-    its compiled program."""
+    ids, Llama-2-7B on the shape-only device (its 32 identical layers folded into one box), the tiny block with
+    its compiled program, a model of hostile names and values (tests/graph/hostile.py) and that page shown as a
+    notebook shows it, in the inline frame of `_repr_html_`."""
     out = tmp_path_factory.mktemp("explorer")
-    return {"block": explore(tiny_block(), tiny_x(), depth=1, values=False).save(out / "block.html"),
+    hostile_page = explore(*hostile(), title=TITLE, values=True)
+    notebook = out / "notebook.html"
+    notebook.write_text(f'<!DOCTYPE html><html><body data-ready="true">{hostile_page._repr_html_()}</body></html>')
+    return {"hostile": hostile_page.save(out / "hostile.html"), "notebook": notebook,
+            "block": explore(tiny_block(), tiny_x(), depth=1, values=False).save(out / "block.html"),
             "values": explore(tiny_block(), tiny_x(), values=True).save(out / "values.html"),
             "lm": explore(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64)).save(out / "lm.html"),
             "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html"),
@@ -114,13 +121,14 @@ def program():
 
 
 class Loaded:
-    """One page open in the browser, with the console errors and page errors it raised and its load time."""
+    """One page open in the browser, with the console errors, page errors and dialogs it raised and its load time."""
 
     def __init__(self, browser, path: Path, shots: Path):
         self.page, self.shots, self.errors = browser.new_page(viewport=VIEWPORT), shots, []
         self.page.set_default_timeout(10_000)
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
         start = time.perf_counter()
         self.page.goto(path.as_uri())
         self.page.wait_for_selector("body[data-ready=true]", state="attached", timeout=READY_S * 1000)
@@ -377,7 +385,8 @@ def test_backward_ops_inside_a_closed_box_highlight_the_box(visit, block):
     page.click(page.node("forward", "module", "block.norm1"))
     into_attn = page.page.eval_on_selector_all("#panes section[data-phase=forward] g.edge > title",
                                                "ts => ts.map(t => t.textContent.split('->'))")
-    [[src, _]] = [e for e in into_attn if e[1] == "m:forward:block.attn" and e[0].startswith("f")]
+    attn = page.node("forward", "module", "block.attn")["id"]
+    [[src, _]] = [e for e in into_attn if e[1] == attn and e[0].startswith("f")]
     page.page.click(f'#panes g.node[id="{src}"]')
     page.shot("block_click_norm1_output")
     hl = Counter((n["kind"], n["path"]) for n in page.nodes("backward") if "hl" in n["classes"])
@@ -507,3 +516,60 @@ def test_clicking_a_forward_op_highlights_the_kernels_that_run_it_and_its_gradie
     assert elided and said.count("no kernel: the compiled program broadcasts on the fly") == len(elided)
     assert said.count("run by its own kernel") == len(said) - len(elided)
     assert page.errors == []
+
+
+# ---------------------------------------------------------------- hostile names, titles and values
+def drawn_name(name: str) -> str:
+    """A name as a drawn label's first line shows it: up to its first line break, a control character as its code."""
+    return name.replace("\x07", "\\x07").split("\n")[0]
+
+
+def test_a_page_of_hostile_names_runs_none_of_them_and_draws_every_module(visit):
+    model, x = hostile()
+    recorded = Recorded(model, x)
+    page = visit("hostile")
+    page.shot("hostile_loaded")
+    assert page.errors == []                                 # no dialog, no console error, no page error
+    assert page.page.evaluate("document.title") == page.page.text_content("h1") == TITLE
+    assert page.page.evaluate("""[document.querySelectorAll('img, iframe, [onerror]').length,
+                                  document.querySelectorAll('script').length]""") == [0, 3]
+    for phase in ("forward", "backward"):
+        _, boxes = drawn_ops(recorded, phase, depth=1)
+        drawn = page.nodes(phase, "module")
+        assert sorted(n["path"] for n in drawn) == boxes == sorted(f"{ROOT}.{name}" for name in NAMES)
+        mark = "′" if phase == "backward" else ""
+        assert sorted(n["text"] for n in drawn) == sorted(drawn_name(name + mark) for name in NAMES)
+    page.hover(page.node("forward", "module", f"{ROOT}.{NAMES[5]}"))
+    assert page.page.text_content("#card h3") == NAMES[5] and page.card()["module"] == f"{ROOT}.{NAMES[5]}"
+    assert page.errors == []
+
+
+def test_clicking_an_op_of_each_hostile_module_shows_its_name_and_honest_statistics(visit):
+    model, x = hostile()
+    recorded = Recorded(model, x)
+    page = visit("hostile")
+    page.page.click("#expand-all")
+    for phase in ("forward", "backward"):
+        ops, _ = drawn_ops(recorded, phase, depth=99)
+        assert len(page.nodes(phase, "op")) == len(ops)
+    for name in NAMES:
+        page.click(page.node("forward", "op", f"{ROOT}.{name}", "mul"))
+        assert page.page.text_content("#card h3") == "mul" and page.card()["module"] == f"{ROOT}.{name}"
+    page.shot("hostile_click")
+    mean, std = re.fullmatch(r"mean (\S+), std (\S+)", page.card()["value"]).groups()
+    assert float(mean) == pytest.approx(statistics.fmean(FINITE), rel=5e-3)
+    assert float(std) == pytest.approx(statistics.pstdev(FINITE), rel=5e-3)        # about 5.8e299, not inf
+    assert "2 of 8 values not finite (nan, ±inf), left out" in page.page.inner_text("#card")
+    assert page.errors == []
+
+
+def test_a_hostile_page_in_a_notebooks_frame_draws_and_runs_none_of_its_names(visit):
+    """Inside the sandboxed frame of `_repr_html_`, the page draws what it draws alone."""
+    page = visit("notebook")
+    frame = page.page.frames[1]
+    frame.wait_for_selector("body[data-ready=true]", state="attached", timeout=READY_S * 1000)
+    page.shot("hostile_notebook")
+    drawn = frame.eval_on_selector_all("#panes g.node", "gs => gs.map(g => g.dataset.path + ' ' + g.id)")
+    assert drawn == [n["path"] + " " + n["id"] for n in visit("hostile").nodes()]      # as the page alone draws
+    assert frame.evaluate("document.querySelectorAll('img, iframe, [onerror]').length") == 0
+    assert frame.text_content("h1") == TITLE and page.errors == []

@@ -18,7 +18,15 @@ const human = (n, unit) => {
   return fmt(n) + " " + unit;
 };
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
-const q = s => '"' + String(s).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
+// A DOT string graphviz draws as written, as graph_dot.text makes them: it reads \ (\N, \l), " and HTML entities
+// (&lt;) inside one; a line break is DOT's \n; a control character, which an SVG may not hold, is shown as \xNN.
+const SPECIAL = {"\\": "\\\\", '"': '\\"', "&": "&amp;", "\n": "\\n", "\t": "\t"};
+const q = s => '"' + String(s).replace(/[\\"&\x00-\x1f\x7f]/g, c => SPECIAL[c] ||
+  "\\\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")) + '"';
+// Drawn ids hold no names (graphviz reads \N in an id; a name may hold ":"): a module is its number here.
+const paths = Object.keys(modules), numbers = new Map(paths.map((p, i) => [p, i]));
+const boxId = (phase, path) => "m:" + phase + ":" + numbers.get(path);
+const boxPath = id => paths[Number(id.split(":")[2])];
 
 // The module a node is drawn inside of, collapsed: the outermost closed module on its path (none: drawn itself).
 // A scope is a list of module names ('layers.3' is one name: a module in a list); a path joins them with dots.
@@ -31,7 +39,7 @@ function closedAncestor(scope) {
 }
 const drawnAs = n => {
   const m = closedAncestor(n.scope);
-  return m !== null ? "m:" + n.phase + ":" + m : n.merge || n.id;     // partial sums: drawn as their chain's first
+  return m !== null ? boxId(n.phase, m) : n.merge || n.id;     // partial sums: drawn as their chain's first
 };
 const inFold = n => n.scope.some((_, k) => (modules[n.scope.slice(0, k + 1).join(".")] || {}).repeat > 1);
 
@@ -58,7 +66,7 @@ function heat(value, max) {            // white to red, on a log scale
 }
 const cost = (id, phase) => {
   if (id.startsWith("m:")) {
-    const t = modules[id.split(":")[2]].total;
+    const t = modules[boxPath(id)].total;
     return colour === "flops" ? t.flops[phase] : t.bytes[phase];
   }
   const n = byId[id];
@@ -70,12 +78,12 @@ function dot(phase) {
   const items = new Map();                            // drawn id -> module path it sits in
   for (const n of D.nodes) if (n.phase === phase) {
     const id = drawnAs(n);
-    if (!items.has(id)) items.set(id, id.startsWith("m:") ? modules[id.split(":")[2]].parent : n.path);
+    if (!items.has(id)) items.set(id, id.startsWith("m:") ? modules[boxPath(id)].parent : n.path);
   }
   const max = colour === "none" ? 0 : Math.max(0, ...[...items.keys()].map(id => cost(id, phase)));
   const decl = id => {
     const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '"';
-    if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(id.split(":")[2], phase)) + fill + "];";
+    if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(boxPath(id), phase)) + fill + "];";
     const n = byId[id];
     return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ", label=" + q(nodeLabel(n)) + fill + "];";
   };
@@ -92,8 +100,8 @@ function dot(phase) {
     for (const id of inside.get(p) || []) lines.push(indent + decl(id));
     for (const c of children(p)) {
       const before = lines.length;
-      lines.push(indent + "subgraph " + q("cluster_" + phase + ":" + c) + " {");
-      lines.push(indent + '  id=' + q("c:" + phase + ":" + c) + '; label=' + q(modules[c].label +
+      lines.push(indent + "subgraph " + q("cluster_" + phase + "_" + numbers.get(c)) + " {");
+      lines.push(indent + '  id=' + q("c:" + phase + ":" + numbers.get(c)) + '; label=' + q(modules[c].label +
         (modules[c].repeat > 1 ? "  × " + modules[c].repeat : "") + "  [−]") +
         '; style="rounded,dashed"; color="#9e9e9e"; fontsize=10; fontcolor="#4c8a46";');
       emit(c, indent + "  ");
@@ -139,7 +147,7 @@ function decorate(svg, phase) {
   for (const g of svg.querySelectorAll("g.node")) {
     const id = g.id;
     if (id.startsWith("m:")) {
-      const path = id.split(":")[2];
+      const path = boxPath(id);
       Object.assign(g.dataset, {path, kind: "module", phase, collapsed: "true"});
       g.addEventListener("click", () => { open.add(path); render(); });
       g.addEventListener("mouseenter", () => card(moduleCard(path, phase)));
@@ -152,7 +160,7 @@ function decorate(svg, phase) {
     g.addEventListener("mouseleave", rest);
   }
   for (const g of svg.querySelectorAll("g.cluster")) {
-    const path = g.id.split(":").slice(2).join(":");
+    const path = boxPath(g.id);
     Object.assign(g.dataset, {path, kind: "module", phase, collapsed: "false"});
     const text = g.querySelector("text");
     if (text) text.addEventListener("click", () => { close(path); render(); });
@@ -223,18 +231,24 @@ function hist(s) {
   const max = Math.max(...s.hist), w = 300 / s.hist.length;
   const bars = s.hist.map((c, i) => '<rect x="' + (i * w) + '" y="' + (40 - 40 * c / max) + '" width="' + (w - 1) +
     '" height="' + (40 * c / max) + '"></rect>').join("");
-  return '<svg class="hist" width="300" height="44">' + bars + "</svg><br>" + s.min.toPrecision(3) + " … " + s.max.toPrecision(3);
+  return '<svg class="hist" width="300" height="44">' + bars + "</svg><br>" + num(s.min) + " … " + num(s.max);
 }
-const stats = (s, what) => s ? row(what, "mean " + s.mean.toPrecision(3) + ", std " + s.std.toPrecision(3)) +
-  row("", hist(s)) : "";
+const num = x => x === null ? "not finite" : x.toPrecision(3);       // null: JSON holds no inf or nan
+function stats(s, what) {          // of the finite values; how many others were left out
+  if (!s) return "";
+  const left = s.not_finite ? row("", fmt(s.not_finite) + " of " + fmt(s.count) + " values not finite (nan, ±inf), " +
+    "left out") : "";
+  if (s.mean === undefined) return row(what, "no finite value") + left;
+  return row(what, "mean " + num(s.mean) + ", std " + num(s.std)) + row("", hist(s)) + left;
+}
 function kernelCard(n) {
   const runs = n.runs.map(i => byId[i]);
   return "<h3>" + esc(n.kind === "fused" ? "fused kernel" : n.kind === "check" ? "index check" : "kernel: " + n.label) + "</h3><table>" +
     row("runs", n.kind === "check" ? "the bounds check of an index, redone at every replay" :
       runs.map(r => esc(r.label) + " <small>(" + r.phase + ", " + esc(r.path || "outside every module") + ")</small>").join("<br>")) +
     row("module", esc(n.path || "(outside every module)")) + (n.step ? row("step", esc(n.step)) : "") +
-    (n.inputs.length ? row("reads", n.inputs.map(([s, d]) => shape(s) + " " + d).join("<br>")) : "") +
-    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + n.dtype) +
+    (n.inputs.length ? row("reads", n.inputs.map(([s, d]) => shape(s) + " " + esc(d)).join("<br>")) : "") +
+    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + esc(n.dtype)) +
     row("FLOPs", '<span class="flops">' + fmt(n.flops) + "</span>") +
     row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) +
     (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written: each op after the first writes in place into the first one's result") : "") +
@@ -250,8 +264,8 @@ function nodeCard(n) {
   return "<h3>" + esc(n.label) + (n.note ? " <small>" + esc(n.note) + "</small>" : "") + "</h3><table>" +
     row("kind", n.data_kind + (n.kind !== n.data_kind ? " (" + n.kind + ")" : "") + ", " + n.phase) +
     row("module", esc(n.path || "(outside every module)")) + (n.step ? row("step", esc(n.step)) : "") +
-    (n.inputs.length ? row("inputs", n.inputs.map(([s, d]) => shape(s) + " " + d).join("<br>")) : "") +
-    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + n.dtype) +
+    (n.inputs.length ? row("inputs", n.inputs.map(([s, d]) => shape(s) + " " + esc(d)).join("<br>")) : "") +
+    row("output", '<span class="shape">' + shape(n.shape) + "</span> " + esc(n.dtype)) +
     (n.data_kind === "op" ? row("FLOPs", '<span class="flops">' + fmt(n.flops) + "</span>" +
       (n.matmul_flops ? " (all matmul)" : " (no matmul)")) +
       row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) : "") +
