@@ -16,6 +16,7 @@ chains stay in numpy (docs/compiled.md has the numbers and the command).
 """
 from __future__ import annotations
 
+from .graph_dot import text
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
                        Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sub, Sum, Where)
 
@@ -331,7 +332,7 @@ def describe(program) -> str:
 def to_dot(program, title: str = "compiled program") -> str:
     """The kernels as a graph: one box per kernel (a fused chain lists its primitives, with FLOPs and bytes
     written), arrows from the kernel that wrote an array to each kernel that reads it."""
-    index_of, lines = {}, ["digraph program {", f'  label="{title}"; labelloc=t; rankdir=TB;',
+    index_of, lines = {}, ["digraph program {", f'  label="{text(title)}"; labelloc=t; rankdir=TB;',
                            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
     for i, k in enumerate(program.kernels):
         steps = kernel_steps(k)
