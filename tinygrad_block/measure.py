@@ -17,6 +17,7 @@ from .generator import Generator
 from .counting import FlopCounter, count_flops, count_saved_bytes
 from .function import Movement, primitive
 from .graph import Graph, record_graph
+from .hf_folder import shown, shown_list
 from .nn import LM, BlockConfig, Module, TransformerBlock
 from .tensor import Tensor, ones_like, randn, zeros
 from .nn.cache import KVCache
@@ -373,12 +374,14 @@ def inspect_checkpoint(path) -> dict:
 
 
 def inspect_text(info: dict) -> list[str]:
-    """inspect_checkpoint's dict as lines to print."""
-    lines = [f"{info['path']}: {info['architecture']}, {len(info['files'])} file(s), "
+    """inspect_checkpoint's dict as lines to print. The names it read from the checkpoint (its architecture, the
+    tensors skipped) are shown escaped and the first ten at most (hf_folder.shown): a file can neither drive the
+    terminal nor forge a line of the report."""
+    lines = [f"{info['path']}: {shown(info['architecture'])}, {len(info['files'])} file(s), "
              f"{info['parameters']:,} parameters ({', '.join(f'{k} {v:,}' for k, v in info['dtypes'].items())})"]
     lines += [f"  {part:<10} {n:>15,}  {info['shares'][part]:6.1%}" for part, n in info["components"].items()]
     if info["buffers_skipped"]:
-        lines.append(f"  skipped (not parameters): {', '.join(info['buffers_skipped'])}")
+        lines.append(f"  skipped (not parameters): {shown_list(info['buffers_skipped'], show=shown)[1:-1]}")
     if info["config"] is None:
         lines.append(f"  no closed form: {info['why_no_closed_form']}")
     else:

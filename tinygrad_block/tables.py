@@ -3,6 +3,7 @@ FLOPs, 25.00 GiB), one `*_text(data) -> lines` function per command. cli.py prin
 """
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 
 from .measure import PHASES, block_scope
@@ -255,9 +256,22 @@ def train_text(data: dict) -> list[str]:
     return lines
 
 
+JOINERS = "\u200c\u200d"             # zero-width (non-)joiners: format characters that emoji and scripts need
+
+
+def terminal_text(text: str) -> str:
+    """Text a checkpoint's tokenizer produced, for the terminal: each control character but newline and tab (ESC,
+    which starts an escape sequence; a bidi override; a line separator) written as its Python escape, \\x1b, so the
+    tokens cannot drive the terminal; every other character, of any script, as it is."""
+    def safe(c: str) -> str:
+        hidden = unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") and c not in "\n\t" + JOINERS
+        return repr(c)[1:-1] if hidden else c
+    return "".join(map(safe, text))
+
+
 def generate_text(data: dict) -> list[str]:
     """The text (or the ids), then how fast the prefill and the decode ran."""
-    shown = data["text"] if data["text"] is not None else " ".join(map(str, data["ids"]))
+    shown = terminal_text(data["text"]) if data["text"] is not None else " ".join(map(str, data["ids"]))
     how = "recomputing every token, eager" if not data["cache"] else \
         f"static KV cache, compiled: {data['captured']} calls captured, {data['replayed']} replayed" \
         if data["compiled"] else "static KV cache, eager"
