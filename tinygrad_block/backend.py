@@ -259,9 +259,10 @@ class ArrayBackend:
 
     # ---- reductions ----
     def sum(self, a, axes, keepdims):
-        """float16 sums accumulate in float32 and round once at the end, on every device."""
-        wide = float32 if a.dtype == float16 else a.dtype
-        return self.xp.sum(a, axis=axes, keepdims=keepdims, dtype=wide).astype(a.dtype, copy=False)
+        """A sum of `sum_dtype(a.dtype)`: bools and ints accumulate in int64; float16 sums accumulate in float32
+        and round once at the end, on every device."""
+        wide = float32 if a.dtype == float16 else sum_dtype(a.dtype)
+        return self.xp.sum(a, axis=axes, keepdims=keepdims, dtype=wide).astype(sum_dtype(a.dtype), copy=False)
 
     def max(self, a, axes, keepdims):
         return self.xp.max(a, axis=axes, keepdims=keepdims)
@@ -310,6 +311,12 @@ class ArrayBackend:
     # ---- matmul ----
     def matmul(self, a, b):
         return self.xp.matmul(a, b)
+
+
+def sum_dtype(dtype) -> np.dtype:
+    """The dtype of a sum, as in numpy and PyTorch: bools and ints sum to int64 (a count of Trues is a number, and
+    int32 sums would wrap past 2**31 - 1); floats keep their dtype."""
+    return int64 if dtype.kind in "biu" else dtype
 
 
 SMALL_WHERE = 1024      # elements below which np.where's branches cost less than the bitwise select's calls
@@ -421,9 +428,10 @@ class MetaBackend:
     # ---- reductions ----
     def sum(self, a, axes, keepdims):
         shape = [1 if i in axes else s for i, s in enumerate(a.shape)]
-        return MetaArray(shape if keepdims else [s for i, s in enumerate(shape) if i not in axes], a.dtype)
+        return MetaArray(shape if keepdims else [s for i, s in enumerate(shape) if i not in axes], sum_dtype(a.dtype))
 
-    max = sum
+    def max(self, a, axes, keepdims):
+        return MetaArray(self.sum(a, axes, keepdims).shape, a.dtype)      # a sum's shape, the input's dtype
 
     def kth_largest(self, a, k: int):
         return MetaArray(tuple(a.shape[:-1]) + (1,), a.dtype)

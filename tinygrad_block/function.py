@@ -111,8 +111,10 @@ class Movement(Function):
 
 # ---------------------------------------------------------------- unary
 class Neg(Elementwise):
-    """out = -a;  da = -g"""
+    """out = -a;  da = -g  (not for bools: -True has no bool value, as in PyTorch)"""
     def forward(self, a):
+        if a.dtype.kind == "b":
+            raise TypeError("neg: negation, the `-` operator, on a bool tensor is not supported; use `mask == False`")
         return self.backend.neg(a.data)
 
     def backward(self, g):
@@ -318,7 +320,7 @@ class Reduce(Function):
 
 
 class Sum(Reduce):
-    """out = sum of a over `axes`;  da = g broadcast back over them"""
+    """out = sum of a over `axes`;  da = g broadcast back over them. Bools and ints sum to int64 (backend.sum_dtype)"""
     def forward(self, a, axes: tuple, keepdims: bool):
         self.in_shape, self.axes, self.keepdims = a.shape, axes, keepdims
         return self.backend.sum(a.data, axes, keepdims)

@@ -82,6 +82,12 @@ def _is_constant(t) -> bool:
     return not t.data.ndim and not t._requires_grad
 
 
+def _flip(t):
+    """An order-reversing map that is its own inverse, so min x = flip(max(flip(x))): -x for floats; ~x = -1 - x
+    for ints (-x overflows at the most negative int: -(-2**63) is -2**63); not x, `x == False`, for bools."""
+    return -t if t.dtype.kind == "f" else -1 - t if t.dtype.kind in "iu" else t == False  # noqa: E712 (elementwise)
+
+
 class Tensor:
     """An N-d array that records how it was made, so `backward()` can compute gradients."""
 
@@ -325,9 +331,9 @@ class Tensor:
         return self._binary(Maximum, other, "maximum")
 
     def minimum(self, other) -> Tensor:
-        """min(a, b) = -max(-a, -b)"""
+        """min(a, b) = -max(-a, -b), with ints' and bools' own flip (`_flip`)"""
         a, b = self._pair(other, "minimum")
-        return -((-a).maximum(-b))
+        return _flip(_flip(a).maximum(_flip(b)))
 
     def masked_fill(self, mask: Tensor, value) -> Tensor:
         """`value` where mask is True, self elsewhere (e.g. the causal mask before a softmax)"""
@@ -371,6 +377,8 @@ class Tensor:
     # ---- reductions ----
     @_torch_names
     def sum(self, axis=None, keepdims: bool = False) -> Tensor:
+        """The sum over `axis` (every axis by default). Bools and ints sum to int64, as in numpy and PyTorch:
+        `(pred == y).sum()` counts the matches, and int32 values cannot wrap; floats keep their dtype."""
         return Sum.apply(self, axes=_axes(axis, self.ndim, "sum"), keepdims=keepdims)
 
     @_torch_names
@@ -382,13 +390,15 @@ class Tensor:
 
     @_torch_names
     def min(self, axis=None, keepdims: bool = False) -> Tensor:
-        """min x = -max(-x)"""
+        """min x = -max(-x), with ints' and bools' own flip (`_flip`): for bools min is `all`, as max is `any`"""
         _axes(axis, self.ndim, "min")
-        return -((-self).max(axis, keepdims))
+        return _flip(_flip(self).max(axis, keepdims))
 
     @_torch_names
     def mean(self, axis=None, keepdims: bool = False) -> Tensor:
-        """sum / n (float16 sums and divides in float32, then rounds once: its sum could overflow)"""
+        """sum / n (float16 sums and divides in float32, then rounds once: its sum could overflow). Floats only,
+        as in PyTorch: the mean of ints or bools has no int value, so cast first (an accuracy is
+        `(pred == y).to(tb.float32).mean()`)."""
         self._need_float("mean")
         n = math.prod(self.shape[a] for a in _axes(axis, self.ndim, "mean"))
         return (self.wide().sum(axis, keepdims) / n).to(self.dtype)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 CORE = ("tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "autograd.py", "trace.py", "index.py",
         "device.py", "cuda.py", "strict.py")
-BUDGET = 1600  # 1500 until cuda.py and strict.py (172 lines) joined the core
+BUDGET = 1610  # 1500 until cuda.py and strict.py (172 lines) joined the core; 1600 until int64 sums and exact int min
 PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
 
 
