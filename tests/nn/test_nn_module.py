@@ -11,7 +11,8 @@ import pytest
 from conftest import D_FF, F64, GPT2, H_KV, LLAMA, D, H, block, msg, randomize, rng, t64
 
 import tinygrad_block as tb
-from tinygrad_block import nn
+from tinygrad_block import nn, optim
+from tinygrad_block.counting import count_flops
 
 
 def test_state_dict_round_trip_changes_outputs_accordingly():
@@ -133,3 +134,80 @@ def test_omitting_the_generator_is_a_type_error():
         nn.TransformerBlock(LLAMA)
     with pytest.raises(TypeError, match="generator"):
         nn.Linear(3, 4)
+
+
+# ---------------------------------------------------------------- what a module holds
+class Twice(nn.Module):
+    """One Linear held under two names (and by the list of heads too), plus a Linear of its own."""
+
+    def __init__(self, g):
+        self.proj = nn.Linear(3, 4, bias=True, generator=g, dtype=F64)
+        self.alias = self.proj
+        self.heads = [self.proj, nn.Linear(4, 2, generator=g, dtype=F64)]
+
+    def forward(self, x):
+        return self.heads[1](self.proj(x) + self.alias(x))
+
+
+def test_a_module_held_twice_is_counted_listed_and_trained_once_under_its_first_name():
+    m = Twice(tb.Generator(0))
+    names = [n for n, _ in m.named_parameters()]
+    assert names == ["proj.weight", "proj.bias", "heads.1.weight"]
+    assert m.num_parameters() == 4 * 3 + 4 + 2 * 4                      # hand count: each tensor once
+    assert [n for n, _ in m.named_modules()] == ["", "proj", "heads.1"]
+    assert list(m.state_dict()) == names
+    W, b, W2 = (p.numpy().copy() for p in m.parameters())
+    x = rng(51).standard_normal((5, 3))
+    loss = m(t64(x)).sum()
+    loss.backward()
+    opt = optim.SGD(m.parameters(), lr=0.1)                            # refuses a tensor listed twice
+    opt.step()
+    dW2 = np.ones((5, 2)).T @ (2 * (x @ W.T + b))                       # out = (2 (x W^T + b)) W2^T
+    dW = 2 * (np.ones((5, 2)) @ W2).T @ x                              # both uses of proj add up, once
+    np.testing.assert_allclose(m.heads[1].weight.numpy(), W2 - 0.1 * dW2, rtol=1e-13)
+    np.testing.assert_allclose(m.proj.weight.numpy(), W - 0.1 * dW, rtol=1e-13)
+
+
+def test_a_parameter_shared_by_two_modules_and_a_cycle_are_walked_once():
+    g = tb.Generator(0)
+    outer = nn.Linear(3, 3, generator=g, dtype=F64)
+    outer.inner = nn.Linear(3, 3, generator=g, dtype=F64)
+    outer.inner.weight = outer.weight                                   # tied
+    outer.inner.back = outer                                            # a cycle: the walk must end
+    assert [n for n, _ in outer.named_parameters()] == ["weight"]
+    assert outer.num_parameters() == 9
+    assert [n for n, _ in outer.named_modules()] == ["", "inner"]
+
+
+def test_a_dict_of_modules_is_registered_by_key():
+    g = tb.Generator(0)
+    m = nn.Linear(2, 2, generator=g, dtype=F64)
+    m.experts = {"up": nn.Linear(2, 3, generator=g, dtype=F64), "down": nn.Linear(3, 2, generator=g, dtype=F64)}
+    assert [n for n, _ in m.named_parameters()] == ["weight", "experts.up.weight", "experts.down.weight"]
+    assert m.num_parameters() == 4 + 6 + 6
+    assert m.experts["down"].scope_name == "experts.down"
+    with count_flops() as c:
+        m.experts["up"](tb.zeros(1, 2, dtype=F64))
+    assert c.total(scope="experts.up") == 2 * 2 * 3
+    m.to(tb.float32)
+    assert m.experts["up"].weight.dtype == tb.float32
+    state = {n: t64(rng(52).standard_normal(p.shape)).to(tb.float32) for n, p in m.named_parameters()}
+    m.load_state_dict(state)
+    np.testing.assert_array_equal(m.experts["down"].weight.numpy(), state["experts.down.weight"].numpy())
+
+
+@pytest.mark.parametrize("value, fragments", [
+    ({"a.b": "linear"}, ("'experts'", "key 'a.b'", "strings without dots")),
+    ({3: "linear"}, ("'experts'", "key 3", "strings without dots")),
+    (["linear", 3], ("'experts'", "mixed", "int")),
+    ({"up": "linear", "scale": 2.0}, ("'experts'", "mixed", "float")),
+], ids=["dotted-key", "int-key", "mixed-list", "mixed-dict"])
+def test_containers_that_would_hide_modules_or_blur_their_names_are_refused(value, fragments):
+    g = tb.Generator(0)
+    lin = nn.Linear(2, 2, generator=g)
+    value = [lin if v == "linear" else v for v in value] if isinstance(value, list) else \
+        {k: lin if v == "linear" else v for k, v in value.items()}
+    m = nn.Linear(2, 2, generator=g)
+    with pytest.raises(TypeError, match=msg("Module", *fragments)):
+        m.experts = value
+    assert not hasattr(m, "experts")

@@ -1,6 +1,8 @@
 """Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
 from __future__ import annotations
 
+import numbers
+
 from ..dtypes import as_dtype, names_a_dtype
 
 from ..generator import Generator
@@ -19,26 +21,40 @@ class Parameter(Tensor):
         self.requires_grad = requires_grad
 
 
+def check_sizes(op: str, minimum: int = 1, **sizes) -> None:
+    """Refuse, by name, a layer size that is not an int >= `minimum` (`Linear(0, 4)` would divide by zero in
+    init_weight; a float or a bool is no size)."""
+    for name, value in sizes.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{op}: {name} must be an int >= {minimum}, got {value!r} ({type(value).__name__})")
+        if value < minimum:
+            raise ValueError(f"{op}: {name} must be an int >= {minimum}, got {name}={value}")
+
+
 def init_weight(shape: tuple, generator: Generator, dtype, device) -> Parameter:
     """N(0, 1/fan_in): keeps activations of order 1 through a linear map (fan_in = the last axis)."""
     if not isinstance(generator, Generator):
         raise TypeError("modules draw their initial weights from an explicit generator: pass "
                         f"generator=tb.Generator(0), got {generator!r}")
+    if not shape or min(shape) < 1:
+        raise ValueError(f"init_weight: a weight's sizes must all be >= 1, got shape {tuple(shape)}")
     return Parameter(randn(*shape, generator=generator, dtype=dtype, device=device) * (shape[-1] ** -0.5))
 
 
 class Module:
-    """Parameters and submodules are found by walking attributes in the order they were set; lists of
-    modules are named by index (`layers.0.attn`)."""
+    """Parameters and submodules are found by walking attributes in the order they were set; a list or tuple of
+    modules is named by index (`layers.0.attn`), a dict of modules by key (`experts.up.weight`: keys are
+    strings without dots). A container mixing modules with other values is refused, so no module goes unseen.
+    A module or a parameter held twice (under two names, or in two places) is one object: it is walked, counted,
+    listed and trained once, under the first name found (PyTorch's rule)."""
 
     scope_name = ""  # set by the parent to the attribute name ('attn', 'layers.3'); roots name themselves
 
     def __setattr__(self, name, value):
-        if isinstance(value, Module):
+        if isinstance(value, Module) and not any(v is value for v in vars(self).values()):   # else: its first name
             value.scope_name = name
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
-            for i, v in enumerate(value):
-                v.scope_name = f"{name}.{i}"
+        for key, module in _submodules(name, value, check=True):
+            module.scope_name = f"{name}.{key}"
         object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):
@@ -49,21 +65,29 @@ class Module:
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
-                yield from ((f"{name}.{i}", v) for i, v in enumerate(value))
+            yield from ((f"{name}.{key}", v) for key, v in _submodules(name, value))
 
     def named_parameters(self, prefix: str = ""):
-        """(dotted name, Parameter) pairs: this module's own, then each submodule's."""
-        for name, value in vars(self).items():
-            if isinstance(value, Parameter):
-                yield prefix + name, value
-        for name, child in self.named_children():
-            yield from child.named_parameters(f"{prefix}{name}.")
+        """(dotted name, Parameter) pairs: each module's own, this module's first, then each submodule's; a
+        parameter held twice is listed once, under its first name."""
+        seen = set()
+        for path, module in self.named_modules(prefix):
+            for name, value in vars(module).items():
+                if isinstance(value, Parameter) and id(value) not in seen:
+                    seen.add(id(value))
+                    yield f"{path}.{name}" if path else name, value
 
     def named_modules(self, prefix: str = ""):
-        yield prefix.rstrip("."), self
-        for name, child in self.named_children():
-            yield from child.named_modules(f"{prefix}{name}.")
+        """(dotted name, module) for this module and every submodule below it, each once, under its first name."""
+        seen, stack = set(), [(prefix.rstrip("."), self)]
+        while stack:
+            path, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield path, module
+            children = [(f"{path}.{name}" if path else name, child) for name, child in module.named_children()]
+            stack += reversed(children)                                 # the first child is walked first
 
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
@@ -119,3 +143,29 @@ class Module:
         for p in self.parameters():
             p.requires_grad = False
         return self
+
+
+def _submodules(name: str, value, check: bool = False) -> list:
+    """[(key, module)] of a list, tuple or dict of modules held under attribute `name` (index or dict key as key);
+    [] for anything else. With `check`, a container that mixes modules with other values, or a dict of modules
+    with a key that is not a string without dots, is a TypeError (it would leave modules unregistered, or names
+    ambiguous)."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, (list, tuple)):
+        items = list(enumerate(value))
+    else:
+        return []
+    modules = [(k, v) for k, v in items if isinstance(v, Module)]
+    if not check or not modules:
+        return modules if len(modules) == len(items) else []
+    if len(modules) != len(items):
+        other = next(type(v).__name__ for _, v in items if not isinstance(v, Module))
+        raise TypeError(f"Module: attribute {name!r} holds modules mixed with other values (a {other}); a "
+                        f"{type(value).__name__} of modules must hold modules only, or they would go unregistered")
+    bad = next((k for k, _ in modules if isinstance(value, dict) and (not isinstance(k, str) or "." in k or not k)),
+               None)
+    if bad is not None:
+        raise TypeError(f"Module: attribute {name!r} is a dict of modules with key {bad!r}; its keys name the "
+                        "modules (`name.key.weight`), so they must be non-empty strings without dots")
+    return modules
