@@ -15,6 +15,8 @@ from conftest import F64, msg, randomize, rng, t64
 import tinygrad_block as tb
 from tinygrad_block import nn
 
+JIT_CFG = nn.preset("tiny").with_(n_layers=1, vocab_size=40, max_seq_len=16)    # a small LM for compiled calls
+
 
 # ---------------------------------------------------------------- norm geometry
 def test_rmsnorm_with_unit_gain_maps_onto_the_sphere_of_radius_sqrt_d():
@@ -130,7 +132,83 @@ def test_embedding_backward_scatter_adds_repeated_ids():
     np.testing.assert_array_equal(emb.weight.grad.numpy(), expected)
 
 
-def test_embedding_rejects_out_of_range_ids():
+@pytest.mark.parametrize("ids, bad", [([0, 7], 7), ([[3, -1], [0, 1]], -1), ([-8, 9], -8), ([2**40], 2**40)])
+def test_embedding_refuses_ids_outside_the_vocabulary_by_name(ids, bad, device):
+    """-1 is no row of the table (numpy indexing would take the last), and 7 is past it: both name the id."""
+    emb = nn.Embedding(7, 3, generator=tb.Generator(0), dtype=F64, device=device)
+    with pytest.raises(IndexError, match=msg("Embedding", f"token id {bad} ", "vocabulary of 7", "ids 0..6")):
+        emb(tb.tensor(ids, device=device))
+
+
+def test_embedding_takes_lists_and_int32_ids_and_refuses_float_ids():
     emb = nn.Embedding(7, 3, generator=tb.Generator(0), dtype=F64)
-    with pytest.raises(IndexError, match=msg(None, "7", "out of bounds")):
-        emb(tb.tensor(np.array([0, 7])))
+    W = emb.weight.numpy()
+    np.testing.assert_array_equal(emb([[6, 0]]).numpy(), W[[[6, 0]]])
+    np.testing.assert_array_equal(emb(tb.tensor([5, 2], dtype=tb.int32)).numpy(), W[[5, 2]])
+    with pytest.raises(TypeError, match=msg("Embedding", "integers", "float32 (2,)")):
+        emb(tb.tensor([1.0, 2.0]))
+
+
+def test_a_bad_token_id_is_refused_by_a_compiled_replay_too():
+    """The ids are data: the check is a step of the compiled program, run again at every replay (not a
+    capture: the count of captures stays at 2)."""
+    model = nn.LM(JIT_CFG, generator=tb.Generator(0))
+    compiled = tb.jit(lambda ids: model(ids))
+    good = tb.tensor([[1, 2, 3]])
+    compiled(good)
+    compiled(good)
+    V = JIT_CFG.vocab_size
+    for bad in (-1, V):
+        with pytest.raises(IndexError, match=msg("Embedding", f"token id {bad} ", f"vocabulary of {V}")):
+            compiled(tb.tensor([[1, bad, 3]]))
+    np.testing.assert_array_equal(compiled(good).numpy(), model(good).numpy())
+    assert (compiled.captures, compiled.replays) == (2, 1)
+
+
+def test_generate_refuses_a_bad_prompt_id_when_its_prefill_replays():
+    """The first two generations of a prompt length capture the prefill, the third replays it: a bad id there
+    is refused as eagerly, and the model generates as before afterwards."""
+    model = nn.LM(JIT_CFG, generator=tb.Generator(0))
+    good = tb.tensor([[4, 5, 6]])
+    first = model.generate(good, 3, temperature=0).numpy()
+    model.generate(good, 3, temperature=0)
+    with pytest.raises(IndexError, match=msg("Embedding", "token id -1 ", f"vocabulary of {JIT_CFG.vocab_size}")):
+        model.generate(tb.tensor([[4, -1, 6]]), 3, temperature=0)
+    assert model.last_decoder.compiled.replays > 0
+    np.testing.assert_array_equal(model.generate(good, 3, temperature=0).numpy(), first)
+
+
+def test_a_bad_token_id_is_refused_by_a_replayed_decode_step():
+    from tinygrad_block.nn.decode import Decoder
+    model = nn.LM(JIT_CFG, generator=tb.Generator(0))
+    decoder = Decoder(model, 1, 8)
+    token, _ = decoder.prefill(tb.tensor([[1, 2]]))
+    for _ in range(3):                                                     # 2 captures, then a replay
+        token, _ = decoder.step(token)
+    assert decoder.compiled.replays >= 1
+    with pytest.raises(IndexError, match=msg("Embedding", f"token id {JIT_CFG.vocab_size} ")):
+        decoder.step(tb.tensor([[JIT_CFG.vocab_size]]))
+    assert decoder.compiled.captures == 3                                  # the prefill's 1 and the steps' 2
+
+
+# ---------------------------------------------------------------- sizes
+@pytest.mark.parametrize("make, fragments", [
+    (lambda g: nn.Linear(0, 4, generator=g), ("Linear", "d_in", ">= 1", "d_in=0")),
+    (lambda g: nn.Linear(4, -2, generator=g), ("Linear", "d_out", "d_out=-2")),
+    (lambda g: nn.Linear(4, 2, generator=g, lora_rank=-1), ("Linear", "lora_rank", ">= 0", "lora_rank=-1")),
+    (lambda g: nn.Embedding(0, 4, generator=g), ("Embedding", "vocab_size", "vocab_size=0")),
+    (lambda g: nn.Embedding(4, 0, generator=g), ("Embedding", "d", "d=0")),
+    (lambda g: nn.RMSNorm(0), ("RMSNorm", "d", "d=0")),
+    (lambda g: nn.LayerNorm(0), ("LayerNorm", "d", "d=0")),
+], ids=["linear-in", "linear-out", "lora-rank", "embedding-vocab", "embedding-d", "rmsnorm", "layernorm"])
+def test_layers_refuse_sizes_below_one_by_name(make, fragments):
+    with pytest.raises(ValueError, match=msg(*fragments)):
+        make(tb.Generator(0))
+
+
+@pytest.mark.parametrize("make", [lambda g: nn.Linear(4.0, 2, generator=g),
+                                  lambda g: nn.Embedding(True, 2, generator=g),
+                                  lambda g: nn.RMSNorm("8")], ids=["float", "bool", "str"])
+def test_layers_refuse_sizes_that_are_not_ints(make):
+    with pytest.raises(TypeError, match=msg(None, "must be an int >= 1", "got")):
+        make(tb.Generator(0))

@@ -1,9 +1,11 @@
 """The small layers: Linear (with optional bias and LoRA), Embedding, RMSNorm, LayerNorm."""
 from __future__ import annotations
 
-from ..dtypes import float32
+from ..dtypes import float32, int64
+from ..function import Gather
 from ..tensor import Tensor, ones, zeros
-from .module import Module, Parameter, init_weight
+from ..trace import derive
+from .module import Module, Parameter, check_sizes, init_weight
 
 
 class Linear(Module):
@@ -14,6 +16,8 @@ class Linear(Module):
 
     def __init__(self, d_in: int, d_out: int, bias: bool = False, *, generator, dtype=float32, device="cpu",
                  lora_rank: int = 0, lora_alpha: float = 16.0):
+        check_sizes("Linear", d_in=d_in, d_out=d_out)
+        check_sizes("Linear", minimum=0, lora_rank=lora_rank)           # 0: no adapter
         self.d_in, self.d_out = d_in, d_out
         self.weight = init_weight((d_out, d_in), generator, dtype, device)
         self.bias = Parameter(zeros(d_out, dtype=dtype, device=device)) if bias else None
@@ -42,20 +46,43 @@ def projection(cfg, name: str, d_in: int, d_out: int, *, generator, dtype, devic
 
 
 class Embedding(Module):
-    """Row lookup: token ids (...) -> vectors (..., d); its backward scatter-adds into the used rows."""
+    """Row lookup: token ids (...) -> vectors (..., d); its backward scatter-adds into the used rows.
+
+    Every id must lie in 0..vocab_size - 1: -1 is not the last row here (as in PyTorch), and a bad id is an
+    IndexError naming it. The ids are data, so the check is a `derive`d step that a tb.jit replay runs again."""
 
     def __init__(self, vocab_size: int, d: int, *, generator, dtype=float32, device="cpu"):
+        check_sizes("Embedding", vocab_size=vocab_size, d=d)
         self.vocab_size, self.d = vocab_size, d
         self.weight = init_weight((vocab_size, d), generator, dtype, device)
 
-    def forward(self, ids) -> Tensor:
-        return self.weight[ids]
+    def forward(self, ids) -> Tensor:                                   # ids: (...) integers
+        if not isinstance(ids, Tensor):
+            ids = Tensor(ids, device=self.weight.backend)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"Embedding: token ids must be integers, got {ids.dtype} {ids.shape}")
+        if ids.backend is not self.weight.backend:
+            raise RuntimeError(f"Embedding: ids are on {ids.device} but the table is on {self.weight.device}; "
+                               "move them with .to(device)")
+        rows = derive(_checked_ids, ids, backend=ids.backend, vocab_size=self.vocab_size)
+        return Gather.apply(self.weight, idx=rows, axis=0)             # (..., d)
+
+
+def _checked_ids(ids, backend, vocab_size: int):
+    """Token ids checked to lie in 0..vocab_size - 1, as int64 (one read of their min and max)."""
+    bounds = backend.index_range(ids)
+    if bounds is not None and (bounds[0] < 0 or bounds[1] >= vocab_size):
+        bad = bounds[0] if bounds[0] < 0 else bounds[1]
+        raise IndexError(f"Embedding: token id {bad} is outside the vocabulary of {vocab_size} "
+                         f"(ids 0..{vocab_size - 1})")
+    return backend.cast(ids, int64)
 
 
 class RMSNorm(Module):
     """y = x / sqrt(mean(x^2) + eps) * g over the last axis (Zhang & Sennrich 2019)."""
 
     def __init__(self, d: int, eps: float = 1e-5, *, dtype=float32, device="cpu"):
+        check_sizes("RMSNorm", d=d)
         self.d, self.eps = d, eps
         self.weight = Parameter(ones(d, dtype=dtype, device=device))
 
@@ -71,6 +98,7 @@ class LayerNorm(Module):
     """y = (x - mean) / sqrt(var + eps) * g + b over the last axis (Ba et al. 2016); b is optional."""
 
     def __init__(self, d: int, eps: float = 1e-5, bias: bool = True, *, dtype=float32, device="cpu"):
+        check_sizes("LayerNorm", d=d)
         self.d, self.eps = d, eps
         self.weight = Parameter(ones(d, dtype=dtype, device=device))
         self.bias = Parameter(zeros(d, dtype=dtype, device=device)) if bias else None
