@@ -303,10 +303,12 @@ def _check_tensors(layout: dict, shapes: dict, headers: dict, hf_config: dict, o
     unexpected = sorted(n for n in set(headers) - set(expected) if not BUFFERS.search(n))
     misshaped = [_misshaped(n, headers[n].shape, expected[n], hf_config) for n in sorted(set(expected) & set(headers))
                  if headers[n].shape != expected[n]]
-    if missing or unexpected or misshaped:
+    lists = {"missing": shown_list(missing), "unexpected": shown_list(unexpected),
+             "misshaped": shown_list(misshaped, show=str)}
+    wrong = [f"{kind} {names}" for kind, names in lists.items() if names != "[]"]
+    if wrong:
         raise ValueError(f"{op}: the checkpoint's tensors do not fit the model its config.json describes: "
-                         f"missing {shown_list(missing)}, unexpected {shown_list(unexpected)}, misshaped "
-                         f"{shown_list(misshaped, show=str)}")
+                         f"{', '.join(wrong)}")
     for e in (headers[n] for n in sorted(expected)):
         if e.dtype not in FLOATS:
             raise ValueError(f"{op}: tensor {shown(e.name)} in {e.file.name} is {e.dtype}; expected F64, F32, F16 or "
