@@ -378,6 +378,10 @@ def test_cgroup_v1_room_reads_the_memory_controller(tmp_path):
     assert pretrained.cgroup_room(root) == 100_000_000 + 1000
     (root / "proc/self/cgroup").write_text("4:memory:/\n")                 # a cgroup namespace: the group is the root
     assert pretrained.cgroup_room(root) == 9223372036854771712 - 5000000000
+    write_limits(root, {"sys/fs/docker/abc/memory.limit_in_bytes": "1\n",                 # where '..' would lead
+                        "sys/fs/docker/abc/memory.usage_in_bytes": "0\n"})
+    (root / "proc/self/cgroup").write_text("4:memory:/../../docker/abc\n")    # outside the namespace: its root only
+    assert pretrained.cgroup_room(root) == 9223372036854771712 - 5000000000
 
 
 def test_available_bytes_is_the_least_of_the_limits(tmp_path):

@@ -157,6 +157,7 @@ def cgroup_room(root: Path = Path("/")) -> int | None:
         limit, usage, stat = (("memory.max", "memory.current", "inactive_file") if v2 else
                               ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
         groups = Path(parts[2]).relative_to("/").parts if parts[2].startswith("/") else ()
+        groups = () if ".." in groups else groups                       # a group outside a cgroup namespace's view
         for folder in (base.joinpath(*groups[:i]) for i in range(len(groups) + 1)):
             cap, used = _integer(folder / limit), _integer(folder / usage)
             if cap is not None and used is not None:
