@@ -20,7 +20,7 @@ from safetensors.numpy import load_file, save_file
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, nn
-from tinygrad_block import hf_folder
+from tinygrad_block import hf_folder, tokenizer
 from tinygrad_block.nn import pretrained
 
 TINY = nn.preset("tiny").with_(n_layers=1, vocab_size=40, name="tiny1")
@@ -340,9 +340,13 @@ def test_a_memory_error_while_reading_is_the_size_refusal(ckpt, monkeypatch, com
         raise MemoryError
     monkeypatch.setattr(pretrained, "read_array", out_of_memory)
     n = accounting.total_params(TINY)
-    refused(ckpt, LOAD, f"{n:,} parameters", "more than cpu could give: the memory ran out while reading the weights")
+    ran_out = "more than cpu could give: the memory ran out while loading the checkpoint"
+    refused(ckpt, LOAD, f"{n:,} parameters", ran_out)
     err = command_line.mistake("generate", ckpt, "--ids", "1 2")
-    assert err.count("\n") == 1 and "the memory ran out" in err, err
+    assert err.count("\n") == 1 and ran_out in err, err
+    monkeypatch.undo()
+    monkeypatch.setattr(tokenizer, "load_tokenizer", out_of_memory)       # a tokenizer.json too large for the room
+    refused(ckpt, LOAD, f"{n:,} parameters", ran_out)
 
 
 def write_limits(root: Path, files: dict[str, str]) -> Path:

@@ -356,14 +356,13 @@ def load_pretrained(model_class, path, dtype=float32, device="cpu"):
     check_size(model, dtype, device, op)
     if tied_copy is not None:
         _check_tied_copy(tied_copy, found[next(hf for hf, (_, o) in layout.items() if o == ["embed.weight"])], op)
-    tokenizer = load_tokenizer(folder)
-    if get_backend(device).name != "meta":                             # on meta the shapes are all there is
-        try:
+    try:
+        model.tokenizer = load_tokenizer(folder)
+        if get_backend(device).name != "meta":                         # on meta the shapes are all there is
             _read_weights(model, layout, found, dtype, device, op)
-        except MemoryError:
-            raise too_large(model, dtype, op, f"{device} could give: the memory ran out while reading the "
-                                              "weights") from None
-    model.tokenizer = tokenizer
+    except MemoryError:
+        raise too_large(model, dtype, op, f"{device} could give: the memory ran out while loading the "
+                                          "checkpoint") from None
     return model
 
 
