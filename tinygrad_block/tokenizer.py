@@ -118,10 +118,7 @@ def library_call(failed: str):
     then prints the panic to the process's stderr and raises pyo3's PanicException, which derives from
     BaseException, not Exception, so it is caught as such (all but Ctrl-C, exits and a MemoryError). What the
     library prints meanwhile is held back, and passed on to stderr only when the call succeeded."""
-    sys.stderr.flush()
-    saved, held = os.dup(2), tempfile.TemporaryFile()
-    os.dup2(held.fileno(), 2)
-    failure = None
+    hold, failure = _hold_stderr(), None
     try:
         yield
     except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
@@ -129,15 +126,37 @@ def library_call(failed: str):
     except BaseException as e:                 # Exception, and pyo3_runtime.PanicException, importable only this way
         failure = e
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        if failure is None:
-            held.seek(0)
-            os.write(2, held.read())
-        held.close()
+        _release_stderr(hold, pass_on=failure is None)
     if failure is not None:
         kind = "panicked" if not isinstance(failure, Exception) else type(failure).__name__
         raise ValueError(f"{failed} ({kind}: {shown(str(failure), limit=300)})") from None
+
+
+def _hold_stderr():
+    """Point the process's stderr (file descriptor 2, where Rust writes) at a temporary file: (a copy of the real
+    stderr, that file); None where the process has no stderr."""
+    if sys.stderr is not None:
+        sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        return None
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    return saved, held
+
+
+def _release_stderr(hold, pass_on: bool) -> None:
+    """Point file descriptor 2 back at the real stderr, and write there what was held when `pass_on`."""
+    if hold is None:
+        return
+    saved, held = hold
+    os.dup2(saved, 2)
+    os.close(saved)
+    if pass_on:
+        held.seek(0)
+        os.write(2, held.read())
+    held.close()
 
 
 class HFTokenizer(Tokenizer):

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import msg
+from conftest import ROOT, msg
 from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
@@ -387,3 +389,11 @@ def test_what_the_library_prints_without_failing_is_passed_on(capfd):
     with pytest.raises(KeyboardInterrupt):                            # Ctrl-C is never turned into a ValueError
         with tokenizer_module.library_call("interrupted"):
             raise KeyboardInterrupt
+
+
+def test_a_process_without_stderr_still_tokenizes(folders):
+    """library_call holds stderr back only where there is one: a process whose stderr is closed encodes as usual."""
+    code = ("import os, sys\nos.close(2)\nsys.stderr = None\nfrom tinygrad_block.tokenizer import load_tokenizer\n"
+            f"print(load_tokenizer({str(folders['gpt2'])!r}).encode('Hello world'))")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert child.returncode == 0 and child.stdout.strip() == str(load_tokenizer(folders["gpt2"]).encode("Hello world"))
