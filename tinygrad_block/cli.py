@@ -297,6 +297,19 @@ def writable_folder(folder: Path, option: str) -> None:
         raise CommandError(f"{option}: cannot write in the folder {folder}: {e.strerror}") from None
 
 
+def writable_target(path: Path, fmt: str) -> None:
+    """--out FILE: its folder takes files, and FILE is a name the system accepts for a regular file (or for none
+    yet); a folder, a FIFO or a device there is refused by its name alone, never opened."""
+    from .hf_folder import check_target
+    writable_folder(path.parent, "--out")
+    try:
+        check_target(path)
+    except IsADirectoryError:
+        raise CommandError(f"--out {path}: is a folder; give a file name ending in .{fmt}") from None
+    except OSError as e:                                             # a FIFO, a device; a name too long
+        raise CommandError(f"--out {path}: {e.strerror}") from None
+
+
 def check_values_memory(args: argparse.Namespace, option: str = "--values") -> None:
     """--values (and --compiled) run the block (or model) on a real device: refuse when the recording would hold
     more than VALUES_LIMIT bytes, as measured by recording the same run on the shape-only device."""
@@ -354,9 +367,7 @@ def graph_data(args: argparse.Namespace) -> dict:
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in report.GRAPH_FORMATS:
         raise CommandError(f"--out {path}: the extension must be one of {', '.join(report.GRAPH_FORMATS)}")
-    if path.is_dir():
-        raise CommandError(f"--out {path}: is a folder; give a file name ending in .{fmt}")
-    writable_folder(path.parent, "--out")
+    writable_target(path, fmt)
     if args.dpi is not None and fmt != "png":
         raise CommandError(f"--dpi {args.dpi}: only a .png has pixels; {path.name} is a vector drawing ({fmt})")
     if args.compiled and fmt != "html":
@@ -379,9 +390,11 @@ def graph_data(args: argparse.Namespace) -> dict:
 
 
 def train_data(args: argparse.Namespace) -> dict:
-    """Check the folder, the pictures' matplotlib and --text-file; run the demonstration. A run that diverges, or
-    that Ctrl-C stops (saved, with the command that goes on), ends in one line."""
-    from .train import TrainingDiverged, TrainingStopped
+    """Check the folder, the pictures' matplotlib and --text-file; run the demonstration. A run that diverges, that
+    Ctrl-C stops (saved, with the command that goes on) or that cannot save (a full disk, a file-size limit, a
+    read-only folder) ends in one line; so does a folder that another training run holds."""
+    from .hf_folder import FolderInUse
+    from .train import SaveFailed, TrainingDiverged, TrainingStopped
     folder = Path(args.out or f"out/{args.demo}")
     writable_folder(folder, "--out")
     if not args.no_plots:
@@ -395,14 +408,26 @@ def train_data(args: argparse.Namespace) -> dict:
         return report.train_data(args.demo, folder, steps=args.steps, text=text, source=args.text_file,
                                  seed=args.seed, device=args.device, pictures=not args.no_plots, resume=args.resume,
                                  save_every=args.save_every, jit=not args.eager)
+    except FolderInUse as e:
+        who = f" (process {e.pid})" if e.pid is not None else ""
+        raise CommandError(f"--out {folder}: another training run{who} is writing there; wait for it to end, or "
+                           "choose another --out") from None
     except TrainingDiverged as e:
         raise CommandStopped(str(e).removeprefix("train: "), 1) from None
+    except SaveFailed as e:
+        again = f"; free space (or make room) and continue with: {resume_command(args, folder)}" if e.kept else ""
+        raise CommandStopped(str(e).removeprefix("train: ") + again, 1) from None
     except TrainingStopped as e:
-        again = (["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
-                 + (["--steps", str(args.steps)] if args.steps else [])
-                 + (["--text-file", args.text_file] if args.text_file else [])
-                 + (["--eager"] if args.eager else []) + ["--resume"])
-        raise CommandStopped(f"{e}; continue with: {course.command(*again)}", 130) from None
+        raise CommandStopped(f"{e}; continue with: {resume_command(args, folder)}", 130) from None
+
+
+def resume_command(args: argparse.Namespace, folder: Path) -> str:
+    """The command that takes this run up from its newest checkpoint."""
+    again = (["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
+             + (["--steps", str(args.steps)] if args.steps else [])
+             + (["--text-file", args.text_file] if args.text_file else [])
+             + (["--eager"] if args.eager else []) + ["--resume"])
+    return course.command(*again)
 
 
 def read_text_file(path: str, demo: str) -> str:
@@ -417,9 +442,14 @@ def read_text_file(path: str, demo: str) -> str:
 
 
 def generate_data(args: argparse.Namespace) -> dict:
-    return report.generate_data(args.path, prompt=args.prompt, ids=args.ids, max_new_tokens=args.max_new_tokens,
-                                temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                                use_cache=not args.no_cache, jit=not args.eager, device=args.device)
+    """Generate; Ctrl-C prints what was generated so far (the text, or --json's dict) and one line, status 130."""
+    try:
+        return report.generate_data(args.path, prompt=args.prompt, ids=args.ids, max_new_tokens=args.max_new_tokens,
+                                    temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                                    use_cache=not args.no_cache, jit=not args.eager, device=args.device)
+    except report.GenerationStopped as e:
+        print(json.dumps(e.data, indent=2) if args.json else tables.generate_text(e.data)[0], flush=True)
+        raise CommandStopped(str(e), 130) from None
 
 
 def tour_data(args: argparse.Namespace) -> dict:
@@ -602,6 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     except CommandStopped as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return e.status
+    except KeyboardInterrupt:                                        # Ctrl-C where no command catches it
+        print(f"{PROG} {args.command}: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
     except BrokenPipeError:                                          # the reader stopped early (`| head`)
         sys.stdout = None                                            # nothing left to flush at exit
         return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .graph_view import GraphView, build
+from .hf_folder import check_target, write_atomic
 from .trace import observe
 
 
@@ -163,8 +164,10 @@ PNG_DPI = 200       # pixels per inch of a PNG: sharp on a slide (graphviz's own
 
 def render(source: str | GraphView, path, format: str | None = None, *, dpi: int | None = None) -> Path:
     """Render DOT text (or a GraphView) to `path`: svg, png or pdf, from the extension unless `format` is
-    given. A PNG gets `dpi` pixels per inch (default PNG_DPI); svg and pdf are vector drawings."""
+    given. A PNG gets `dpi` pixels per inch (default PNG_DPI); svg and pdf are vector drawings. Written as a
+    checkpoint is (hf_folder.write_atomic); a folder or a FIFO at `path` is refused before graphviz runs."""
     path = Path(path)
+    check_target(path)                                               # before graphviz runs: a FIFO, a folder
     fmt = format or path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise ValueError(f"render: unsupported format {fmt!r} for {path}; expected one of {', '.join(FORMATS)}")
@@ -184,5 +187,5 @@ def render(source: str | GraphView, path, format: str | None = None, *, dpi: int
         raise RuntimeError("render: graphviz's `dot` program was not found on PATH; install it "
                            "(Debian/Ubuntu: apt-get install graphviz)") from None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    write_atomic(path, lambda f: f.write(data))                      # a temporary renamed into place, as a checkpoint
     return path

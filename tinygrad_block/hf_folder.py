@@ -3,10 +3,16 @@ header is checked here (plain names inside the folder, types, sizes, offsets) be
 it, and every file written here goes to a temporary name first, then is renamed into place."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import re
+import shutil
+import stat
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -242,16 +248,139 @@ def _fill(f, buffer: memoryview, entry: TensorEntry) -> None:
 
 
 # ---------------------------------------------------------------- writing, atomically
-def write_atomic(path: Path, write: Callable) -> None:
-    """Call write(f) on a temporary file beside `path`, flush it to disk, then rename it over `path`: a process
-    killed at any moment leaves either the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+NAME_MAX = 255                                       # bytes in one file name (Linux, macOS)
+TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.tmp")     # .<name>.<pid>.tmp: a writer's, until renamed
+LOCK = ".lock"                                       # the file a writer holds a folder by (hold_folder)
+
+
+class FolderInUse(OSError):
+    """Another process holds the folder (hold_folder): `pid` is its process id (None when it could not be read)."""
+
+    def __init__(self, folder: Path, pid: int | None, op: str):
+        who = f"process {pid}" if pid is not None else "another process"
+        super().__init__(errno.EBUSY, f"{op}: {folder} is in use by {who}, which is writing there; wait for it to "
+                                      "end, or choose another folder")
+        self.folder, self.pid = folder, pid
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def temporary(path: Path, pid: int | None = None) -> Path:
+    """Where `path` is written before it is renamed into place: .<name>.<pid>.tmp beside it (the name cut to fit
+    NAME_MAX bytes). The writer's pid in the name says whose it is: remove_stale clears away a dead writer's."""
+    tail = f".{os.getpid() if pid is None else pid}.tmp"
+    return path.with_name("." + os.fsdecode(os.fsencode(path.name)[:NAME_MAX - 1 - len(tail)]) + tail)
+
+
+def stands_for(path) -> Path:
+    """The path a temporary stands for, to name it to a person: each .<name>.<pid>.tmp part read as <name>."""
+    return Path(*(m["name"] if (m := TEMPORARY.fullmatch(part)) else part for part in Path(path).parts))
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (another user's counts: it may still be writing)."""
     try:
-        with open(tmp, "wb") as f:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
+    """Remove what killed writers left in `folder`: the temporaries (files or folders; of the file `name` only,
+    when given) whose writer's process is gone. A live process's are never touched. Returns what was removed."""
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:                                                  # no folder yet: nothing left behind in it
+        return []
+    removed = []
+    for entry in entries:
+        match = TEMPORARY.fullmatch(entry.name)
+        if match is None or process_alive(pid := int(match["pid"])):
+            continue
+        if name is not None and entry != temporary(Path(folder) / name, pid):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+@contextmanager
+def hold_folder(folder: Path, op: str):
+    """While inside, `folder` is this process's to write: a lock file in it (LOCK), flock'ed and holding this
+    process's id, refuses a second writer (FolderInUse, naming the holder's pid). The system lets go of the lock
+    when the process ends, however it ends, so a killed run leaves no stale lock. On taking it, the temporaries that
+    dead writers left in the folder and the folders in it are removed (remove_stale)."""
+    import fcntl                                                     # POSIX only: loaded where a folder is held
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK, os.O_RDONLY | os.O_CREAT, 0o644)     # read-only: a folder remounted read-only
+    try:                                                             # under a held lock is not "busy" because of it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderInUse(folder, _holder(fd), op) from None
+        with open(folder / LOCK, "r+b") as f:                        # the pid, for the refusal a second writer gets
+            f.write(f"{os.getpid()}\n".encode())
+            f.truncate()
+        for inner in [folder, *(p for p in folder.iterdir() if p.is_dir() and not TEMPORARY.fullmatch(p.name))]:
+            remove_stale(inner)
+        yield folder
+    finally:
+        os.close(fd)                                                 # the lock goes with the last descriptor
+
+
+def _holder(fd: int) -> int | None:
+    """The pid the holder wrote into the lock file (it writes it just after taking the lock: wait a moment)."""
+    for _ in range(20):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.05)
+    return None
+
+
+def check_target(path: Path) -> None:
+    """Refuse to write over what is not a regular file (a folder, a FIFO, a device, a socket), found by its name
+    alone: opening a FIFO to write would wait for a reader forever. A missing file is fine."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder; expected a file name to write", str(path))
+    kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    raise FileExistsError(errno.EEXIST, f"is {kind}, not a regular file; not written over", str(path))
+
+
+def write_atomic(path: Path, write: Callable) -> None:
+    """Call write(f) on a temporary file beside `path` (temporary), flush it to disk, then rename it over `path`:
+    a process killed at any moment leaves either the old file or the new one, never half of one, and a failure
+    (a full disk, a file-size limit, a read-only folder) removes the temporary and raises the OSError, naming
+    `path`. What is there must be a regular file (check_target); a dead writer's temporary of it is removed first."""
+    path = Path(path)
+    check_target(path)
+    remove_stale(path.parent, path.name)
+    tmp = temporary(path)
+    try:
+        tmp.unlink(missing_ok=True)                                  # "x" below: never write through a link
+        with open(tmp, "xb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e         # the file asked for, not its temporary
     finally:
         tmp.unlink(missing_ok=True)
     sync_folder(path.parent)

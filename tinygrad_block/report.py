@@ -14,6 +14,7 @@ from .dtypes import int64
 from .explore import explorer
 from .generator import Generator
 from .graph import render
+from .hf_folder import write_text
 from .measure import DTYPES, PHASES
 from .nn import LM, PRESETS, BlockConfig
 from .nn.hf_config import config_from_hf
@@ -187,7 +188,7 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
     for warning in view.warnings:
         warn(warning)
     if fmt == "dot":
-        path.write_text(view.to_dot(title))
+        write_text(path, view.to_dot(title))
     else:
         render(view.to_dot(title), path, dpi=dpi)
     return shown | {"nodes": len(view.nodes), "edges": len(view.edges),
@@ -203,7 +204,7 @@ def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backw
             f"{'forward and backward' if backward else 'forward'}, compiled"
     dot = program.to_dot(title)
     if fmt == "dot":
-        path.write_text(dot)
+        write_text(path, dot)
     else:
         render(dot, path, dpi=dpi)
     fused = sum(1 for k in program.kernels if len(getattr(k, "steps", ())) > 1)
@@ -264,11 +265,21 @@ def shown_text(tokenizer, ids: list[int]) -> str:
     return "".join(pieces)
 
 
+class GenerationStopped(Exception):
+    """Ctrl-C while generate ran: `data` is generate_data's dict for the tokens chosen before it (`stopped`: True,
+    `asked`: the tokens asked for)."""
+
+    def __init__(self, data: dict):
+        super().__init__(f"stopped after {data['new_tokens']} of {data['asked']} tokens")
+        self.data = data
+
+
 def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = None, max_new_tokens: int = 100,
                   temperature: float = 0.8, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
                   jit: bool = True, device: str = "cpu") -> dict:
     """Check the checkpoint's config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill,
-    then one token at a time: compiled with tb.jit unless `jit` is False), timing each as it arrives."""
+    then one token at a time: compiled with tb.jit unless `jit` is False), timing each as it arrives. Ctrl-C while
+    it runs raises GenerationStopped, holding the same dict for the tokens chosen so far."""
     from tqdm import tqdm                                           # loaded for generating only
 
     from .tokenizer import load_tokenizer
@@ -276,27 +287,40 @@ def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = No
     cfg = config_from_hf(hf_config, "generate")[1]
     tokenizer = load_tokenizer(folder)
     ids = prompt_ids(prompt, ids, max_new_tokens, tokenizer, cfg, folder)
-    model = LM.from_pretrained(folder, device=device)
     bar = tqdm(total=max_new_tokens, desc="decode", unit="token", leave=False, disable=None)
-    times = []                                                       # when each new token was chosen
+    chosen, times = [], []                                           # each new token, and when it was chosen
+    run = {"folder": folder, "ids": ids, "tokenizer": tokenizer, "asked": max_new_tokens, "cache": use_cache,
+           "jit": jit, "temperature": temperature, "top_k": top_k, "seed": seed, "times": times}
 
     def arrived(i, new):
-        new.numpy()                                                  # the token is on the host: its time is real
+        chosen.append(int(new.numpy()[0]))                           # the token is on the host: its time is real
         times.append(time.perf_counter())
         bar.update(i > 0)                                            # token 0 comes with the prefill
-    start = time.perf_counter()
-    tokens = model.generate(tensor([ids], dtype=int64, device=device), max_new_tokens, temperature, top_k,
-                            Generator(seed), use_cache=use_cache, on_token=arrived, jit=jit).numpy()[0].tolist()
+    model = None
+    try:
+        model = LM.from_pretrained(folder, device=device)
+        run["start"] = time.perf_counter()
+        model.generate(tensor([ids], dtype=int64, device=device), max_new_tokens, temperature, top_k,
+                       Generator(seed), use_cache=use_cache, on_token=arrived, jit=jit)
+    except KeyboardInterrupt:
+        bar.close()
+        raise GenerationStopped(_generated(run, model, chosen) | {"stopped": True}) from None
     bar.close()
-    compiled = use_cache and jit and max_new_tokens > 0                # prefill and decode steps through tb.jit
-    calls = model.last_decoder.compiled if compiled else None
-    prefill_s, decode_s = times[0] - start, times[-1] - times[0] if len(times) > 1 else 0.0
-    return {"command": "generate", "checkpoint": str(folder), "prompt_tokens": len(ids),
-            "new_tokens": max_new_tokens, "cache": use_cache, "compiled": compiled,
-            "captured": calls.captures if calls else 0, "replayed": calls.replays if calls else 0,
-            "temperature": temperature,
-            "top_k": top_k, "seed": seed, "ids": tokens,
-            "tokenizer": tokenizer.name if tokenizer else None,
+    return _generated(run, model, chosen)
+
+
+def _generated(run: dict, model: LM | None, chosen: list[int]) -> dict:
+    """generate's dict: the prompt and the tokens chosen, as ids and text, how they ran, and how fast."""
+    tokens, times, tokenizer = run["ids"] + chosen, run["times"], run["tokenizer"]
+    compiled = run["cache"] and run["jit"] and run["asked"] > 0      # prefill and decode steps through tb.jit
+    calls = getattr(getattr(model, "last_decoder", None), "compiled", None) if compiled else None
+    prefill_s = times[0] - run["start"] if times else 0.0
+    decode_s = times[-1] - times[0] if len(times) > 1 else 0.0
+    return {"command": "generate", "checkpoint": str(run["folder"]), "prompt_tokens": len(run["ids"]),
+            "new_tokens": len(chosen), "asked": run["asked"], "stopped": False, "cache": run["cache"],
+            "compiled": compiled, "captured": calls.captures if calls else 0,
+            "replayed": calls.replays if calls else 0, "temperature": run["temperature"], "top_k": run["top_k"],
+            "seed": run["seed"], "ids": tokens, "tokenizer": tokenizer.name if tokenizer else None,
             "text": shown_text(tokenizer, tokens) if tokenizer else None,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "decode_tokens_per_s": (len(times) - 1) / decode_s if decode_s else 0.0}

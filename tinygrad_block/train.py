@@ -10,13 +10,14 @@ primitive is recorded, later ones replay the recorded kernels straight on the ar
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import signal
 import threading
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from . import compiled
 from .generator import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
-from .hf_folder import write_text
+from .hf_folder import hold_folder, stands_for, write_atomic, write_text
 from .optim import AdamW, Optimizer, WarmupCosine, clip_grad_norm
 from .resume import latest, load_checkpoint, save_checkpoint
 from .tensor import Tensor, arange, concat
@@ -96,6 +97,19 @@ class TrainingDiverged(RuntimeError):
     """The loss or the gradient norm stopped being finite: the run stopped before the weights took the step."""
 
 
+class SaveFailed(OSError):
+    """Writing the run's files failed (a full disk, a file-size limit, a read-only folder): the run stopped. What
+    was on disk stays whole; `kept` is the last whole checkpoint (None: none yet); errno, strerror and filename are
+    the failed write's."""
+
+    def __init__(self, message: str, kept: Path | None, cause: OSError):
+        super().__init__(cause.errno, cause.strerror, cause.filename)
+        self.message, self.kept = message, kept
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class TrainingStopped(Exception):
     """Ctrl-C (SIGINT): the run stopped after a whole step, saved where `path` says (None: no checkpoint folder)."""
 
@@ -149,14 +163,15 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
     history = History(engine="compiled" if jit else "eager")
     run = (model, opt, schedule, generator, history, dict(steps=steps, lr=lr, warmup=warmup, lr_min=lr_min,
                                                           weight_decay=weight_decay, max_grad_norm=max_grad_norm))
-    first = _resume(checkpoints, run) if resume else 0
-    step_fn = training_step(model, opt, max_grad_norm)
-    run_step = compiled.jit(step_fn, fuse=fuse, modules=[model, opt]) if jit else step_fn
-    bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True,
-               initial=first, total=steps)
-    start, before, saved = time.perf_counter(), history.seconds, (first, time.perf_counter())
-    with stop_requests() as asked, warnings.catch_warnings():
+    held = hold_folder(checkpoints, "train") if checkpoints is not None else nullcontext()   # one writer at a time
+    with held, stop_requests() as asked, warnings.catch_warnings():
         warnings.filterwarnings("ignore", FLOAT_WARNINGS, RuntimeWarning)     # the loop checks, and says which step
+        first = _resume(checkpoints, run) if resume else 0
+        step_fn = training_step(model, opt, max_grad_norm)
+        run_step = compiled.jit(step_fn, fuse=fuse, modules=[model, opt]) if jit else step_fn
+        bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True,
+                   initial=first, total=steps)
+        start, before, saved = time.perf_counter(), history.seconds, (first, time.perf_counter())
         for step in bar:
             ids, targets = batches()                               # (B, L), (B, T)
             undo, replays = opt.snapshot(), getattr(run_step, "replays", 0)
@@ -174,7 +189,8 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
             bar.set_postfix(loss=f"{history.losses[-1]:.4f}", tok_s=f"{history.tokens_per_s:,.0f}", refresh=False)
             due = (step + 1) % save_every == 0 if save_every else time.perf_counter() - saved[1] >= save_seconds
             if checkpoints is not None and (due or asked["stop"] or step + 1 == steps):
-                path = save_checkpoint(checkpoints, step + 1, *run)
+                with saving(step + 1, checkpoints, "the checkpoint"):
+                    path = save_checkpoint(checkpoints, step + 1, *run)
                 saved = (step + 1, time.perf_counter())
             if asked["stop"] and step + 1 < steps:
                 bar.close()
@@ -201,10 +217,29 @@ def _finite(loss: float, norm: float, step: int, opt: Optimizer, undo: tuple, ch
         return
     opt.restore(undo)
     here = latest(checkpoints) if checkpoints is not None else None          # checkpoints/step-000120
-    kept = f"the last good checkpoint, step {int(here.name.removeprefix('step-'))}, is {here}" if here else \
-        "no checkpoint was saved before it"
     raise TrainingDiverged(f"train: step {step + 1}: {what} is {value} at learning rate {opt.lr:.3g}; stopped "
-                           f"before the weights took the step; {kept}")
+                           f"before the weights took the step; {_kept(here, 'good')}")
+
+
+def _kept(here: Path | None, whole: str = "whole") -> str:
+    """Where the last checkpoint is, in words."""
+    return f"the last {whole} checkpoint, step {int(here.name.removeprefix('step-'))}, is {here}" if here else \
+        "no checkpoint was saved before it"
+
+
+@contextmanager
+def saving(step: int, checkpoints: Path | None, what: str):
+    """Writing `what` after `step`: an OSError (a full disk, a file-size limit, a read-only folder) becomes
+    SaveFailed, one sentence naming the step, the error, the file and the last whole checkpoint."""
+    try:
+        yield
+    except SaveFailed:
+        raise
+    except OSError as e:
+        here = latest(checkpoints) if checkpoints is not None else None
+        file = f" ({stands_for(e.filename)})" if e.filename else ""
+        raise SaveFailed(f"train: step {step}: cannot save {what}: {e.strerror or e}{file}; the run stopped; "
+                         f"{_kept(here)}", here, e) from e
 
 
 # ---------------------------------------------------------------- evaluation
@@ -281,7 +316,7 @@ def plot_history(history: History, path: Path, title: str) -> Path:
         acc = ax.twinx()
         acc.plot(steps, [m["accuracy"] for _, m in history.evals], "s--", color="tab:green", ms=4)
         acc.set(ylim=(0, 1), ylabel="evaluation accuracy (green)")
-    fig.savefig(path, dpi=120)
+    write_atomic(Path(path), lambda f: fig.savefig(f, format="png", dpi=120))
     return Path(path)
 
 
@@ -298,8 +333,18 @@ def plot_attention(weights: list[Tensor], scores: list[list[float]], path: Path,
             ax.set_title(f"layer {i} head {h}: {scores[i][h]:.2f}{star}", fontsize=8)
             ax.set_xticks([]), ax.set_yticks([])
     fig.suptitle(title, fontsize=9)
-    fig.savefig(path, dpi=120)
+    write_atomic(Path(path), lambda f: fig.savefig(f, format="png", dpi=120))
     return Path(path)
+
+
+def holds_out(demo: Callable) -> Callable:
+    """A demonstration holds its `out` folder while it runs (hold_folder): a second run into the same folder is
+    refused, naming the process that holds it, and what a killed run left behind there is cleared away."""
+    @functools.wraps(demo)
+    def held(out: Path, **settings) -> dict:
+        with hold_folder(Path(out), "train"):
+            return demo(Path(out), **settings)
+    return held
 
 
 def save_run(model: LM, history: History, out: Path, results: dict) -> dict:
@@ -317,6 +362,7 @@ INDUCTION = BlockConfig(d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, n_layers=
 INDUCTION_THRESHOLD = 0.99     # accuracy on the predictable second half
 
 
+@holds_out
 def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, batch: int = 32,
                    device: str = "cpu", progress: bool = True, pictures: bool = True, resume: bool = False,
                    save_every: int | None = None, jit: bool = True) -> dict:
@@ -339,12 +385,13 @@ def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, b
                "induction_head": {"layer": layer, "head": head, "stripe_weight": score}, "stripe_weights": scores,
                "seconds": history.seconds, "tokens_per_s": history.tokens_per_s, "engine": history.engine,
                "replayed": history.replayed}
-    paths = save_run(model, history, out, results)
-    if pictures:
-        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"induction, n = {n}, seed {seed}"))
-        paths["attention"] = str(plot_attention(weights, scores, out / "attention.png",
-                                                f"attention on a held-out sequence of {n} tokens repeated; "
-                                                f"stripe = key n - 1 = {n - 1} back"))
+    with saving(steps, out / "checkpoints", "the run's results"):
+        paths = save_run(model, history, out, results)
+        if pictures:
+            paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"induction, n = {n}, seed {seed}"))
+            paths["attention"] = str(plot_attention(weights, scores, out / "attention.png",
+                                                    f"attention on a held-out sequence of {n} tokens repeated; "
+                                                    f"stripe = key n - 1 = {n - 1} back"))
     return {**results, "paths": paths, "model": model, "history": history}
 
 
@@ -353,6 +400,7 @@ TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vo
                    name="text")
 
 
+@holds_out
 def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
               device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
               prompt: str | None = None, text: str | None = None, source: str = "Python's help pages",
@@ -385,11 +433,12 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
                "bits_per_char": history.evals[-1][1]["loss"] / math.log(2), "sample": sample,
                "seconds": history.seconds, "tokens_per_s": history.tokens_per_s, "engine": history.engine,
                "replayed": history.replayed}
-    paths = save_run(model, history, out, results)
-    tok.save(out / "checkpoint" / "vocab.json")
-    paths["vocab"] = str(out / "checkpoint" / "vocab.json")
-    write_text(out / "sample.txt", sample)
-    paths["sample"] = str(out / "sample.txt")
-    if pictures:
-        paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of {source}, seed {seed}"))
+    with saving(steps, out / "checkpoints", "the run's results"):
+        paths = save_run(model, history, out, results)
+        tok.save(out / "checkpoint" / "vocab.json")
+        paths["vocab"] = str(out / "checkpoint" / "vocab.json")
+        write_text(out / "sample.txt", sample)
+        paths["sample"] = str(out / "sample.txt")
+        if pictures:
+            paths["loss_curve"] = str(plot_history(history, out / "loss.png", f"characters of {source}, seed {seed}"))
     return {**results, "paths": paths, "model": model, "history": history, "tokenizer": tok}
