@@ -141,6 +141,16 @@ def fill(disk: Path, leave: int):
     return ballast.unlink
 
 
+def read_only(disk: Path, folder: Path):
+    """Writing in `folder` refused from now on; returns the undo. Root writes through permissions, so for root the
+    disk it lies on is remounted read-only; anyone else gets chmod 0o555."""
+    if os.geteuid() == 0:
+        remount(disk, "ro")
+        return lambda: remount(disk, "rw")
+    folder.chmod(0o555)
+    return lambda: folder.chmod(0o755)
+
+
 def saying_no(how: str, tmp_path: Path, small_disk) -> tuple[Path, object]:
     """(the checkpoints folder, say_no): after say_no(), writing there fails `how`; say_no() returns the undo.
     Sizes: the weights are 45 kB, AdamW's moments 90 kB."""
@@ -149,11 +159,8 @@ def saying_no(how: str, tmp_path: Path, small_disk) -> tuple[Path, object]:
         return disk / "checkpoints", lambda: fill(disk, leave=60_000)
     if how == "a file-size limit":
         return tmp_path / "checkpoints", lambda: limit_files(60_000)
-    if os.geteuid() == 0:                                     # root writes through chmod: a read-only mount stops it
-        disk = small_disk("4m")
-        return disk / "checkpoints", lambda: (remount(disk, "ro"), lambda: remount(disk, "rw"))[1]
-    folder = tmp_path / "checkpoints"
-    return folder, lambda: (folder.chmod(0o555), lambda: folder.chmod(0o755))[1]
+    disk = small_disk("4m") if os.geteuid() == 0 else tmp_path
+    return disk / "checkpoints", lambda: read_only(disk, disk / "checkpoints")
 
 
 @pytest.mark.parametrize("how, code", [("a full disk", errno.ENOSPC), ("a file-size limit", errno.EFBIG),
