@@ -10,6 +10,9 @@ import os
 import re
 import shutil
 import stat
+import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -386,6 +389,17 @@ def write_atomic(path: Path, write: Callable) -> None:
     sync_folder(path.parent)
 
 
+def rename_folder(tmp: Path, here: Path) -> None:
+    """The folder `tmp`, written whole, renamed to `here`. A folder already there is moved aside first and removed
+    after; the renames made durable."""
+    aside = temporary(here.with_name(here.name + ".old"))
+    if here.exists():
+        os.replace(here, aside)
+    os.replace(tmp, here)
+    shutil.rmtree(aside, ignore_errors=True)
+    sync_folder(here.parent)
+
+
 def sync_folder(folder: Path) -> None:
     """Make renames and deletions in `folder` durable (where the platform allows opening a folder)."""
     try:
@@ -421,3 +435,42 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict
         for a in tensors.values():
             f.write(memoryview(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False)).cast("B"))
     write_atomic(path, write)
+
+
+# ---------------------------------------------------------------- what native code prints
+STDERR = threading.RLock()            # file descriptor 2 is the whole process's: one holder at a time
+
+
+class HeldStderr:
+    """`with HeldStderr() as held:` runs the body with the process's stderr (file descriptor 2, where native code
+    such as a Rust library's panic handler writes) pointed at a temporary file; `held.drop()` discards what was
+    printed, else it is passed on to stderr when the body ends. One thread holds it at a time (other threads'
+    stderr waits in the file meanwhile). Nothing is held in a process that has no stderr."""
+
+    def __enter__(self):
+        STDERR.acquire()
+        self.saved, self.file, self.keep = None, None, True
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        try:
+            self.saved = os.dup(2)
+        except OSError:
+            return self
+        self.file = tempfile.TemporaryFile()
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def drop(self) -> None:
+        self.keep = False
+
+    def __exit__(self, *exc):
+        try:
+            if self.saved is not None:
+                os.dup2(self.saved, 2)
+                os.close(self.saved)
+                if self.keep:
+                    self.file.seek(0)
+                    os.write(2, self.file.read())
+                self.file.close()
+        finally:
+            STDERR.release()

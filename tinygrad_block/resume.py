@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
-from .hf_folder import (inside, read_array, read_header, read_json_object, readable, remove_stale, sync_folder,
+from .hf_folder import (inside, read_array, read_header, read_json_object, readable, remove_stale, rename_folder,
                         temporary, write_safetensors, write_text)
 from .tensor import Tensor
 
@@ -40,7 +39,7 @@ def save_checkpoint(folder: Path, step: int, model, optimizer, schedule, generat
     here, tmp = folder / f"step-{step:06d}", temporary(folder / f"step-{step:06d}")
     try:
         _write_state(tmp, step, model, optimizer, schedule, generator, history, settings)
-        _rename_folder(tmp, here)
+        rename_folder(tmp, here)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     write_text(folder / "latest.json", json.dumps({"step": step, "folder": here.name}))
@@ -66,17 +65,6 @@ def _write_state(here: Path, step: int, model, optimizer, schedule, generator, h
              "schedule_t": schedule.t, "lr": optimizer.lr, "generator": generator.state if generator else None,
              "history": history.as_dict()}
     write_text(here / "state.json", json.dumps(state))
-
-
-def _rename_folder(tmp: Path, here: Path) -> None:
-    """tmp renamed to `here`. A folder already there (this step saved before, by a run started afresh in the same
-    folder) is moved aside first and removed after."""
-    aside = temporary(here.with_name(here.name + ".old"))
-    if here.exists():
-        os.replace(here, aside)
-    os.replace(tmp, here)
-    shutil.rmtree(aside, ignore_errors=True)
-    sync_folder(here.parent)
 
 
 def latest(folder: Path) -> Path | None:

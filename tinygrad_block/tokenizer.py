@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
-import sys
-import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
 from contextlib import contextmanager
@@ -16,7 +13,7 @@ from pathlib import Path
 
 import tokenizers
 
-from .hf_folder import inside, read_json_object, readable, shown, write_text
+from .hf_folder import HeldStderr, inside, read_json_object, readable, shown, write_text
 
 MAX_BYTES = 64 * 2**20       # the largest tokenizer file read (Llama 3's tokenizer.json is 9 MB)
 BPE_HELP = ("transformers writes one where you trust the folder: "
@@ -117,46 +114,19 @@ def library_call(failed: str):
     hostile tokenizer.json can make the library panic (a regex that backtracks past Oniguruma's limit, say): Rust
     then prints the panic to the process's stderr and raises pyo3's PanicException, which derives from
     BaseException, not Exception, so it is caught as such (all but Ctrl-C, exits and a MemoryError). What the
-    library prints meanwhile is held back, and passed on to stderr only when the call succeeded."""
-    hold, failure = _hold_stderr(), None
-    try:
-        yield
-    except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
-        raise
-    except BaseException as e:                 # Exception, and pyo3_runtime.PanicException, importable only this way
-        failure = e
-    finally:
-        _release_stderr(hold, pass_on=failure is None)
+    library prints meanwhile is held back (HeldStderr), and passed on only when the call succeeded."""
+    failure = None
+    with HeldStderr() as held:
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit, GeneratorExit, MemoryError):
+            raise
+        except BaseException as e:             # Exception, and pyo3_runtime.PanicException, importable only this way
+            failure = e
+            held.drop()
     if failure is not None:
         kind = "panicked" if not isinstance(failure, Exception) else type(failure).__name__
         raise ValueError(f"{failed} ({kind}: {shown(str(failure), limit=300)})") from None
-
-
-def _hold_stderr():
-    """Point the process's stderr (file descriptor 2, where Rust writes) at a temporary file: (a copy of the real
-    stderr, that file); None where the process has no stderr."""
-    if sys.stderr is not None:
-        sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:
-        return None
-    held = tempfile.TemporaryFile()
-    os.dup2(held.fileno(), 2)
-    return saved, held
-
-
-def _release_stderr(hold, pass_on: bool) -> None:
-    """Point file descriptor 2 back at the real stderr, and write there what was held when `pass_on`."""
-    if hold is None:
-        return
-    saved, held = hold
-    os.dup2(saved, 2)
-    os.close(saved)
-    if pass_on:
-        held.seek(0)
-        os.write(2, held.read())
-    held.close()
 
 
 class HFTokenizer(Tokenizer):

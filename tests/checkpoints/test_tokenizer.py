@@ -397,3 +397,33 @@ def test_a_process_without_stderr_still_tokenizes(folders):
             f"print(load_tokenizer({str(folders['gpt2'])!r}).encode('Hello world'))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert child.returncode == 0 and child.stdout.strip() == str(load_tokenizer(folders["gpt2"]).encode("Hello world"))
+
+
+def test_threads_tokenizing_at_once_with_panics_among_them_leave_stderr_where_it_was(tmp_path):
+    """The held stderr is the whole process's file descriptor 2: four threads encoding at once, half of them with a
+    tokenizer that panics, each get their own answer, and afterwards stderr still reaches the terminal (a child
+    process here, so that its stderr can be read)."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    hostile_tokenizer(good, "decode")                                   # encodes fine: its regex runs on decode
+    hostile_tokenizer(bad, "encode")
+    code = f"""
+import sys, threading
+from tinygrad_block.tokenizer import load_tokenizer
+good, bad = load_tokenizer({str(good)!r}), load_tokenizer({str(bad)!r})
+results, barrier = [], threading.Barrier(4)
+def work(i):
+    barrier.wait()
+    for _ in range(25):
+        try:
+            results.append((good if i % 2 else bad).encode("a" * 30))
+        except ValueError as e:
+            results.append("panicked" in str(e))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(sorted(map(str, set(map(str, results)))))
+print("stderr still here", file=sys.stderr)
+"""
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == str(sorted({"True", str(load_tokenizer(good).encode("a" * 30))}))
+    assert child.stderr == "stderr still here\n"
