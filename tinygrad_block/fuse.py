@@ -259,6 +259,8 @@ def _lowered(s, plain, backend, name, shape, program_steps, reuse: bool):
     if s.op is Slice:
         return Indexed(name(s.ins[0]), s.params["bounds"], name(s.out), [s])
     reduce = {Sum: "add", Max: "maximum"}.get(s.op)
+    if reduce == "maximum" and xp.__name__ != "numpy":    # CuPy's ufuncs have reduce() for add and multiply only
+        reduce = None
     if reduce and s.dtype != xp.float16 and hasattr(getattr(xp, reduce), "reduce"):
         return Reduced(getattr(xp, reduce).reduce, name(s.ins[0]), s.params["axes"], s.params["keepdims"],
                        name(s.out), [s])
