@@ -75,12 +75,22 @@ def write_notebook(number: int, out_dir: Path | None = None, execute: bool = Fal
     return out
 
 
+def from_here(path: Path) -> str:
+    """`path` as a command printed here is best typed: relative to the current folder when it lies below it (a
+    virtual environment's `.venv/bin/python`, which needs no activating), else in full."""
+    path, here = Path(path).absolute(), Path.cwd()
+    return str(path.relative_to(here) if path.is_relative_to(here) else path)
+
+
+def program(path: Path) -> str:
+    """The program at `path` as `from_here` types it, `./x` for a bare `x` (which a shell would search PATH for)."""
+    typed = from_here(path)
+    return typed if "/" in typed else f"./{typed}"
+
+
 def this_python() -> str:
-    """This interpreter as a shell word, for the commands the course and the CLI print: relative to the current
-    folder when it lies below it (a virtual environment's `.venv/bin/python`, which needs no activating), else
-    its full path."""
-    exe = Path(sys.executable)
-    return shlex.quote(str(exe.relative_to(Path.cwd()) if exe.is_relative_to(Path.cwd()) else exe))
+    """This interpreter as a shell word, for the commands the course and the CLI print (see `from_here`)."""
+    return shlex.quote(program(Path(sys.executable)))
 
 
 def command(*words: str) -> str:
@@ -90,11 +100,16 @@ def command(*words: str) -> str:
 
 def notebook_viewer(path: Path) -> str | None:
     """The command that opens the notebook at `path` in JupyterLab, with the `jupyter` of this Python's environment
-    (a virtual environment need not be activated); None when JupyterLab is not installed there."""
+    (a virtual environment need not be activated); None when JupyterLab is not installed there.
+    JupyterLab roots its file browser at the lessons folder when the notebook lies in it (lessons/out/NN/ by
+    default), so every lesson and notebook is a click away; at the notebook's own folder otherwise (--out-dir
+    elsewhere: JupyterLab opens no file outside its root)."""
     jupyter = Path(sys.executable).parent / ("jupyter.exe" if sys.platform == "win32" else "jupyter")
     if importlib.util.find_spec("jupyterlab") is None or not jupyter.exists():
         return None
-    return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(path))}"
+    path, lessons = Path(path).resolve(), LESSONS.resolve()
+    root = lessons if path.is_relative_to(lessons) else path.parent
+    return shlex.join([program(jupyter), "lab", f"--ServerApp.root_dir={from_here(root)}", from_here(path)])
 
 
 def _execute(notebook, path: Path):

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -131,42 +132,84 @@ def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
     assert f"wrote {path}" in printed
 
 
-def test_lesson_notebook_says_how_to_open_it_and_that_command_serves_it(tmp_path, command_line):
-    """The printed command is this environment's JupyterLab on the notebook; run as printed (with no browser, a
-    port and a token added), the server hands out the notebook the lesson wrote."""
-    pytest.importorskip("jupyterlab", reason="JupyterLab is missing: pip install -e '.[notebook]'")
-    out = command_line.out("lesson", "1", "--notebook", "--out-dir", tmp_path)
-    path = tmp_path / "01_tensors_and_the_graph.ipynb"
-    opening = out.splitlines()[1].strip()
-    assert opening.startswith("open it with: ") and opening.endswith(" (as root, JupyterLab also wants --allow-root)")
-    command = shlex.split(opening.removeprefix("open it with: ").removesuffix(" (as root, JupyterLab also wants "
-                                                                           "--allow-root)"))
-    assert Path(command[0]).parent == Path(sys.executable).parent and command[1:3] == ["lab", str(path)]
+def jupyter_lab_get(command: list[str], cwd: Path, paths: list[str]) -> list[tuple[int, dict | None]]:
+    """Run `command` (a printed `jupyter lab ...`) in `cwd` with no browser, a free port and a token added, and GET
+    api/contents/PATH for each of `paths` once it answers: (HTTP status, the JSON served or None) for each."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     server = subprocess.Popen(command + as_root + ["--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def get(path: str) -> tuple[int, dict | None]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/{path}?token=t", timeout=5) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as e:
+            return e.code, None
     try:
-        url = f"http://127.0.0.1:{port}/api/contents/{path.name}?token=t"
         for _ in range(120):
             try:
-                with urllib.request.urlopen(url, timeout=2) as reply:
-                    served = json.loads(reply.read())
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=t", timeout=2).close()
                 break
-            except OSError:
+            except (urllib.error.URLError, OSError):
                 assert server.poll() is None, "jupyter lab stopped"
                 time.sleep(0.5)
         else:
-            raise AssertionError("jupyter lab did not serve the notebook within a minute")
-        assert served["type"] == "notebook" and served["name"] == path.name
-        assert [c["source"] for c in served["content"]["cells"]] == \
-            ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-             for c in json.loads(path.read_text())["cells"]]
+            raise AssertionError("jupyter lab did not answer within a minute")
+        return [get(path) for path in paths]
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def cells_of(path: Path) -> list[str]:
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in json.loads(path.read_text())["cells"]]
+
+
+AS_ROOT = " (as root, JupyterLab also wants --allow-root)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["lessons", "out-dir"])
+def test_lesson_notebook_says_how_to_open_it_and_that_command_serves_it(tmp_path, monkeypatch, command_line, where):
+    """The printed command is this environment's JupyterLab on the notebook; run as printed (with no browser, a
+    port and a token added), the server hands out the notebook the lesson wrote. Written where the lessons are
+    (lessons/out/NN/, the default), JupyterLab is rooted at the lessons folder: the other lessons are served too,
+    the command's paths typed relative to the folder it was printed in. With --out-dir elsewhere it is rooted
+    at that folder."""
+    pytest.importorskip("jupyterlab", reason="JupyterLab is missing: pip install -e '.[notebook]'")
+    lessons = tmp_path / "lessons"                                   # a course of two lessons, copied
+    lessons.mkdir()
+    for name in ("01_tensors_and_the_graph.py", "02_backpropagation.py"):
+        (lessons / name).write_text((ROOT / "lessons" / name).read_text())
+    monkeypatch.setattr(course, "LESSONS", lessons)
+    monkeypatch.chdir(tmp_path)
+    elsewhere = ["--out-dir", tmp_path / "notes"] if where == "out-dir" else []
+    out = command_line.out("lesson", "1", "--notebook", *elsewhere)
+    path = (tmp_path / "notes" if elsewhere else lessons / "out" / "01") / "01_tensors_and_the_graph.ipynb"
+    opening = out.splitlines()[1].strip()
+    assert opening.startswith("open it with: ") and opening.endswith(AS_ROOT)
+    command = shlex.split(opening.removeprefix("open it with: ").removesuffix(AS_ROOT))
+    assert Path(command[0]).parent == Path(sys.executable).parent and command[1] == "lab"
+    if where == "lessons":
+        assert command[2:] == ["--ServerApp.root_dir=lessons", "lessons/out/01/01_tensors_and_the_graph.ipynb"]
+        paths = ["out/01/01_tensors_and_the_graph.ipynb", "02_backpropagation.py"]
+    else:
+        assert command[2:] == ["--ServerApp.root_dir=notes", "notes/01_tensors_and_the_graph.ipynb"]
+        paths = ["01_tensors_and_the_graph.ipynb"]
+    served = jupyter_lab_get(command, tmp_path, paths)
+    assert [status for status, _ in served] == [200] * len(paths)
+    notebook = served[0][1]
+    assert notebook["type"] == "notebook" and notebook["name"] == path.name
+    assert [c["source"] for c in notebook["content"]["cells"]] == cells_of(path)
+    if where == "lessons":                                 # another lesson, opened as a notebook (jupytext's)
+        import jupytext
+        other = served[1][1]
+        assert other["type"] == "notebook" and [c["source"] for c in other["content"]["cells"]] == \
+            [c.source for c in jupytext.read(lessons / "02_backpropagation.py").cells]
 
 
 def test_lesson_notebook_without_jupyterlab_says_what_to_install(tmp_path, capsys, monkeypatch):
