@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import course, report, tables
+from . import __version__, course, report, tables
 from .curriculum import notes_for
 from .device import get_backend
+from .explore import MissingAsset
 from .graph import PNG_DPI
 from .measure import DTYPES, inspect_text, record_bytes
 from .nn import PRESETS, BlockConfig, preset
@@ -383,6 +384,8 @@ def graph_data(args: argparse.Namespace) -> dict:
                                  seq_len=args.seq_len, batch=args.batch, values=args.values, device=args.device,
                                  all_layers=args.all_layers, dpi=args.dpi, compiled=args.compiled,
                                  warn=lambda w: print(f"{PROG} graph: warning: {w}", file=sys.stderr))
+    except MissingAsset as e:                                        # the explorer's own files, not --out's
+        raise CommandError(str(e)) from None
     except RuntimeError as e:                                        # graphviz (package or `dot`) missing
         raise CommandError(f"--out {path}: {e}") from None
     except OSError as e:
@@ -402,7 +405,7 @@ def train_data(args: argparse.Namespace) -> dict:
             import matplotlib  # noqa: F401
         except ImportError:
             raise CommandError("the loss curve and attention pictures need matplotlib: install the 'viz' extra "
-                               "(pip install 'tinygrad_block[viz]'), or pass --no-plots") from None
+                               "(pip install -e '.[viz]' from the repository's root), or pass --no-plots") from None
     text = None if args.text_file is None else read_text_file(args.text_file, args.demo)
     try:
         return report.train_data(args.demo, folder, steps=args.steps, text=text, source=args.text_file,
@@ -456,7 +459,12 @@ def tour_data(args: argparse.Namespace) -> dict:
     """The tour (tour.py) prints as it goes; whether its own checks passed."""
     from .tour import run as tour                                    # numpy-side tables: loaded for the tour only
     writable_folder(Path(args.out_dir), "--out-dir")
-    return {"command": "tour", "ok": tour(out_dir=args.out_dir, device=args.device)["ok"]}
+    try:
+        ok = tour(out_dir=args.out_dir, device=args.device)["ok"]
+    except MissingAsset as e:                                        # an install without the explorer's files
+        raise CommandError(str(e)) from None
+    lessons = course.LESSONS if course.LESSONS.is_dir() else None    # None: installed without the repository
+    return {"command": "tour", "ok": ok, "lessons": None if lessons is None else str(lessons)}
 
 
 def lesson_data(args: argparse.Namespace) -> dict:
@@ -490,6 +498,11 @@ def check_data(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------- how the tour and the course print
 def tour_text(data: dict) -> list[str]:
+    """The next step: the first lesson, where the repository's lessons are at hand; else where they live."""
+    if data["lessons"] is None:
+        return ["next, the course: twenty lessons with exercises, in the repository's lessons/ folder (this installed "
+                "package does not hold them); clone the repository, pip install -e '.[viz,notebook]' at its root, "
+                "and take lesson 01 from there"]
     return [f"next, the course, one lesson at a time: {course.command('lesson', '01')} (add --notebook --execute "
             "for a notebook); lessons/README.md lists them all"]
 
@@ -591,6 +604,7 @@ class Parser(argparse.ArgumentParser):
 def parser() -> Parser:
     """The one parser of every command in COMMANDS."""
     top = Parser(prog=PROG, description="Learn how a transformer block computes by running it.")
+    top.add_argument("--version", action="version", version=f"tinygrad_block {__version__}")
     commands = top.add_subparsers(dest="command", metavar="<command>")
     for command in COMMANDS.values():
         p = commands.add_parser(command.name, help=command.help, description=command.description or command.help)

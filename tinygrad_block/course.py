@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import runpy
 import shlex
 import subprocess
 import sys
@@ -53,8 +54,34 @@ def lesson_path(number: int) -> Path:
 
 
 def run_lesson(number: int) -> int:
-    """Run a lesson as a script, its output straight to the terminal; its exit status."""
-    return subprocess.run([sys.executable, str(lesson_path(number))]).returncode
+    """Run a lesson as a script (through `run_script`), its output straight to the terminal; its exit status."""
+    runner = "from tinygrad_block.course import run_script; run_script()"
+    return subprocess.run([sys.executable, "-c", runner, str(lesson_path(number))]).returncode
+
+
+EXTRAS = {"matplotlib": "viz", "graphviz": "viz", "torch": "ref", "transformers": "ref", "cupy": "gpu"}  # its extra
+
+
+def run_script() -> None:
+    """Run the lesson at sys.argv[1] as `python lessons/NN_*.py` would, but where it stops for a package of an extra
+    that is not installed (EXTRAS), or a CourseError, say so in one line, status 2, as the command line does."""
+    path = Path(sys.argv[1])
+    sys.argv, sys.path[0] = [str(path)], str(path.parent)            # as `python path` sets them
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except ModuleNotFoundError as e:
+        extra = EXTRAS.get((e.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        _stop(f"{path.name} needs {e.name}: install the '{extra}' extra, pip install -e '.[{extra}]' from the "
+              "repository's root")
+    except CourseError as e:
+        _stop(f"{path.name}: {e}")
+
+
+def _stop(message: str) -> None:
+    print(f"python -m tinygrad_block lesson: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def write_notebook(number: int, out_dir: Path | None = None, execute: bool = False) -> Path:
@@ -64,7 +91,7 @@ def write_notebook(number: int, out_dir: Path | None = None, execute: bool = Fal
         import jupytext
     except ImportError:
         raise CourseError("writing a notebook needs jupytext: install the 'notebook' extra, "
-                          "pip install 'tinygrad_block[notebook]'") from None
+                          "pip install -e '.[notebook]' from the repository's root") from None
     path = lesson_path(number)
     out = (out_dir or LESSONS / "out" / f"{number:02d}") / f"{path.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +146,7 @@ def _execute(notebook, path: Path):
         import nbclient
     except ImportError:
         raise CourseError("executing a notebook needs nbclient and ipykernel: install the 'notebook' extra, "
-                          "pip install 'tinygrad_block[notebook]'") from None
+                          "pip install -e '.[notebook]' from the repository's root") from None
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                                      extra_arguments=["--IPKernelApp.log_level=ERROR"],   # no start-up chatter
@@ -145,7 +172,7 @@ def figure(width: float = 6.4, height: float = 4.0):
         from matplotlib.figure import Figure
     except ImportError:
         raise CourseError("the lessons draw with matplotlib: install the 'viz' extra, "
-                          "pip install 'tinygrad_block[viz]'") from None
+                          "pip install -e '.[viz]' from the repository's root") from None
     return Figure(figsize=(width, height), layout="constrained")
 
 

@@ -13,8 +13,8 @@ from .backend import ArrayBackend
 
 from .dtypes import float16, float32, float64
 
-INSTALL = ("install the 'gpu' extra: pip install 'tinygrad_block[gpu]' (cupy-cuda13x, for a CUDA 13 driver; "
-           "pip install cupy-cuda12x for a CUDA 12 driver)")
+INSTALL = ("install the 'gpu' extra: pip install -e '.[gpu]' from the repository's root (cupy-cuda13x, for a "
+           "CUDA 13 driver; pip install cupy-cuda12x for a CUDA 12 driver)")
 
 
 def cuda_backend(device: str) -> CudaBackend:

@@ -39,6 +39,21 @@ KERNEL_STYLE = {"kernel": 'shape=box, style="rounded,filled", fillcolor="#eeeeee
                 "check": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffffff", color="#9e9e9e"'}
 
 
+class MissingAsset(RuntimeError):
+    """A file of the page (explorer/: template, script, style, Viz.js) that the installed package lacks."""
+
+
+def asset(name: str) -> str:
+    """The text of explorer/`name`, shipped with the package; a MissingAsset naming it where the install lacks it."""
+    path = ASSETS / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise MissingAsset(f"explore: the package file tinygrad_block/explorer/{name} cannot be read ({e.strerror}: "
+                           f"{path}); this install of tinygrad_block is incomplete: reinstall it (from a clone of "
+                           "the repository, pip install -e . at its root)") from None
+
+
 class Explorer:
     """The page: `.html` (the text), `.save(path)`, and inline display in Jupyter (`_repr_html_`)."""
 
@@ -118,10 +133,11 @@ def page(title: str, data: dict) -> str:
     can end its <script> element (`</script>`) or open a comment there (`<!--`); a number that is not finite
     is an error here, not JSON that no browser parses."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-    parts = {"TITLE": html.escape(title), "STYLE": (ASSETS / "explorer.css").read_text(),
-             "VIZ": (ASSETS / "viz-global.js").read_text(), "SCRIPT": (ASSETS / "explorer.js").read_text(),
+    template = asset("template.html")
+    parts = {"TITLE": html.escape(title), "STYLE": asset("explorer.css"), "VIZ": asset("viz-global.js"),
+             "SCRIPT": asset("explorer.js"),
              "DATA": text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
-    return PLACEHOLDER.sub(lambda m: parts[m[1]], (ASSETS / "template.html").read_text())
+    return PLACEHOLDER.sub(lambda m: parts[m[1]], template)
 
 
 # ---------------------------------------------------------------- what the page holds

@@ -180,7 +180,7 @@ def render(source: str | GraphView, path, format: str | None = None, *, dpi: int
         import graphviz
     except ImportError:
         raise RuntimeError("render: the graphviz Python package is missing; install the 'viz' extra: "
-                           "pip install 'tinygrad_block[viz]'") from None
+                           "pip install -e '.[viz]' from the repository's root") from None
     try:
         data = graphviz.Source(dot).pipe(format=fmt)
     except graphviz.ExecutableNotFound:

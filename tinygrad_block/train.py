@@ -298,7 +298,7 @@ def _figure(width: float, height: float):
         from matplotlib.figure import Figure
     except ImportError:
         raise RuntimeError("pictures need matplotlib: install the 'viz' extra, "
-                           "pip install 'tinygrad_block[viz]'") from None
+                           "pip install -e '.[viz]' from the repository's root") from None
     return Figure(figsize=(width, height), layout="constrained")
 
 

@@ -1,7 +1,7 @@
 """Write a small Llama-3-shaped checkpoint folder the way a published one is laid out, with transformers and
 tokenizers alone (nothing is downloaded): a byte-level BPE tokenizer.json whose post-processor adds
 <|begin_of_text|>, tokenizer_config.json, config.json with Llama 3.1's `llama3` RoPE scaling, and model.safetensors.
-The model is trained for a few hundred steps in PyTorch on Python's own help pages, so a prompt gets an answer
+The model is trained in PyTorch (--steps, 1000 by default) on Python's own help pages, so a prompt gets an answer
 that reads like them. docs/checkpoints.md runs `generate` on it; the tests use `write_llama_folder(steps=0)`.
 
     python tools/make_llama_folder.py [--out /tmp/llama-demo] [--steps 1000] [--seed 0]
@@ -9,11 +9,19 @@ that reads like them. docs/checkpoints.md runs `generate` on it; the tests use `
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-import torch
-import transformers
+try:
+    import torch
+    import transformers
+except ImportError as missing:                   # run without the 'ref' extra: one line, as the command line says
+    if __name__ != "__main__":
+        raise
+    print(f"make_llama_folder.py: error: needs {missing.name or missing}, of the 'ref' extra: pip install "
+          "torch==2.13.0 (the CPU build), then pip install -e '.[ref]' from the repository's root", file=sys.stderr)
+    sys.exit(2)
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from tinygrad_block.data import python_help_text
@@ -73,10 +81,10 @@ def write_llama_folder(out: Path, steps: int = 1000, seed: int = 0, vocab_size: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/llama-demo"))
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])     # the first paragraph, whole
+    parser.add_argument("--out", type=Path, default=Path("/tmp/llama-demo"), help="the folder (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=1000, help="training steps (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the weights and the batches (default: 0)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()

@@ -489,7 +489,7 @@ def test_graph_without_the_dot_program_says_what_to_install(tmp_path, command_li
 def test_graph_without_the_graphviz_package_says_what_to_install(tmp_path, command_line):
     hide = "sys.modules['graphviz'] = None"                             # `import graphviz` fails
     result = command_line.process("graph", "--preset", "tiny", "--out", str(tmp_path / "block.png"), prelude=hide)
-    one_line_error(result, "graph: error: --out", "graphviz Python package is missing", "tinygrad_block[viz]")
+    one_line_error(result, "graph: error: --out", "graphviz Python package is missing", "pip install -e '.[viz]'")
     result = command_line.process("graph", "--preset", "tiny", "--out", str(tmp_path / "block.dot"), prelude=hide)
     assert result.returncode == 0 and (tmp_path / "block.dot").exists()
 

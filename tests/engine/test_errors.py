@@ -881,7 +881,7 @@ GPU_MAKERS = {"zeros": lambda d: tb.zeros(2, device=d), "tensor": lambda d: tb.t
 @pytest.mark.parametrize("make", GPU_MAKERS.values(), ids=GPU_MAKERS.keys())
 def test_cuda_without_cupy_says_how_to_install_it(make, monkeypatch, fresh_registry):
     monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` now raises ImportError
-    with pytest.raises(RuntimeError, match=msg(None, "'cuda:0'", "CuPy is not installed", "tinygrad_block[gpu]",
+    with pytest.raises(RuntimeError, match=msg(None, "'cuda:0'", "CuPy is not installed", "pip install -e '.[gpu]'",
                                                "cupy-cuda13x", "cupy-cuda12x")):
         make("cuda")
 
