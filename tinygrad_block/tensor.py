@@ -5,7 +5,8 @@ written from other Tensor methods (`softmax`, `silu`, `cross_entropy`, ...), whi
 own. Broadcasting happens in one place, `_binary`, by an explicit `expand`.
 
 Naming follows numpy for shapes and reductions (`shape`, `size`, `axis`, `keepdims`; PyTorch's `dim` and
-`keepdim` are accepted too) and PyTorch for autograd (`requires_grad`, `backward`, `grad`, `detach`).
+`keepdim` are accepted too) and PyTorch for autograd (`requires_grad`, `backward`, `grad`, `detach`). PyTorch's
+habits that cost nothing work too: `t.size()` and `t.size(dim)`, `view`, `argmax`/`argmin`, `item`.
 """
 from __future__ import annotations
 
@@ -78,6 +79,22 @@ def broadcast_shape(a: tuple, b: tuple, op: str) -> tuple:
     return tuple(out)
 
 
+class _Size(int):
+    """numpy's `t.size`, the number of elements, which PyTorch's habit may call: `t.size()` is the shape (a tuple),
+    `t.size(dim)` one axis's length."""
+
+    def __new__(cls, n: int, shape: tuple):
+        size = super().__new__(cls, n)
+        size.shape = shape
+        return size
+
+    def __call__(self, dim=None):
+        n = len(self.shape)
+        if isinstance(dim, numbers.Integral) and not isinstance(dim, bool) and not -n <= dim < n:
+            raise IndexError(f"size: dim {dim} is out of range for shape {self.shape}; expected {-n} <= dim < {n}")
+        return self.shape if dim is None else self.shape[_axis(dim, n, "size")]
+
+
 def _is_constant(t) -> bool:
     return not t.data.ndim and not t._requires_grad
 
@@ -114,7 +131,7 @@ class Tensor:
     # ---- attributes ----
     shape = property(lambda self: self.data.shape)
     ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size, doc="number of elements (numpy's meaning)")
+    size = property(lambda self: _Size(self.data.size, self.data.shape))   # numpy's count; t.size() PyTorch's shape
     dtype = property(lambda self: self.data.dtype)
     device = property(lambda self: self.backend.name)
     nbytes = property(lambda self: self.data.nbytes)
@@ -470,17 +487,46 @@ class Tensor:
             return nll.mean() if reduction == "mean" else nll.sum()
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
+    @_torch_names
+    def argmax(self, axis=None, keepdims: bool = False) -> Tensor:
+        """The index (int64) of the largest value along `axis`, or in the flattened tensor when axis is None: the
+        first one on ties, and the first NaN where there is one, as numpy and PyTorch. Built from max, == and a
+        countdown n - i at index i, whose largest mark among the maxima is the first one (no gradient)."""
+        x = self.detach() if axis is not None else self.detach().reshape(-1)
+        a = _axis(0 if axis is None else axis, x.ndim, "argmax")
+        n = x.shape[a]
+        if n == 0:
+            raise ValueError(f"argmax: axis {axis} of shape {self.shape} is empty; there is no index to return")
+        is_max = (x == x.max(a, keepdims=True)).maximum(x != x)           # a NaN counts as the largest, as in numpy
+        countdown = arange(n, 0, -1, device=x.backend).reshape((n,) + (1,) * (x.ndim - 1 - a))  # n - i at index i
+        out = n - where(is_max, countdown, 0).max(a, keepdims=keepdims)
+        return out.reshape((1,) * self.ndim) if axis is None and keepdims else out
+
+    @_torch_names
+    def argmin(self, axis=None, keepdims: bool = False) -> Tensor:
+        """The index (int64) of the smallest value: the argmax of the order-reversing `_flip`, so ties and NaN
+        go as in argmax."""
+        return _flip(self.detach()).argmax(axis, keepdims)
+
     # ---- movement ----
     def reshape(self, *shape) -> Tensor:
         """Same elements in a new shape; one axis may be -1 (inferred)."""
-        shape = _shape_arg(shape, "reshape")
+        return self._reshape(_shape_arg(shape, "reshape"), "reshape")
+
+    def view(self, *shape) -> Tensor:
+        """PyTorch's view, which is reshape here: PyTorch refuses a view whose memory layout would need a copy
+        (after a transpose) and asks for reshape; tensors here are immutable, so whether two share memory cannot
+        be seen, and view works on every layout. view(dtype), PyTorch's reinterpretation of the bytes, is refused."""
+        return self._reshape(_shape_arg(shape, "view"), "view")
+
+    def _reshape(self, shape: tuple, op: str) -> Tensor:
         if shape.count(-1) > 1 or any(s < -1 for s in shape):
-            raise ValueError(f"reshape: invalid shape {shape}; sizes are >= 0 with at most one -1")
-        known = math.prod(s for s in shape if s != -1)
-        if -1 in shape and known and self.size % known == 0:
-            shape = tuple(self.size // known if s == -1 else s for s in shape)
-        if math.prod(shape) != self.size or -1 in shape:
-            raise ValueError(f"reshape: cannot reshape shape {self.shape} ({self.size} elements) "
+            raise ValueError(f"{op}: invalid shape {shape} for shape {self.shape}; sizes are >= 0 with at most one -1")
+        n, known = self.data.size, math.prod(s for s in shape if s != -1)
+        if -1 in shape and known and n % known == 0:
+            shape = tuple(n // known if s == -1 else s for s in shape)
+        if math.prod(shape) != n or -1 in shape:
+            raise ValueError(f"{op}: cannot reshape shape {self.shape} ({n} elements) "
                              f"into {shape} ({known} elements{' times the -1 axis' if -1 in shape else ''})")
         return self if shape == self.shape else Reshape.apply(self, shape=shape)
 

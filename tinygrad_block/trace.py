@@ -6,11 +6,14 @@ an op runs (phase, module scope, named step). Every observer receives one `Event
 
 The record belongs to the thread, and to the asyncio task, that sets it (a `contextvars` variable, as PyTorch keeps
 grad mode per thread): `no_grad()` in one thread leaves another recording, and a FLOP count or a graph sees only the
-ops of the code inside its own `with`. Nothing here knows about Tensors or Functions: the choke point
+ops of the code inside its own `with`. A switch also decorates a function, as in PyTorch: `@tb.no_grad()` (or
+`@tb.no_grad`) runs every call of it inside the switch. Nothing here knows about Tensors or Functions: the choke point
 (`Function.apply`) and the backward sweep (`autograd.backward`) call `emit` and the switches below.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
@@ -83,6 +86,21 @@ class _Set:
     def __exit__(self, *exc):
         STATE.reset(self.token)
 
+    def __call__(self, fn):
+        """As a decorator: each call of `fn` runs inside these switches (a fresh `with` per call, so calls in
+        several threads, or nested ones, keep their own). A generator or async function runs its body a piece at a
+        time, between its caller's statements, where a switch set around the call would not follow it: refused."""
+        if not callable(fn) or inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or \
+                inspect.isasyncgenfunction(fn):
+            raise TypeError(f"a switch such as no_grad decorates a plain function, got {fn!r}; in a generator or "
+                            "async function, put `with tb.no_grad():` around the code inside it")
+
+        @functools.wraps(fn)
+        def inside(*args, **kwargs):
+            with _Set(self.result, **self.values):
+                return fn(*args, **kwargs)
+        return inside
+
 
 class _Nothing:
     """A `with` block that changes nothing (the backward sweep's switches when nobody observes)."""
@@ -93,9 +111,10 @@ class _Nothing:
 NOTHING = _Nothing()
 
 
-def no_grad() -> _Set:
-    """Run ops without recording the graph (outputs never require grad)."""
-    return _Set(grad_enabled=False)
+def no_grad(fn=None):
+    """Run ops without recording the graph (outputs never require grad): `with tb.no_grad():`, or a decorator,
+    `@tb.no_grad()` or `@tb.no_grad`."""
+    return _Set(grad_enabled=False) if fn is None else _Set(grad_enabled=False)(fn)
 
 
 def constant() -> _Set:
@@ -104,9 +123,10 @@ def constant() -> _Set:
     return _Set(grad_enabled=False, observers=())
 
 
-def enable_grad() -> _Set:
-    """Re-enable graph recording inside a `no_grad` block."""
-    return _Set(grad_enabled=True)
+def enable_grad(fn=None):
+    """Re-enable graph recording inside a `no_grad` block: `with tb.enable_grad():`, `@tb.enable_grad()` or
+    `@tb.enable_grad`."""
+    return _Set(grad_enabled=True) if fn is None else _Set(grad_enabled=True)(fn)
 
 
 def observe(callback) -> _Set:
