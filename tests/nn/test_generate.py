@@ -231,7 +231,7 @@ def test_generate_refuses_bad_arguments(kwargs, fragments):
 def test_sampling_without_a_generator_is_refused():
     model, ids = tiny_model()
     with pytest.raises(TypeError, match=msg("generate", "temperature 1.0", "generator=tb.Generator(seed)")):
-        model.generate(ids, 2)
+        model.generate(ids, 2, temperature=1.0)
 
 
 def test_a_cache_from_another_model_or_batch_size_is_refused():

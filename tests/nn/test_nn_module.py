@@ -115,25 +115,25 @@ def test_to_float32_casts_parameters_and_rope_tables_and_still_runs():
     assert blk.attn.q_proj.weight.grad.dtype == tb.float32
 
 
-@pytest.mark.parametrize("make", [
-    lambda g: nn.TransformerBlock(LLAMA, generator=g),
-    lambda g: nn.Linear(3, 4, generator=g),
-    lambda g: nn.Embedding(10, 4, generator=g),
-    lambda g: nn.SwiGLU(LLAMA, generator=g),
-    lambda g: nn.MLP(GPT2, generator=g),
-    lambda g: nn.Attention(LLAMA, generator=g),
-], ids=["block", "linear", "embedding", "swiglu", "mlp", "attention"])
-@pytest.mark.parametrize("bad", [None, 0, np.random.default_rng(0)], ids=["none", "int", "numpy-rng"])
-def test_modules_need_an_explicit_generator(make, bad):
+MAKERS = {"block": lambda g: nn.TransformerBlock(LLAMA, generator=g), "linear": lambda g: nn.Linear(3, 4, generator=g),
+          "embedding": lambda g: nn.Embedding(10, 4, generator=g), "swiglu": lambda g: nn.SwiGLU(LLAMA, generator=g),
+          "mlp": lambda g: nn.MLP(GPT2, generator=g), "attention": lambda g: nn.Attention(LLAMA, generator=g)}
+NOT_GENERATORS = {"none": None, "int": 0, "numpy-rng": np.random.default_rng(0)}
+HAS_A_DEFAULT = ("linear", "embedding")   # None is tb.Generator(0) for them: tests/nn/test_nn_habits.py
+
+
+@pytest.mark.parametrize("module, bad", [(m, b) for m in MAKERS for b in NOT_GENERATORS
+                                         if not (b == "none" and m in HAS_A_DEFAULT)])
+def test_modules_need_an_explicit_generator(module, bad):
     with pytest.raises(TypeError, match=msg(None, "generator", "tb.Generator")):
-        make(bad)
+        MAKERS[module](NOT_GENERATORS[bad])
 
 
-def test_omitting_the_generator_is_a_type_error():
+def test_omitting_the_generator_of_a_block_is_a_type_error():
+    """A block's projections draw one after another from one generator: it has no default (Linear, Embedding and
+    LM have one, tests/nn/test_nn_habits.py)."""
     with pytest.raises(TypeError, match="generator"):
         nn.TransformerBlock(LLAMA)
-    with pytest.raises(TypeError, match="generator"):
-        nn.Linear(3, 4)
 
 
 # ---------------------------------------------------------------- what a module holds

@@ -2,6 +2,7 @@
 of published architectures."""
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from dataclasses import dataclass, field, replace
@@ -168,7 +169,18 @@ PRESETS = {
 
 
 def preset(name: str) -> BlockConfig:
-    """A named architecture's config, or ValueError listing the names."""
+    """A named architecture's config, or ValueError listing the names (and the closest ones to a misspelt name)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        close = close_presets(str(name))
+        guess = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"unknown preset {name!r}; expected one of {', '.join(PRESETS)}{guess}")
     return PRESETS[name]
+
+
+def close_presets(typed: str) -> list[str]:
+    """The presets a mistyped name probably meant: the one it names in other letter case, else those it begins
+    (`gpt2`), else the closest spellings (difflib's, at most 3)."""
+    typed = typed.lower()
+    if typed in PRESETS:
+        return [typed]
+    return [n for n in PRESETS if typed and n.startswith(typed)] or difflib.get_close_matches(typed, PRESETS, 3)

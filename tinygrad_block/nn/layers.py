@@ -3,21 +3,26 @@ from __future__ import annotations
 
 from ..dtypes import float32, int64
 from ..function import Gather
+from ..generator import Generator
 from ..tensor import Tensor, ones, zeros
 from ..trace import derive
-from .module import Module, Parameter, check_sizes, init_weight
+from .module import Module, Parameter, check_sizes, default_generator, init_weight
 
 
 class Linear(Module):
     """y = x W^T + b, W stored (out, in) as in PyTorch and Hugging Face checkpoints.
 
-    With LoRA (rank r > 0): y = x W^T + b + (alpha / r) (x A^T) B^T, A (r, in) random, B (out, r) zero,
-    so the adapter starts as the identity change; train A and B with W frozen."""
+    W starts as N(0, 1/d_in) draws from `generator` (None: a fresh tb.Generator(0), so Linear(3, 4) is the same
+    every time) and b as zeros. PyTorch draws both from U(-1/sqrt(d_in), 1/sqrt(d_in)), a third of this variance;
+    the lessons' numbers rest on this init, so it stays. With LoRA (rank r > 0): y = x W^T + b + (alpha / r)
+    (x A^T) B^T, A (r, in) random, B (out, r) zero, so the adapter starts as the identity change; train A and B
+    with W frozen."""
 
-    def __init__(self, d_in: int, d_out: int, bias: bool = False, *, generator, dtype=float32, device="cpu",
-                 lora_rank: int = 0, lora_alpha: float = 16.0):
+    def __init__(self, d_in: int, d_out: int, bias: bool = False, *, generator: Generator | None = None,
+                 dtype=float32, device="cpu", lora_rank: int = 0, lora_alpha: float = 16.0):
         check_sizes("Linear", d_in=d_in, d_out=d_out)
         check_sizes("Linear", minimum=0, lora_rank=lora_rank)           # 0: no adapter
+        generator = default_generator(generator, "Linear")
         self.d_in, self.d_out = d_in, d_out
         self.weight = init_weight((d_out, d_in), generator, dtype, device)
         self.bias = Parameter(zeros(d_out, dtype=dtype, device=device)) if bias else None
@@ -38,7 +43,12 @@ class Linear(Module):
 
 
 def projection(cfg, name: str, d_in: int, d_out: int, *, generator, dtype, device) -> Linear:
-    """A block's Linear `name` (q_proj, ..., down_proj): biases (all, or q/k/v only) and LoRA as the config says."""
+    """A block's Linear `name` (q_proj, ..., down_proj): biases (all, or q/k/v only) and LoRA as the config says.
+    Its weights come from the block's one generator, which must be given: a default for each projection would give
+    them all the same draws."""
+    if not isinstance(generator, Generator):
+        raise TypeError(f"{name}: a block's projections draw their weights one after another from one explicit "
+                        f"generator: pass generator=tb.Generator(seed) to the block, got {generator!r}")
     rank = cfg.lora_rank if name in cfg.lora_targets else 0
     bias = cfg.bias or (cfg.qkv_bias and name in ("q_proj", "k_proj", "v_proj"))
     return Linear(d_in, d_out, bias, generator=generator, dtype=dtype, device=device, lora_rank=rank,
@@ -49,12 +59,13 @@ class Embedding(Module):
     """Row lookup: token ids (...) -> vectors (..., d); its backward scatter-adds into the used rows.
 
     Every id must lie in 0..vocab_size - 1: -1 is not the last row here (as in PyTorch), and a bad id is an
-    IndexError naming it. The ids are data, so the check is a `derive`d step that a tb.jit replay runs again."""
+    IndexError naming it. The ids are data, so the check is a `derive`d step that a tb.jit replay runs again.
+    The table starts as N(0, 1/d) draws from `generator` (None: a fresh tb.Generator(0)); PyTorch's as N(0, 1)."""
 
-    def __init__(self, vocab_size: int, d: int, *, generator, dtype=float32, device="cpu"):
+    def __init__(self, vocab_size: int, d: int, *, generator: Generator | None = None, dtype=float32, device="cpu"):
         check_sizes("Embedding", vocab_size=vocab_size, d=d)
         self.vocab_size, self.d = vocab_size, d
-        self.weight = init_weight((vocab_size, d), generator, dtype, device)
+        self.weight = init_weight((vocab_size, d), default_generator(generator, "Embedding"), dtype, device)
 
     def forward(self, ids) -> Tensor:                                   # ids: (...) integers
         if not isinstance(ids, Tensor):

@@ -15,18 +15,21 @@ from .cache import KVCache, StaticKVCache
 from .decode import Decoder, argmax, keep_top_k, next_token  # noqa: F401 (argmax, keep_top_k: their old home)
 from .config import BlockConfig
 from .layers import Embedding, Linear, norm
-from .module import Module
+from .module import Module, default_generator
 
 
 class LM(Module):
     """logits = head(norm(blocks(embed(ids)))). The head is tied to the embedding (logits = h E^T) when
-    cfg.tie_embeddings; models without RoPE (GPT-2) add learned position embeddings to the token embeddings."""
+    cfg.tie_embeddings; models without RoPE (GPT-2) add learned position embeddings to the token embeddings.
+    Every weight is drawn, in order, from `generator` (None: a fresh tb.Generator(0), so LM(cfg) is the same model
+    every time)."""
 
     scope_name = "model"
 
-    def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
+    def __init__(self, cfg: BlockConfig, *, generator: Generator | None = None, dtype=float32, device="cpu"):
         self.cfg = cfg
         self.tokenizer = None          # text <-> token ids: from_pretrained sets the checkpoint folder's own
+        generator = default_generator(generator, "LM")
         make = dict(generator=generator, dtype=dtype, device=device)
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, **make)
         if not cfg.rope:
@@ -75,12 +78,14 @@ class LM(Module):
             raise ValueError(f"LM: the {kind} holds {cache.batch} sequences, but ids has B={B} rows")
         return cache.start(L) if isinstance(cache, StaticKVCache) else cache.length
 
-    def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+    def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  generator: Generator | None = None, use_cache: bool = True, on_token=None,
                  jit: bool = True) -> Tensor:
         """ids (B, L) -> (B, L + max_new_tokens): the prompt followed by tokens chosen one at a time from the
-        last position's logits: argmax at temperature 0, else drawn from softmax(logits / temperature) over the
-        top_k largest (all when None), from `generator`. With use_cache (the default) the prompt runs once into
+        last position's logits: greedy by default, as in transformers (temperature 0: the argmax, the first one on
+        ties; nothing is drawn, so top_k and generator are not used); at a temperature > 0, drawn from
+        softmax(logits / temperature) over the top_k largest (all when None), from `generator`, which sampling
+        needs. With use_cache (the default) the prompt runs once into
         a StaticKVCache of L + max_new_tokens positions (prefill), then each step runs only the newest token
         (decode): compiled with tb.jit when `jit` (the default; the first two steps run eagerly while they are
         captured, the rest replay), eagerly otherwise. Without use_cache each step recomputes the whole sequence.

@@ -1,4 +1,5 @@
-"""Module and Parameter: named, nested collections of trainable tensors, as in PyTorch."""
+"""Module and Parameter: named, nested collections of trainable tensors, as in PyTorch (`print(model)` shows the
+tree with each module's parameter count; `train()` and `eval()` set a flag that nothing here reads today)."""
 from __future__ import annotations
 
 import numbers
@@ -31,6 +32,20 @@ def check_sizes(op: str, minimum: int = 1, **sizes) -> None:
             raise ValueError(f"{op}: {name} must be an int >= {minimum}, got {name}={value}")
 
 
+DEFAULT_SEED = 0   # the seed of a module made without a generator: Linear(3, 4), Embedding(10, 4), LM(cfg)
+
+
+def default_generator(generator: Generator | None, op: str) -> Generator:
+    """`generator`, or for None a fresh tb.Generator(DEFAULT_SEED): a module made without one draws the same weights
+    every time (randomness stays explicit and reproducible; pass a generator of your own for other weights)."""
+    if generator is None:
+        return Generator(DEFAULT_SEED)
+    if not isinstance(generator, Generator):
+        raise TypeError(f"{op}: generator must be a tb.Generator (or None for tb.Generator({DEFAULT_SEED})), "
+                        f"got {generator!r}")
+    return generator
+
+
 def init_weight(shape: tuple, generator: Generator, dtype, device) -> Parameter:
     """N(0, 1/fan_in): keeps activations of order 1 through a linear map (fan_in = the last axis)."""
     if not isinstance(generator, Generator):
@@ -49,6 +64,7 @@ class Module:
     listed and trained once, under the first name found (PyTorch's rule)."""
 
     scope_name = ""  # set by the parent to the attribute name ('attn', 'layers.3'); roots name themselves
+    training = True  # PyTorch's flag, set by train() and eval(): no module in this package reads it
 
     def __setattr__(self, name, value):
         if isinstance(value, Module) and not any(v is value for v in vars(self).values()):   # else: its first name
@@ -144,6 +160,31 @@ class Module:
             p.requires_grad = False
         return self
 
+    def train(self, mode: bool = True) -> Module:
+        """Set `training` on this module and every submodule, as PyTorch's habit asks before a training loop.
+        Nothing in this package behaves differently between the two today (there is no dropout and no batch
+        norm); the flag is there for a module of your own that reads `self.training`. Gradients are another
+        matter: no_grad() switches them off."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train: mode is True (training) or False (evaluation), got {mode!r}")
+        for _, module in self.named_modules():
+            module.training = mode
+        return self
+
+    def eval(self) -> Module:
+        """train(False): `training` is False on this module and every submodule (nothing here reads it today)."""
+        return self.train(False)
+
+    def __repr__(self) -> str:
+        """The module tree, PyTorch's way, one line per module: its attribute name, its class, its own parameters'
+        shapes (`frozen` where they do not train) and, in the last column, its number of parameters (frozen ones
+        included; the first line holds the total, num_parameters()). A run of identical modules in a list (same
+        classes, shapes and counts) is one entry: `(layers): 12 x Block(` followed by the first one's tree."""
+        rows = _tree(self, "", "", {})
+        width = max(len(text) for text, _ in rows)
+        rows[0] = rows[0][0], f"{rows[0][1]} parameters"
+        return "\n".join(f"{text:<{width}}  # {count}".rstrip(" #") for text, count in rows)
+
 
 def _submodules(name: str, value, check: bool = False) -> list:
     """[(key, module)] of a list, tuple or dict of modules held under attribute `name` (index or dict key as key);
@@ -169,3 +210,52 @@ def _submodules(name: str, value, check: bool = False) -> list:
         raise TypeError(f"Module: attribute {name!r} is a dict of modules with key {bad!r}; its keys name the "
                         "modules (`name.key.weight`), so they must be non-empty strings without dots")
     return modules
+
+
+def _tree(module: Module, path: str, pad: str, seen: dict) -> list[tuple[str, str]]:
+    """Module.__repr__'s rows (text, count) for `module`, named `path` in the tree and indented by `pad`; `seen`
+    maps every module shown so far to its path, so a module held twice is shown once."""
+    seen[id(module)] = path
+    own = [(name, f"{p.shape}" + ("" if p.requires_grad else " frozen"), p.size) for name, p in vars(module).items()
+           if isinstance(p, Parameter)]
+    count, kind = f"{module.num_parameters():,}", type(module).__name__
+    children = [(name, f"{path}.{name}" if path else name, child) for name, child in module.named_children()]
+    if not children:
+        return [(f"{pad}{kind}({', '.join(f'{name} {shape}' for name, shape, _ in own)})", count)]
+    rows = [(f"{pad}{kind}(", count)]
+    rows += [(f"{pad}  ({name}): Parameter {shape}", f"{n:,}") for name, shape, n in own]
+    for group in _runs(children, pad + "  ", seen):
+        rows += group
+    return rows + [(f"{pad})", "")]
+
+
+def _runs(children: list, pad: str, seen: dict) -> list[list[tuple[str, str]]]:
+    """The rows of each child (name, path, module), each group's first row labelled `(name): `; a run of identical
+    modules in one list (`layers.0`, `layers.1`, ...) is one group, `(layers): 12 x Block(` (or `(layers.0-5): 6 x`
+    when the run is only part of the list), followed by the first one's tree."""
+    shown = []                                                  # [name, rows, how many in the run]
+    for name, path, child in children:
+        if id(child) in seen:
+            shown.append([name, [(f"{pad}the module {seen[id(child)]}, again", "")], 1])
+            continue
+        rows = _tree(child, path, pad, seen)
+        if shown and _same_list(shown[-1][0], name) and shown[-1][1] == rows:
+            shown[-1][2] += 1
+        else:
+            shown.append([name, rows, 1])
+    groups = []
+    for name, rows, n in shown:
+        label, (head, count) = f"({name}): ", rows[0]
+        if n > 1:
+            base, _, first = name.rpartition(".")
+            whole = sum(_same_list(name, other) for other, _, _ in children) == n
+            label = f"({base}): {n} x " if whole else f"({base}.{first}-{int(first) + n - 1}): {n} x "
+            count = f"{n} x {count}"
+        groups.append([(pad + label + head[len(pad):], count), *rows[1:]])
+    return groups
+
+def _same_list(name: str, other: str) -> bool:
+    """Both names are items of one list: `layers.3` and `layers.4`."""
+    base, _, index = name.rpartition(".")
+    other_base, _, other_index = other.rpartition(".")
+    return bool(base) and base == other_base and index.isdigit() and other_index.isdigit()
