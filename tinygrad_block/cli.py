@@ -266,9 +266,11 @@ def generate_options(p) -> None:
                         help="text to continue, through the checkpoint's tokenizer.json (or a train run's vocab.json)")
     prompt.add_argument("--ids", type=_token_ids, metavar="IDS", help="token ids to continue, e.g. '1 15 27'")
     p.add_argument("--max-new-tokens", type=_positive, default=100, metavar="N", help="tokens to add (default 100)")
-    p.add_argument("--temperature", type=_temperature, default=0.8, metavar="T", help="0: greedy (default 0.8)")
-    p.add_argument("--top-k", type=_positive, default=None, metavar="K", help="draw among the K likeliest only")
-    p.add_argument("--seed", type=_seed, default=0, metavar="S", help="the sampling generator's seed (default 0)")
+    p.add_argument("--temperature", type=_temperature, default=0.0, metavar="T",
+                   help="0 (the default): greedy, the likeliest token each time; > 0: sample, e.g. 0.8")
+    p.add_argument("--top-k", type=_positive, default=None, metavar="K", help="sample among the K likeliest only")
+    p.add_argument("--seed", type=_seed, default=0, metavar="S",
+                   help="the sampling generator's seed, when --temperature > 0 (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
     p.add_argument("--eager", action="store_true",
                    help="run the prefill and each decode step eagerly instead of compiled (tb.jit), to compare")
@@ -631,6 +633,12 @@ def run(command: Command, args: argparse.Namespace) -> int:
     return command.status(data)
 
 
+def unprefixed(error: Exception, command: str) -> str:
+    """The error's text without the `generate: ` it may begin with (LM.generate's errors name their op): the line
+    that shows it already says `python -m tinygrad_block generate: error: `."""
+    return str(error).removeprefix(f"{command}: ")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command (`python -m tinygrad_block`, the `tinygrad-block` script, the tests). No command:
     the help, status 2. A user's mistake: one line on stderr, status 2 (SystemExit, as argparse's own)."""
@@ -642,9 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(COMMANDS[args.command], args)
     except CommandError as e:
-        top.exit(2, f"{top.prog} {args.command}: error: {e}\n")
+        top.exit(2, f"{top.prog} {args.command}: error: {unprefixed(e, args.command)}\n")
     except CommandStopped as e:
-        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        print(f"{PROG} {args.command}: {unprefixed(e, args.command)}", file=sys.stderr)
         return e.status
     except KeyboardInterrupt:                                        # Ctrl-C where no command catches it
         print(f"{PROG} {args.command}: stopped (Ctrl-C)", file=sys.stderr)

@@ -275,7 +275,7 @@ class GenerationStopped(Exception):
 
 
 def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = None, max_new_tokens: int = 100,
-                  temperature: float = 0.8, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
+                  temperature: float = 0.0, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
                   jit: bool = True, device: str = "cpu") -> dict:
     """Check the checkpoint's config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill,
     then one token at a time: compiled with tb.jit unless `jit` is False), timing each as it arrives. Ctrl-C while

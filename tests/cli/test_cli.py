@@ -1,5 +1,6 @@
 """The counting commands (cli.py): each table and JSON against the closed forms of `accounting`, against the
 engine's own counts, and against numbers worked by hand; bad arguments exit 2 with a message that helps."""
+import dataclasses
 import json
 import os
 from contextlib import contextmanager
@@ -577,3 +578,49 @@ def test_graph_compiled_html_writes_the_explorer_with_a_pane_of_kernels(tmp_path
     info = command_line.json("graph", "--preset", "tiny", "--model", "--compiled", "--out", tmp_path / "m.html")
     model = measure.compiled_program(nn.preset("tiny"), whole_model=True, B=1, L=16, backward=True)
     assert (info["kernels"], info["primitives"], info["format"]) == (len(model.kernels), len(model.plain), "html")
+
+
+# ---------------------------------------------------------------- one prefix per line
+SMALLEST_ARGV = {"tour": [], "presets": [], "params": ["--preset", "tiny"], "walk": ["--preset", "tiny"],
+                 "flops": ["--preset", "tiny", "--seq-len", "8"], "memory": ["--preset", "tiny", "--seq-len", "8"],
+                 "calc": ["--preset", "tiny", "--seq-len", "8"], "graph": ["--preset", "tiny", "--out", "x.svg"],
+                 "lesson": ["01"], "exercise": ["01"], "check": ["01"], "train": ["induction"],
+                 "generate": ["PATH", "--ids", "1"], "inspect": ["PATH"]}
+
+
+def test_every_command_has_a_smallest_command_line_here():
+    assert set(SMALLEST_ARGV) == set(cli.COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(SMALLEST_ARGV))
+@pytest.mark.parametrize("raised, shown", [
+    (lambda name: cli.CommandError(f"{name}: the ids do not fit"), "{name}: error: the ids do not fit"),
+    (lambda name: cli.CommandStopped(f"{name}: stopped after 5 of 50 tokens", 130),
+     "{name}: stopped after 5 of 50 tokens"),
+], ids=["mistake", "stopped"])
+def test_a_message_that_names_its_command_is_not_prefixed_twice(name, raised, shown, monkeypatch, command_line):
+    """Errors raised by the library name their op (`generate: ...`); the line already names the command, once."""
+    def fails(args):
+        raise raised(name)
+    monkeypatch.setitem(cli.COMMANDS, name, dataclasses.replace(cli.COMMANDS[name], data=fails))
+    status, out, err = command_line.status(name, *SMALLEST_ARGV[name])
+    assert err == f"python -m tinygrad_block {shown.format(name=name)}\n" and status in (2, 130)
+    assert err.count(f"{name}:") == 1 and out == ""
+
+
+def test_a_library_mistake_named_after_its_op_is_shown_once(monkeypatch, command_line):
+    """The command's own `mistakes` (a ValueError from LM.generate) go through the same one place."""
+    def fails(args):
+        raise ValueError("generate: the prompt's 3 tokens + max_new_tokens=200 exceed the context length")
+    monkeypatch.setitem(cli.COMMANDS, "generate", dataclasses.replace(cli.COMMANDS["generate"], data=fails))
+    err = command_line.mistake("generate", "PATH", "--ids", "1 2 3")
+    assert err == ("python -m tinygrad_block generate: error: the prompt's 3 tokens + max_new_tokens=200 exceed the "
+                   "context length\n")
+
+
+@pytest.mark.parametrize("name", ["generate", "inspect"])
+def test_a_folder_without_a_config_says_so_once(name, tmp_path, command_line):
+    """The checkpoint room names its op; before, the line read `inspect: error: inspect: ...`."""
+    err = command_line.mistake(name, tmp_path, *(["--ids", "1"] if name == "generate" else []))
+    assert err.startswith(f"python -m tinygrad_block {name}: error: {tmp_path} has no config.json"), err
+    assert err.count(f"{name}:") == 1

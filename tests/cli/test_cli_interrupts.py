@@ -58,7 +58,8 @@ def test_ctrl_c_during_generate_prints_the_tokens_so_far_and_one_line(checkpoint
                 os.kill(os.getpid(), signal.SIGINT)
         return real(self, *args, on_token=arrived, **kwargs)
     monkeypatch.setattr(nn.LM, "generate", interrupted)
-    argv = ("generate", checkpoint, "--ids", "1 2 3", "--max-new-tokens", "50", "--seed", "7", *engine)
+    argv = ("generate", checkpoint, "--ids", "1 2 3", "--max-new-tokens", "50", "--temperature", "0.8", "--seed", "7",
+            *engine)
     status, out, err = command_line.status(*argv)
     assert status == 130 and "Traceback" not in err
     assert err == "python -m tinygrad_block generate: stopped after 5 of 50 tokens\n"
@@ -70,7 +71,8 @@ def test_ctrl_c_during_generate_prints_the_tokens_so_far_and_one_line(checkpoint
 
 
 def test_generate_run_through_says_it_was_not_stopped(checkpoint, command_line):
-    data = command_line.json("generate", checkpoint, "--ids", "1 2 3", "--max-new-tokens", "6", "--seed", "7")
+    data = command_line.json("generate", checkpoint, "--ids", "1 2 3", "--max-new-tokens", "6", "--temperature", "0.8",
+                             "--seed", "7")
     assert data["ids"] == first_tokens(checkpoint, 6, 7, use_cache=True)
     assert data["stopped"] is False and data["new_tokens"] == data["asked"] == 6
 
@@ -82,7 +84,8 @@ def test_ctrl_c_to_a_generate_process_in_a_terminal(checkpoint):
     main, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # 100 columns: the bar shows
     child = subprocess.Popen([sys.executable, "-m", "tinygrad_block", "generate", str(checkpoint), "--ids", "1 2 3",
-                              "--max-new-tokens", "4000", "--no-cache", "--eager", "--seed", "7"],
+                              "--max-new-tokens", "4000", "--no-cache", "--eager", "--temperature", "0.8", "--seed",
+                              "7"],
                              stdout=subprocess.PIPE, stderr=terminal, text=True,
                              env=os.environ | {"PYTHONPATH": str(ROOT)})
     os.close(terminal)
