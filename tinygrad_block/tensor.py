@@ -83,7 +83,7 @@ class _Size(int):
     """numpy's `t.size`, the number of elements, which PyTorch's habit may call: `t.size()` is the shape (a tuple),
     `t.size(dim)` one axis's length."""
 
-    def __new__(cls, n: int, shape: tuple):
+    def __new__(cls, n: int, shape: tuple = ()):    # shape=(): pickle and copy make it from the int alone
         size = super().__new__(cls, n)
         size.shape = shape
         return size

@@ -3,7 +3,9 @@
 asked the same question on the same values."""
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import threading
 
 import numpy as np
@@ -46,6 +48,8 @@ def test_size_still_works_everywhere_an_int_does():
     n = tb.zeros(3, 4).size
     assert n + 1 == 13 and n // 4 == 3 and f"{n:,}" == "12" and json.dumps({"n": n}) == '{"n": 12}'
     assert np.zeros(n).shape == (12,) and tb.zeros(n).shape == (12,) and range(n)[-1] == 11
+    for again in (pickle.loads(pickle.dumps(n)), copy.deepcopy(n)):
+        assert again == 12 and again() == (3, 4) and again(-1) == 4
 
 
 # ---------------------------------------------------------------- view
