@@ -16,6 +16,17 @@ from .dtypes import float16, float32, float64
 INSTALL = ("install the 'gpu' extra: pip install -e '.[gpu]' from the repository's root (cupy-cuda13x, for a "
            "CUDA 13 driver; pip install cupy-cuda12x for a CUDA 12 driver)")
 
+# Whether compiled replays (tb.jit) have been seen to match eager on a GPU. False until tools/gpu_check.py has run on
+# one and matched them there, with docs/gpu.md keeping that record; then a person sets it True in a commit. While
+# False, `train` and `generate` run eagerly on 'cuda' unless compiled is asked for (jit=True, --compiled).
+REPLAY_CHECKED = False
+
+
+def jit_by_default(device: str) -> bool:
+    """Whether train and generate compile their steps with tb.jit on `device` when not told: everywhere but on a
+    GPU, until REPLAY_CHECKED."""
+    return REPLAY_CHECKED or not device.startswith("cuda")
+
 
 def cuda_backend(device: str) -> CudaBackend:
     """The backend of GPU `device` ('cuda:N'), or a RuntimeError saying what is missing: CuPy, a usable

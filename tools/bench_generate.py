@@ -7,7 +7,9 @@ several sizes. The three must write the same tokens (compiled and eager exactly;
 round times one generate call of every engine, the order rotating; the table gives tokens/s, medians (min-max)
 over the rounds, and the ratios taken within each round, medians (min-max). Then the memory-bandwidth bound: a
 decode step reads every weight once (and the cache), so tokens/s <= bandwidth / bytes per token, the bandwidth
-measured here as one thread's matrix-vector product over a float32 matrix far larger than the caches.
+measured here as one thread's matrix-vector product over a float32 matrix far larger than the caches. With
+`--device cuda` the three engines run on the GPU (transformers through PyTorch's CUDA) and the CPU's bound and
+floors are left out.
 
 `topk`: sampled decoding at temperature 0.8 with top_k from 1 to the whole vocabulary, compiled: tokens/s and the
 peak memory of one generate call (numpy's allocations, through tracemalloc) at each k, and the ratio of each k's
@@ -18,6 +20,7 @@ grow with k.
 the length), and a PNG of both curves; then prefill and decode apart, from the engine's own counts (measure.py).
 
     python tools/bench_generate.py [engines] [--sizes 64x2 256x4 512x8] [--new 100] [--rounds 7] [--unfused]
+        [--device cpu|cuda]
     python tools/bench_generate.py topk [--vocab 8192] [--ks 1 16 256 1024 8192] [--new 50] [--rounds 5]
     python tools/bench_generate.py cache [--lengths 16 32 ... 1024] [--rounds 3] [--d-model 64] [--layers 2]
         [--out out/bench_generate.png] [--dtype float32] [--device cpu]
@@ -137,18 +140,22 @@ def size(text: str) -> tuple[int, int]:
     return int(d_model), int(layers)
 
 
-def engines(d_model: int, n_layers: int, new: int, folder: Path, fuse: bool) -> tuple[nn.BlockConfig, dict]:
+def engines(d_model: int, n_layers: int, new: int, folder: Path, fuse: bool,
+            device: str = "cpu") -> tuple[nn.BlockConfig, dict]:
     """{engine: generate() -> the ids as a list}: our model compiled and eager, and transformers' LlamaForCausalLM
-    loaded from the same weights, written to `folder` by our save_pretrained."""
+    loaded from the same weights, written to `folder` by our save_pretrained, all on `device`; on the CPU, the
+    matrix-vector floors too."""
     import torch
     import transformers
 
     cfg = config(d_model, n_layers, PROMPT + new)
     model = nn.LM(cfg, generator=tb.Generator(0))
     model.save_pretrained(folder)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    prompt = tb.randint(0, cfg.vocab_size, (1, PROMPT), generator=tb.Generator(1))
-    theirs = torch.tensor(prompt.numpy())
+    dev = device if device.startswith("cuda") else "cpu"                # PyTorch's name of it
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval().to(dev)
+    model.to(device)
+    prompt = tb.randint(0, cfg.vocab_size, (1, PROMPT), generator=tb.Generator(1), device=device)
+    theirs = torch.tensor(prompt.numpy(), device=dev)
 
     def ours(jit: bool):
         return lambda: model.generate(prompt, new, temperature=0, jit=jit).numpy()[0].tolist()
@@ -160,7 +167,7 @@ def engines(d_model: int, n_layers: int, new: int, folder: Path, fuse: bool) -> 
         return out[0].tolist()
     model.decoder(1, PROMPT + new, jit=True, fuse=fuse)             # kept by the model: generate(jit=True) uses it
     return cfg, {"compiled": ours(True), "eager": ours(False), "transformers": transformers_generate,
-                 **matvec_floors(model, new)}
+                 **(matvec_floors(model, new) if dev == "cpu" else {})}
 
 
 def matvec_floors(model: nn.LM, new: int) -> dict:
@@ -198,16 +205,16 @@ def timed(run) -> tuple[float, list]:
     return time.perf_counter() - start, ids
 
 
-def compare(d_model: int, n_layers: int, new: int, rounds: int, fuse: bool) -> dict:
+def compare(d_model: int, n_layers: int, new: int, rounds: int, fuse: bool, device: str = "cpu") -> dict:
     """Tokens/s of every engine per round (order rotating), the ratios within each round, and the tokens."""
     with tempfile.TemporaryDirectory() as folder:
-        cfg, run = engines(d_model, n_layers, new, Path(folder), fuse)
+        cfg, run = engines(d_model, n_layers, new, Path(folder), fuse, device)
         tokens = {engine: run[engine]() for engine in run}              # warm-up; compiled captures its steps here
         run["compiled"]()                                               # ... and its prefill's second capture here
         speed = {engine: [] for engine in run}
         for r in range(rounds):                                         # compiled and transformers side by side
             pair = ENGINES[:3:2] if r % 2 == 0 else ENGINES[2::-2]
-            for engine in (*pair, "eager", *FLOORS):
+            for engine in (*pair, "eager", *(f for f in FLOORS if f in run)):
                 seconds, ids = timed(run[engine])
                 assert ids == tokens[engine], f"{engine} wrote other tokens on round {r + 1}"
                 speed[engine].append(new / seconds)
@@ -235,7 +242,8 @@ def bytes_per_token(cfg: nn.BlockConfig, max_len: int) -> int:
     return decode.weight_bytes + accounting.kv_cache_bytes(cfg, max_len, 1, 4)
 
 
-def report_engines(results: list[dict], new: int, rounds: int, bytes_per_s: float) -> None:
+def report_engines(results: list[dict], new: int, rounds: int, bytes_per_s: float | None) -> None:
+    """The tokens/s table and the ratios; with `bytes_per_s` (the CPU's), the bound and each engine's share."""
     print(f"\ngreedy generation of {new} tokens after a {PROMPT}-token prompt, batch 1, float32; {rounds} rounds, "
           "medians (min-max)")
     print(f"{'model':<10} {'params':>11} {'compiled tok/s':>20} {'eager tok/s':>18} {'transformers tok/s':>20}")
@@ -249,6 +257,8 @@ def report_engines(results: list[dict], new: int, rounds: int, bytes_per_s: floa
         same = "all" if r["first_difference"] is None else f"up to token {r['first_difference']}"
         print(f"{r['cfg'].name:<10} " + " ".join(f"{spread(v, '.2f'):>22}" for v in r["ratios"].values())
               + f"   {same}")
+    if bytes_per_s is None:
+        return
     print(f"\nmemory bandwidth, one thread (float32 matrix-vector product over 256 MB): {bytes_per_s / 1e9:.1f} GB/s.\n"
           "A decode step reads every weight once: tokens/s <= bandwidth / bytes per token (the bound). The matvec\n"
           "floors time a step's matrix-vector products alone, in numpy and in torch (tokens/s, medians). Each\n"
@@ -319,7 +329,7 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=64, help="cache: the model's width")
     ap.add_argument("--layers", type=int, default=2, help="cache: the model's depth")
     ap.add_argument("--dtype", default="float32", help="cache: the model's dtype")
-    ap.add_argument("--device", default="cpu", help="cache: the model's device")
+    ap.add_argument("--device", default="cpu", help="engines, cache: where the models run (cpu or cuda)")
     ap.add_argument("--out", type=Path, default=Path("out/bench_generate.png"), help="cache: the PNG")
     args = ap.parse_args()
     pin_threads()
@@ -329,10 +339,10 @@ def main() -> None:
         import transformers
         torch.set_num_threads(1)
         print(f"torch {torch.__version__} on {torch.get_num_threads()} thread, transformers "
-              f"{transformers.__version__}; {threads}")
+              f"{transformers.__version__}; {threads}; on {args.device}")
         rounds = args.rounds or 7
-        results = [compare(d, n, args.new, rounds, not args.unfused) for d, n in args.sizes]
-        report_engines(results, args.new, rounds, bandwidth())
+        results = [compare(d, n, args.new, rounds, not args.unfused, args.device) for d, n in args.sizes]
+        report_engines(results, args.new, rounds, None if args.device.startswith("cuda") else bandwidth())
         return
     if args.mode == "topk":
         print(f"tinygrad_block on numpy; {threads}")

@@ -1,8 +1,9 @@
-"""Training speed on the CPU: tokens per second of full training steps (forward, cross-entropy, backward,
+"""Training speed: tokens per second of full training steps (forward, cross-entropy, backward,
 clip_grad_norm, an AdamW step) of a demo's model (train.TEXT or train.INDUCTION, float32), three engines in the same
 run from the same initial weights: ours compiled (train.training_step through tb.jit, fused, as `train` runs it;
 `--unfused` replays primitive by primitive), ours eager (the same step, op by op: `train --eager`), and the same model,
-loss and optimizer in PyTorch eager (tools/torch_block.py).
+loss and optimizer in PyTorch eager (tools/torch_block.py), on the CPU or, with `--device cuda`, on a GPU (every
+engine's step ends in a read of its loss, which waits for the device).
 
 Every engine trains on the same few batches (drawn once by the demo's data function, then cycled), so the timing is
 the step alone. Each engine runs in a process of its own (PyTorch's steps change how glibc's allocator serves
@@ -12,7 +13,7 @@ a time, the order rotating from round to round; the table gives each engine's me
 the rounds (min-max), and the median ratios of the rounds with their spread, each ratio taken within one round.
 
     python tools/bench_train.py [--model text|induction] [--rounds 9] [--steps 10] [--batch 32] [--seq-len 64]
-                                [--unfused]
+                                [--unfused] [--device cpu|cuda]
 
 One thread for each engine: on a busy 2-core machine PyTorch's OpenMP threads, OpenBLAS's (numpy's) and numexpr's
 spin against each other. So torch.set_num_threads(1) is set in each engine's process, and the script starts itself
@@ -65,11 +66,16 @@ def ours(model: LM, jit: bool, fuse: bool = False):
     return step
 
 
+def torch_device(device: str) -> str:
+    """PyTorch's name of our device: 'cuda' for 'cuda' and 'cuda:N', else 'cpu'."""
+    return device if device.startswith("cuda") else "cpu"
+
+
 def torch_loss(p: dict, cfg: BlockConfig, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """embed -> blocks (torch_block.block_forward) -> norm -> head -> mean cross-entropy of the last T positions
     against targets (B, T), as train.lm_loss."""
     h = p["embed.weight"][ids]                                                        # (B, L, d_model)
-    cos, sin = torch_block.rope_cos_sin(ids.shape[1], cfg.d_head, cfg.rope_theta, h.dtype)
+    cos, sin = torch_block.rope_cos_sin(ids.shape[1], cfg.d_head, cfg.rope_theta, h.dtype, h.device)
     for i in range(cfg.n_layers):
         prefix = f"layers.{i}."
         h = torch_block.block_forward(h, {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)},
@@ -79,9 +85,9 @@ def torch_loss(p: dict, cfg: BlockConfig, ids: torch.Tensor, targets: torch.Tens
     return F.cross_entropy(logits[:, -T:].reshape(-1, cfg.vocab_size), targets.reshape(-1))
 
 
-def theirs(model: LM):
-    """The same step in PyTorch eager, starting from a copy of our model's weights."""
-    p = {n: torch.tensor(w.numpy().copy(), requires_grad=True) for n, w in model.named_parameters()}
+def theirs(model: LM, device: str = "cpu"):
+    """The same step in PyTorch eager on `device`, starting from a copy of our model's weights."""
+    p = {n: torch.tensor(w.numpy().copy(), device=device, requires_grad=True) for n, w in model.named_parameters()}
     opt = torch.optim.AdamW(p.values(), lr=LR, weight_decay=WEIGHT_DECAY)
 
     def step(ids: torch.Tensor, targets: torch.Tensor) -> float:
@@ -94,14 +100,15 @@ def theirs(model: LM):
     return step
 
 
-def demo_data(name: str, batch: int, seq_len: int, g: tb.Generator) -> tuple[BlockConfig, list]:
-    """The demo's config and BATCHES of its (ids, targets): text windows of seq_len characters of Python's help
-    pages, or induction sequences (10 random tokens, then the same again; targets the predictable half)."""
+def demo_data(name: str, batch: int, seq_len: int, g: tb.Generator, device: str = "cpu") -> tuple[BlockConfig, list]:
+    """The demo's config and BATCHES of its (ids, targets) on `device`: text windows of seq_len characters of
+    Python's help pages, or induction sequences (10 random tokens, then the same again; targets the predictable
+    half)."""
     if name == "induction":
-        return INDUCTION, [induction_batch(batch, 10, INDUCTION.vocab_size, g) for _ in range(BATCHES)]
+        return INDUCTION, [induction_batch(batch, 10, INDUCTION.vocab_size, g, device) for _ in range(BATCHES)]
     text = python_help_text()
     tok = CharTokenizer.from_text(text)
-    train_ids, _ = text_splits(text, tok)
+    train_ids, _ = text_splits(text, tok, device=device)
     cfg = TEXT.with_(vocab_size=tok.vocab_size, max_seq_len=max(TEXT.max_seq_len, seq_len))
     return cfg, [text_batch(train_ids, batch, seq_len, g) for _ in range(BATCHES)]
 
@@ -125,10 +132,11 @@ def engine_process(engine: str, args: argparse.Namespace, conn) -> None:
     and model as the others, takes the first step and the warm-up, then runs a round of `args.steps` steps each
     time the main process asks, answering with its tokens/s."""
     torch.set_num_threads(1)
-    cfg, batches = demo_data(args.model, args.batch, args.seq_len, tb.Generator(0))
-    model = LM(cfg, generator=tb.Generator(1), dtype="float32")
+    cfg, batches = demo_data(args.model, args.batch, args.seq_len, tb.Generator(0), args.device)
+    model = LM(cfg, generator=tb.Generator(1), dtype="float32", device=args.device)
     if engine == "torch":
-        step, batches = theirs(model), [tuple(torch.tensor(t.numpy()) for t in b) for b in batches]
+        dev = torch_device(args.device)
+        step, batches = theirs(model, dev), [tuple(torch.tensor(t.numpy(), device=dev) for t in b) for b in batches]
     else:
         step = ours(model, jit=engine == "compiled", fuse=not args.unfused)
     conn.send({"loss": step(*batches[0]), "parameters": model.num_parameters(), "cfg": cfg,
@@ -153,6 +161,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=64, help="text only: characters per window")
     ap.add_argument("--unfused", action="store_true", help="compile without fusion (tb.jit(..., fuse=False)); "
                     "train's default fuses")
+    ap.add_argument("--device", default="cpu", help="where every engine runs: cpu, or cuda (CuPy and PyTorch's CUDA)")
     args = ap.parse_args()
     spawn = multiprocessing.get_context("spawn")
     pipes, workers = {}, []
@@ -165,7 +174,7 @@ def main() -> None:
     threads = ", ".join(f"{name}={os.environ.get(name)}" for name in THREADS)
     print(f"{cfg.name}: d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, d_ff {cfg.d_ff}, "
           f"vocab {cfg.vocab_size}, {first['eager']['parameters']:,} parameters; batch {B} x {L} tokens, "
-          f"float32; torch {torch.__version__} on 1 thread; {threads}; one process per engine")
+          f"float32 on {args.device}; torch {torch.__version__} on 1 thread; {threads}; one process per engine")
     loss = {engine: first[engine]["loss"] for engine in ENGINES}
     print("first step's loss: " + "  ".join(f"{engine} {loss[engine]:.7f}" for engine in ENGINES))
     assert loss["compiled"] == loss["eager"], f"a capture runs eagerly: the losses must agree, {loss}"
