@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, course, report, tables
+from .cuda import jit_by_default
 from .curriculum import notes_for
 from .device import get_backend
 from .explore import MissingAsset
@@ -255,9 +256,18 @@ def train_options(p) -> None:
                         "the end); Ctrl-C saves and stops")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint, with the same demo, seed and steps")
-    p.add_argument("--eager", action="store_true",
-                   help="run each step eagerly, op by op, instead of compiled (tb.jit: the step's kernels recorded "
-                        "once, then replayed), to compare")
+    engine_options(p, "each step", "the step's kernels recorded once, then replayed")
+
+
+def engine_options(p, what: str, how: str) -> None:
+    """--eager or --compiled: how `what` runs, where it is not the device's default (compiled; eager on a GPU until
+    compiled replays have been checked against eager there, cuda.REPLAY_CHECKED)."""
+    engine = p.add_mutually_exclusive_group()
+    engine.add_argument("--eager", action="store_true",
+                        help=f"run {what} eagerly, op by op, instead of compiled (tb.jit: {how}), to compare")
+    engine.add_argument("--compiled", action="store_true",
+                        help=f"run {what} compiled on a GPU too, where the default is eager until compiled replays "
+                             "have been checked against eager there (docs/gpu.md)")
 
 
 def generate_options(p) -> None:
@@ -272,8 +282,7 @@ def generate_options(p) -> None:
     p.add_argument("--seed", type=_seed, default=0, metavar="S",
                    help="the sampling generator's seed, when --temperature > 0 (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
-    p.add_argument("--eager", action="store_true",
-                   help="run the prefill and each decode step eagerly instead of compiled (tb.jit), to compare")
+    engine_options(p, "the prefill and each decode step", "each one's kernels recorded once, then replayed")
     device_option(p)
 
 
@@ -412,7 +421,7 @@ def train_data(args: argparse.Namespace) -> dict:
     try:
         return report.train_data(args.demo, folder, steps=args.steps, text=text, source=args.text_file,
                                  seed=args.seed, device=args.device, pictures=not args.no_plots, resume=args.resume,
-                                 save_every=args.save_every, jit=not args.eager)
+                                 save_every=args.save_every, jit=compiled_or_not(args, "train"))
     except FolderInUse as e:
         who = f" (process {e.pid})" if e.pid is not None else ""
         raise CommandError(f"--out {folder}: another training run{who} is writing there; wait for it to end, or "
@@ -431,7 +440,7 @@ def resume_command(args: argparse.Namespace, folder: Path) -> str:
     again = (["train", args.demo, "--out", str(folder), "--seed", str(args.seed)]
              + (["--steps", str(args.steps)] if args.steps else [])
              + (["--text-file", args.text_file] if args.text_file else [])
-             + (["--eager"] if args.eager else []) + ["--resume"])
+             + (["--eager"] if args.eager else []) + (["--compiled"] if args.compiled else []) + ["--resume"])
     return course.command(*again)
 
 
@@ -446,12 +455,25 @@ def read_text_file(path: str, demo: str) -> str:
             from None
 
 
+def compiled_or_not(args: argparse.Namespace, command: str) -> bool:
+    """Whether `command` runs its steps compiled: as --compiled or --eager ask; else the device's default, with one
+    line on stderr saying why it is eager on a GPU."""
+    if args.compiled or args.eager:
+        return args.compiled
+    if jit_by_default(args.device):
+        return True
+    print(f"{PROG} {command}: on {args.device} the steps run eagerly: compiled replays have not yet been checked "
+          "against eager on a GPU (tools/gpu_check.py, docs/gpu.md); --compiled runs them compiled", file=sys.stderr)
+    return False
+
+
 def generate_data(args: argparse.Namespace) -> dict:
     """Generate; Ctrl-C prints what was generated so far (the text, or --json's dict) and one line, status 130."""
     try:
         return report.generate_data(args.path, prompt=args.prompt, ids=args.ids, max_new_tokens=args.max_new_tokens,
                                     temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                                    use_cache=not args.no_cache, jit=not args.eager, device=args.device)
+                                    use_cache=not args.no_cache, jit=compiled_or_not(args, "generate"),
+                                    device=args.device)
     except report.GenerationStopped as e:
         print(json.dumps(e.data, indent=2) if args.json else tables.generate_text(e.data)[0], flush=True)
         raise CommandStopped(str(e), 130) from None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import accounting, measure
+from .cuda import jit_by_default
 from .dtypes import int64
 from .explore import explorer
 from .generator import Generator
@@ -276,10 +277,12 @@ class GenerationStopped(Exception):
 
 def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = None, max_new_tokens: int = 100,
                   temperature: float = 0.0, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
-                  jit: bool = True, device: str = "cpu") -> dict:
+                  jit: bool | None = None, device: str = "cpu") -> dict:
     """Check the checkpoint's config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill,
-    then one token at a time: compiled with tb.jit unless `jit` is False), timing each as it arrives. Ctrl-C while
-    it runs raises GenerationStopped, holding the same dict for the tokens chosen so far."""
+    then one token at a time: compiled with tb.jit when `jit` is True, eagerly when False; None: compiled except on
+    a GPU whose replays are not yet checked, cuda.jit_by_default), timing each as it arrives. Ctrl-C while it runs
+    raises GenerationStopped, holding the same dict for the tokens chosen so far."""
+    jit = jit_by_default(device) if jit is None else jit
     from tqdm import tqdm                                           # loaded for generating only
 
     from .tokenizer import load_tokenizer

@@ -7,6 +7,7 @@ training batch, so two runs with one seed compute the same losses, bit for bit.
 
 A step runs compiled by default (`train(..., jit=True)`, compiled.py): its first calls run eagerly while every
 primitive is recorded, later ones replay the recorded kernels straight on the arrays; `jit=False` runs it eagerly.
+On a GPU the default is eager until compiled replays have been checked against eager there (cuda.jit_by_default).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from . import compiled
+from .cuda import jit_by_default
 from .generator import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
@@ -143,13 +145,14 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
           weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
           eval_every: int = 100, progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
           save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None,
-          jit: bool = True, fuse: bool = True) -> History:
+          jit: bool | None = None, fuse: bool = True) -> History:
     """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
     learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
     `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad. The step
-    (training_step) runs compiled by tb.jit, or eagerly with jit=False; history.engine says which; `fuse` is
-    tb.jit's. A replay, fused or not, is the eager step bit for bit, so a resumed run (whose first steps are eager
-    captures again) ends exactly where the uninterrupted one does.
+    (training_step) runs compiled by tb.jit, or eagerly with jit=False; jit=None (the default) compiles except on a
+    GPU whose replays are not yet checked (cuda.jit_by_default); history.engine says which; `fuse` is tb.jit's.
+    A replay, fused or not, is the eager step bit for bit, so a resumed run (whose first steps are eager captures
+    again) ends exactly where the uninterrupted one does.
 
     With a `checkpoints` folder, the run's whole state (resume.py) is saved every `save_every` steps (None: every
     `save_seconds` of training) and at the end; `resume` takes up the newest there and ends bit for bit where the
@@ -158,6 +161,8 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
     optimizer's state put back); Ctrl-C finishes the step, saves, and raises TrainingStopped."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"train: steps must be a positive int, got {steps!r}")
+    if jit is None:
+        jit = jit_by_default(model.parameters()[0].device)
     opt = AdamW(model.parameters(), lr, weight_decay=weight_decay)
     schedule = WarmupCosine(opt, lr, min(warmup, steps), steps, lr_min)
     history = History(engine="compiled" if jit else "eager")
@@ -365,11 +370,11 @@ INDUCTION_THRESHOLD = 0.99     # accuracy on the predictable second half
 @holds_out
 def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, batch: int = 32,
                    device: str = "cpu", progress: bool = True, pictures: bool = True, resume: bool = False,
-                   save_every: int | None = None, jit: bool = True) -> dict:
+                   save_every: int | None = None, jit: bool | None = None) -> dict:
     """Train a 2-layer model on induction_batch (n random tokens, then the same again) and measure its accuracy
     on the predictable second half of 512 sequences it never trained on; draw the attention of every head.
     The run's state goes to out/checkpoints/ (train's checkpoints, save_every); `resume` takes it up. `jit`: the
-    steps run compiled (True) or eagerly (False), as train's."""
+    steps run compiled (True), eagerly (False) or as the device's default (None), as train's."""
     g = Generator(seed)
     model = LM(INDUCTION, generator=g, device=device)
     held_out = induction_batch(512, n, INDUCTION.vocab_size, g, device)
@@ -404,11 +409,11 @@ TEXT = BlockConfig(d_model=96, n_heads=4, n_kv_heads=4, d_ff=256, n_layers=2, vo
 def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, batch: int = 32,
               device: str = "cpu", progress: bool = True, pictures: bool = True, sample_len: int = 300,
               prompt: str | None = None, text: str | None = None, source: str = "Python's help pages",
-              resume: bool = False, save_every: int | None = None, jit: bool = True) -> dict:
+              resume: bool = False, save_every: int | None = None, jit: bool | None = None) -> dict:
     """Train a character-level model on `text` (by default Python's help pages, data.python_help_text; `source`
     names it), evaluate on the last 10% it never trained on, and write a sample: `prompt` continued at
     temperature 0.8 (by default "The ", or the text's first four characters when it lacks those). `jit`: the
-    steps run compiled (True) or eagerly (False), as train's."""
+    steps run compiled (True), eagerly (False) or as the device's default (None), as train's."""
     text = python_help_text() if text is None else text
     if len(text) < 20 * (seq_len + 1):
         raise ValueError(f"text_demo: {source} has {len(text):,} characters; training windows of {seq_len + 1} "
