@@ -490,23 +490,27 @@ class Tensor:
     @_torch_names
     def argmax(self, axis=None, keepdims: bool = False) -> Tensor:
         """The index (int64) of the largest value along `axis`, or in the flattened tensor when axis is None: the
-        first one on ties, and the first NaN where there is one, as numpy and PyTorch. Built from max, == and a
-        countdown n - i at index i, whose largest mark among the maxima is the first one (no gradient)."""
-        x = self.detach() if axis is not None else self.detach().reshape(-1)
-        a = _axis(0 if axis is None else axis, x.ndim, "argmax")
-        n = x.shape[a]
-        if n == 0:
-            raise ValueError(f"argmax: axis {axis} of shape {self.shape} is empty; there is no index to return")
-        is_max = (x == x.max(a, keepdims=True)).maximum(x != x)           # a NaN counts as the largest, as in numpy
-        countdown = arange(n, 0, -1, device=x.backend).reshape((n,) + (1,) * (x.ndim - 1 - a))  # n - i at index i
-        out = n - where(is_max, countdown, 0).max(a, keepdims=keepdims)
-        return out.reshape((1,) * self.ndim) if axis is None and keepdims else out
+        first one on ties, and the first NaN where there is one, as numpy and PyTorch (no gradient)."""
+        return self.detach()._first_max(axis, keepdims, "argmax")
 
     @_torch_names
     def argmin(self, axis=None, keepdims: bool = False) -> Tensor:
         """The index (int64) of the smallest value: the argmax of the order-reversing `_flip`, so ties and NaN
         go as in argmax."""
-        return _flip(self.detach()).argmax(axis, keepdims)
+        return _flip(self.detach())._first_max(axis, keepdims, "argmin")
+
+    def _first_max(self, axis, keepdims: bool, op: str) -> Tensor:
+        """argmax from primitives: max, ==, and a countdown n - i at index i, whose largest mark among the maxima
+        is the first one."""
+        x = self if axis is not None else self.reshape(-1)
+        a = _axis(0 if axis is None else axis, x.ndim, op)
+        n = x.shape[a]
+        if n == 0:
+            raise ValueError(f"{op}: axis {axis} of shape {self.shape} is empty; there is no index to return")
+        is_max = (x == x.max(a, keepdims=True)).maximum(x != x)           # a NaN counts as the largest, as in numpy
+        countdown = arange(n, 0, -1, device=x.backend).reshape((n,) + (1,) * (x.ndim - 1 - a))  # n - i at index i
+        out = n - where(is_max, countdown, 0).max(a, keepdims=keepdims)
+        return out.reshape((1,) * self.ndim) if axis is None and keepdims else out
 
     # ---- movement ----
     def reshape(self, *shape) -> Tensor:

@@ -153,8 +153,9 @@ def test_argmax_of_a_0d_tensor_is_0_as_numpy():
 
 @pytest.mark.parametrize("call, fragments", [
     (lambda t: t.argmax(1), ("argmax", "axis 1", "(3, 0)", "empty")),
-    (lambda t: t.argmin(), ("argmax", "(3, 0)", "empty")),
+    (lambda t: t.argmin(), ("argmin", "(3, 0)", "empty")),
     (lambda t: t.argmax(2), ("argmax", "axis 2", "out of range")),
+    (lambda t: t.argmin(dim=-3), ("argmin", "axis -3", "out of range")),
 ])
 def test_argmax_refuses_an_empty_or_missing_axis_by_name(call, fragments):
     with pytest.raises(ValueError, match=msg(None, *fragments)):

@@ -254,6 +254,7 @@ def _runs(children: list, pad: str, seen: dict) -> list[list[tuple[str, str]]]:
         groups.append([(pad + label + head[len(pad):], count), *rows[1:]])
     return groups
 
+
 def _same_list(name: str, other: str) -> bool:
     """Both names are items of one list: `layers.3` and `layers.4`."""
     base, _, index = name.rpartition(".")
