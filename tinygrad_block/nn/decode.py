@@ -12,7 +12,8 @@ from .cache import StaticKVCache
 
 
 def argmax(x: Tensor) -> Tensor:
-    """(B, V) -> (B,) int64: the index of each row's largest value (the first one, on ties)."""
+    """(B, V) -> (B,) int64: the index of each row's largest value (the first one, on ties). Tensor.argmax(-1) gives
+    the same for finite logits; this one, run at every decode step, leaves out its NaN check (two elementwise ops)."""
     V = x.shape[-1]
     is_max = x == x.max(axis=-1, keepdims=True)                                 # (B, V)
     countdown = arange(V, 0, -1, device=x.backend)                              # V - j at index j: largest first
