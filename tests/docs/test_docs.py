@@ -117,10 +117,19 @@ def test_long_command_parses(doc, command: Command, capsys):
 
 
 @functools.cache
+def tool_helps() -> dict[str, subprocess.Popen]:
+    """`python tools/NAME.py --help` of every tool the pages name, all started at once (one that imports torch takes
+    seconds to start)."""
+    scripts = sorted({tool(c.argv) for doc in DOCS for c in commands(doc)} - {None})
+    return {s: subprocess.Popen([sys.executable, s, "--help"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for s in scripts if (ROOT / s).is_file()}
+
+
+@functools.cache
 def tool_help(script: str) -> str:
-    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, (script, done.stderr)
-    return done.stdout
+    out, err = tool_helps()[script].communicate(timeout=300)
+    assert tool_helps()[script].returncode == 0, (script, err)
+    return out
 
 
 @pytest.mark.parametrize("doc, command", examples("tool"))
