@@ -14,7 +14,9 @@ from pathlib import Path
 
 CORE = ("tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "autograd.py", "trace.py", "index.py",
         "device.py", "cuda.py", "strict.py")
-BUDGET = 1610  # 1500 until cuda.py and strict.py (172 lines) joined the core; 1600 until int64 sums and exact int min
+# 1500 until cuda.py and strict.py (172 lines) joined the core; 1600 until int64 sums, exact int min and kthlargest;
+# 1610 until PyTorch's habits (t.size(), view, argmax/argmin, no_grad as a decorator) and cuda's jit default
+BUDGET = 1650
 PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
 
 
