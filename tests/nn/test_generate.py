@@ -458,3 +458,18 @@ def test_threads_generating_from_one_model_at_once_each_get_their_own_tokens(jit
     assert errors == []
     for (i, r), tokens in got.items():
         np.testing.assert_array_equal(tokens, want[i], err_msg=f"thread {i}, generation {r}")
+
+
+@pytest.mark.parametrize("by_default", [True, False])
+def test_generate_compiles_where_cuda_jit_by_default_says_unless_told(monkeypatch, by_default):
+    """LM.generate's jit=None asks cuda.jit_by_default about the model's device (eager on a GPU whose replays are
+    not yet checked); jit=True or False is followed as given; the tokens are the same either way."""
+    from tinygrad_block.nn import model as model_module
+    asked = []
+    monkeypatch.setattr(model_module, "jit_by_default", lambda device: asked.append(device) or by_default)
+    model, ids = model_and_ids(TINY, L=3)
+    default = model.generate(ids, 5).numpy()
+    assert asked == ["cpu"] and model.last_decoder.jit is by_default
+    for jit in (True, False):
+        np.testing.assert_array_equal(model.generate(ids, 5, jit=jit).numpy(), default)
+        assert model.last_decoder.jit is jit and asked == ["cpu"]

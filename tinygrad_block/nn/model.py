@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from ..cuda import jit_by_default
 from ..dtypes import float32
 
 from ..generator import Generator
@@ -80,21 +81,23 @@ class LM(Module):
 
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  generator: Generator | None = None, use_cache: bool = True, on_token=None,
-                 jit: bool = True) -> Tensor:
+                 jit: bool | None = None) -> Tensor:
         """ids (B, L) -> (B, L + max_new_tokens): the prompt followed by tokens chosen one at a time from the
         last position's logits: greedy by default, as in transformers (temperature 0: the argmax, the first one on
         ties; nothing is drawn, so top_k and generator are not used); at a temperature > 0, drawn from
         softmax(logits / temperature) over the top_k largest (all when None), from `generator`, which sampling
         needs. With use_cache (the default) the prompt runs once into
         a StaticKVCache of L + max_new_tokens positions (prefill), then each step runs only the newest token
-        (decode): compiled with tb.jit when `jit` (the default; the first two steps run eagerly while they are
-        captured, the rest replay), eagerly otherwise. Without use_cache each step recomputes the whole sequence.
+        (decode): compiled with tb.jit when `jit` (the first two steps run eagerly while they are captured, the
+        rest replay), eagerly otherwise; by default compiled everywhere but on a GPU whose replays have not been
+        checked against eager yet (cuda.jit_by_default). Without use_cache each step recomputes the whole sequence.
         Runs under no_grad. `on_token(i, new)`, when given, is called as each new token is chosen (i = 0, 1, ...;
         new: (B,) ids), so a caller can show or time the tokens as they come."""
         self._check_generate(ids, max_new_tokens, temperature, top_k, generator)
         B, L = ids.shape
         if max_new_tokens == 0:
             return ids
+        jit = jit_by_default(self.embed.weight.device) if jit is None else jit
         with no_grad():
             if not use_cache:
                 return self._recompute(ids, max_new_tokens, temperature, top_k, generator, on_token)
