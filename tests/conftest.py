@@ -10,6 +10,7 @@ pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, share
 repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer."""
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -124,6 +125,23 @@ def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames and not any(m.name == "parametrize" and "device" in m.args[0]
                                                       for m in metafunc.definition.iter_markers()):
         metafunc.parametrize("device", DEVICES)
+
+
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's: the package's own download is never used), one per test module that asks; skipped,
+    with the reason, without playwright or chromium."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright",
+                                   exc_type=ImportError)
+    if CHROMIUM is None:
+        pytest.skip("chromium is missing (Debian/Ubuntu: apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
 
 
 @pytest.fixture

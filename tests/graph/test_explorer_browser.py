@@ -22,7 +22,6 @@ from tinygrad_block.explore import explore
 from tinygrad_block.graph import record_graph
 from hostile import FINITE, NAMES, ROOT, TITLE, hostile
 
-CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 SHOTS = Path("/tmp/explorer_shots")
 VIEWPORT = {"width": 1600, "height": 1000}
 READY_S = 20                                    # a generous limit on loading; the benchmark measures it
@@ -31,19 +30,6 @@ MAX_BYTES = 5_000_000
 
 
 # ---------------------------------------------------------------- the browser, the pages and their oracles
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium, one for the module; skip (with the reason) without playwright or chromium."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright",
-                                   exc_type=ImportError)
-    if CHROMIUM is None:
-        pytest.skip("chromium is missing (Debian/Ubuntu: apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
 class Recorded:
     """An independent recording of module(*inputs), forward and backward: the Graph and the FLOP counter."""
 

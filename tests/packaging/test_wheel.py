@@ -25,7 +25,6 @@ pytestmark = pytest.mark.slow
 EXPLORER = ("template.html", "explorer.js", "explorer.css", "viz-global.js")
 NOTICES = ("LICENSE", "THIRD_PARTY_NOTICES.md")
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
                                     ".ruff_cache", ".hypothesis", "out", "tinygrad_block_tour")
 SNIPPET = """
@@ -136,20 +135,6 @@ def test_the_tour_runs_there_and_says_where_the_course_lives(installed, pages):
     lesson = run(installed["python"], "-m", "tinygrad_block", "lesson", "01", cwd=installed["work"])
     assert lesson.returncode == 2 and "Traceback" not in lesson.stderr          # as the tour said: not here
     assert "lives in the repository's lessons/ folder" in lesson.stderr and len(lesson.stderr.splitlines()) == 1
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium (Debian's), as tests/graph/test_explorer_browser.py launches it; skipped, saying why,
-    without playwright or chromium."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install playwright",
-                                   exc_type=ImportError)
-    if CHROMIUM is None:
-        pytest.skip("chromium is missing (Debian/Ubuntu: apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 @pytest.mark.parametrize("name", ["tour", "graph", "snippet"])
