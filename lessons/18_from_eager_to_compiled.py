@@ -325,6 +325,27 @@ assert between == ["add > div > mul", "permute", "reshape", "matmul", "reshape",
 assert sum(len(c) - 1 for c in chains) == 31 and saved_bytes == 167_424
 
 # %% [markdown]
+# **A chain as one loop of C.** On the CPU a chain does not even run as numpy functions when its ops are ones
+# that IEEE 754 (the standard every CPU's floating-point arithmetic follows) rounds exactly: add, sub, mul, div,
+# neg, reciprocal, sqrt and maximum. The program writes such a chain as one function of C, a **generated
+# kernel**, compiles it once with the system's C compiler (the library is kept on disk, so the next run finds
+# it), and runs it on the replay's arrays: one pass over memory instead of one per op, and no Python between the
+# ops. `program.source()` is that C, written to be read: a loop over the output's elements, one line per
+# primitive named after it, its shape and module in a comment, the numbers of the code (RMSNorm's d and ε)
+# written in. Each op rounds as numpy's does (the compiler is told not to merge a multiply and an add into one
+# rounding), so a replay is still eager's bit for bit. The forward's softmax chain, `sub > exp`, stays numpy's:
+# exp is not rounded exactly, and every math library rounds it its own way in the last bits.
+
+# %%
+source = fwd_program.source()
+start = source.index("/* k2:")
+print(source[start:source.index("\n}\n", start) + 2])
+print(f"generated kernels of the forward's 10 chains: {len(fwd_program.plans)} "
+      f"({', '.join(k.describe().split('   ')[0] for k in fwd_program.plans[:3])}, ...)")
+assert len(fwd_program.plans) == 9 and "float div_0 = x0 / c0;" in source[start:]
+assert "float sqrt_2 = sqrtf(add_1);" in source and "float c1 = 9.999999747378752e-06;" in source
+
+# %% [markdown]
 # ## 5. The program, drawn
 #
 # `program.to_dot(title)` writes the kernels as a graph for graphviz: one box per kernel, with its shape,

@@ -312,6 +312,12 @@ class ArrayBackend:
     def matmul(self, a, b):
         return self.xp.matmul(a, b)
 
+    # ---- generated kernels ----
+    def generated(self, kernels: list, runs: list) -> list | None:
+        """Runnable steps for a program's generated kernels (kernels.py), or None where this backend generates none
+        (then numpy's functions run them): the CPU's backend (cpu_kernels.CpuBackend) compiles them as C."""
+        return None
+
 
 def sum_dtype(dtype) -> np.dtype:
     """The dtype of a sum, as in numpy and PyTorch: bools and ints sum to int64 (a count of Trues is a number, and

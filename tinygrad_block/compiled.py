@@ -286,6 +286,7 @@ class Program:
         spec, refs = rec.outputs
         self.outputs = (spec, tuple(named(r) for r in refs))
         self.alias = {}                  # expand's step -> its input's, for the broadcasts fusion elides
+        self.plans = []                  # the generated kernels' plans (kernels.Kernel), fusion's
         self.kernels = fuse_program(self) if fuse else self.plain
         self.runs = [kernel.run for kernel in self.kernels]
         self.checked = self.kernels is self.plain
@@ -352,6 +353,12 @@ class Program:
 
     def __str__(self):
         return describe(self)
+
+    def source(self) -> str:
+        """The generated kernels of this program as one C file, one function per kernel, named as `print(program)`
+        lists them (k12: the twelfth kernel): what the CPU compiles and runs."""
+        from .cpu_kernels import source
+        return source(self.plans)
 
     def to_dot(self, title: str = "compiled program") -> str:
         """The kernels as a DOT graph (graphviz draws it): a fused chain is one box listing its primitives."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import ArrayBackend, MetaBackend
+from .cpu_kernels import CpuBackend
 from .cuda import cuda_backend
 from .strict import StrictArray, StrictBackend
 
-BACKENDS = {"cpu": ArrayBackend("cpu", np), "meta": MetaBackend()}  # the GPUs and 'strict' join on first use
+BACKENDS = {"cpu": CpuBackend(), "meta": MetaBackend()}  # the GPUs and 'strict' join on first use
 
 
 def get_backend(device) -> ArrayBackend | MetaBackend:

@@ -5,18 +5,18 @@ Three rewrites, each exact (a replay stays bit-identical to eager) and each on n
   full shape is dropped: the array library broadcasts on the fly, as the expand's view would have.
 - **Chains fused.** Elementwise ops of one shape and dtype, each read only by the next, become one kernel: the
   first op allocates the result and every later op writes into it in place (`out=`), so the chain's
-  intermediates are never allocated and its data stays in cache.
+  intermediates are never allocated and its data stays in cache. Where the backend generates kernels (the CPU's,
+  as C: cpu_kernels.py) a chain of exactly rounded ops is planned as one (kernels.py) and runs as one loop.
 - **Lowered.** Every other elementwise op and a sum calls its array function directly, a slice indexes with a
   key made once, a reshape, permute or broadcast of an array from outside the program (a weight) is made again
   only when that array is a new one: no Function, Tensor or backend call in between.
 
-A multi-threaded expression compiler (numexpr) was measured for the chains on the 2-core CPU: with one thread
-it ran 3-4x slower than numpy's vectorised loops on the same arrays (exp, division, even a*b + c*d), so the
-chains stay in numpy (docs/compiled.md has the numbers and the command).
+docs/compiled.md measures the chains each way: numpy op at a time, in place, and generated C.
 """
 from __future__ import annotations
 
 from .graph_dot import text
+from .kernels import build
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
                        Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sub, Sum, Where)
 
@@ -202,6 +202,44 @@ def fuse_program(program) -> list:
             chain = _close(chain, kernels, kept)
             chain = Chain(Direct(ufunc, ins, None, [s]), [], name(s.out), [s])
     _close(chain, kernels, kept)
+    return _generated(program, kernels, kept, alias)
+
+
+def _generated(program, kernels: list, kept: set, alias: dict) -> list:
+    """`kernels` with each fused chain of float32 or float64 ops replaced by one generated kernel (kernels.py),
+    where the backend generates them (the CPU's, as C); the chain stays as its fallback."""
+    steps, slots = program.steps, program.all
+
+    def operand(k):
+        k = alias.get(k, k)
+        shape, dtype = program.spec(k)
+        strides = steps[k].strides if k < len(steps) else slots[k].data.strides
+        return shape, dtype, strides, dtype.itemsize
+    held = {id(slot) for _, slot in program.args} | {id(slot) for _, slot, *_ in program.live}
+
+    def constant(k):
+        """The number a 0-d constant of the program holds (never an argument or a live tensor), else None."""
+        k = alias.get(k, k)
+        if k < len(steps) or id(slots[k]) in held or program.spec(k)[0] != ():
+            return None
+        return slots[k].item()
+    plans, runs, where = [], [], []
+    for i, chain in enumerate(kernels):
+        if not isinstance(chain, Chain) or chain.steps[-1].strides is None:
+            continue
+        last = chain.steps[-1]
+        plan = build(f"k{i}", chain.steps, operand, last.strides, constant)
+        if plan is None:
+            continue
+        ins = [slots[alias.get(k, k)] for k in plan.reads]
+        plans.append(plan)
+        runs.append((ins, chain.out, chain.steps, [operand(k)[2] for k in plan.reads], last.strides, chain,
+                     chain.first.reuse))
+        where.append(i)
+    program.plans = plans
+    made = program.backend.generated(plans, runs) if plans else None
+    for i, runner in zip(where, made or []):
+        kernels[i] = runner
     return kernels
 
 
@@ -318,14 +356,14 @@ def kernel_flops(kernel) -> int:
 def describe(program) -> str:
     """One line per kernel: what it runs (a fused chain lists its primitives), its output, FLOPs and module."""
     kernels = program.kernels
-    fused = sum(1 for k in kernels if isinstance(k, Chain))
+    fused = sum(1 for k in kernels if len(kernel_steps(k)) > 1)
     lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives ({fused} fused chains, "
              f"{len(program.plain) - len(kernels)} primitives saved); {sum(map(kernel_flops, kernels)):,} FLOPs"]
     for i, k in enumerate(kernels):
         steps = kernel_steps(k)
         s = steps[-1]
         what = " > ".join(t.op.name for t in steps) if len(steps) > 1 else s.op.name
-        kind = "fused" if isinstance(k, Chain) else ("" if hasattr(k, "fn") else "direct")
+        kind = "fused" if len(steps) > 1 else ("" if hasattr(k, "fn") else "direct")
         lines.append(f"  {i:4d}  {what:<34} {kind:<6} {str(s.shape):<16} {str(s.dtype):<8} "
                      f"{kernel_flops(k):>10,}  {'.'.join(s.scope)} {s.step}".rstrip())
     return "\n".join(lines)
@@ -345,7 +383,7 @@ def to_dot(program, title: str = "compiled program") -> str:
         for n in last.shape:
             size *= n
         ops = "\\n".join(t.op.name for t in steps)
-        colour = "#f6d8ae" if isinstance(k, Chain) else ("#dde8f4" if steps[0].op in UFUNCS else "#eeeeee")
+        colour = "#f6d8ae" if len(steps) > 1 else ("#dde8f4" if steps[0].op in UFUNCS else "#eeeeee")
         lines.append(f'  k{i} [label="{ops}\\n{last.shape} {last.dtype}\\n{kernel_flops(k):,} FLOPs, '
                      f'{size:,} B", fillcolor="{colour}"];')
     alias = program.alias

@@ -6,6 +6,9 @@ fingerprint, the gradient guards, and taking a program copy of its own, so that 
 the smallest replay there is (the tiny block's forward on one token): the compiled call against `Program.run`
 alone, interleaved, median ratio and spread.
 
+Fusion: every chain of the compiled block's program that runs as generated C (cpu_kernels.py) is timed on its
+real arrays four ways: numpy op at a time, numpy in place (the chain's fallback), numexpr, and the generated C.
+
 Capture: the first two calls of a compiled forward+backward run eagerly while recorded (the second also builds
 the program); their times are set against one eager call, medians over fresh compilations. Fusion: every chain
 of the compiled block's program is timed on its real arrays, interleaved round by round, and the table gives the
@@ -64,19 +67,21 @@ def capture_cost(size: str, rounds: int) -> tuple[float, float, float]:
 
 def chain_runners(chain: Chain) -> dict:
     """The chain as numpy op at a time, as fuse.py runs it (in place), and as one numexpr expression."""
-    first, links = chain.first, chain.links
+    first = chain.first
     args = [t.data for t in first.ins]
-    others = [[None if t is None else t.data for t in operands] for _, operands in links]
+    # each link's operands, None standing for the result so far: (f, [None]) or (f, [None, b]) or (f, [b, None])
+    links = [(f, [None] if other is None else [None, other.data] if leads else [other.data, None])
+             for f, other, leads in chain.links]
 
     def separate():
         r = first.f(*args)
-        for (f, _), ops in zip(links, others):
+        for f, ops in links:
             r = f(*[r if a is None else a for a in ops])
         return r
 
     def in_place():
         r = first.f(*args)
-        for (f, _), ops in zip(links, others):
+        for f, ops in links:
             f(*[r if a is None else a for a in ops], out=r)
         return r
     runners = {"numpy, op at a time": separate, "numpy in place (fuse.py)": in_place}
@@ -93,7 +98,7 @@ def chain_runners(chain: Chain) -> dict:
             env[names[key]] = a
         return names[key]
     expr = NUMEXPR[first.f.__name__].format(*[var(a) for a in args])
-    for (f, _), ops in zip(links, others):
+    for f, ops in links:
         expr = NUMEXPR[f.__name__].format(*[expr if a is None else var(a) for a in ops])
     compiled = numexpr.NumExpr(expr, signature=[(n, float if a.dtype == np.float32 else np.float64)
                                                 for n, a in env.items()])
@@ -103,7 +108,8 @@ def chain_runners(chain: Chain) -> dict:
 
 
 def fusion(size: str, rounds: int) -> dict:
-    """Summed seconds per engine over every chain of the block's compiled program, per round."""
+    """Summed seconds per engine over every chain of the block's compiled program that runs as generated C (those
+    of exp, log, sin or cos stay numpy's), per round."""
     block, x, step = block_case(size)
     compiled = tb.jit(step)
     for _ in range(3):
@@ -112,9 +118,9 @@ def fusion(size: str, rounds: int) -> dict:
     program = compiled.program
     for kernel in program.plain:               # fill every slot with this replay's arrays, unfused
         kernel.run()
-    chains = [k for k in program.kernels if isinstance(k, Chain)
+    chains = [(k.fallback, k) for k in program.kernels if isinstance(getattr(k, "fallback", None), Chain)
               and all(s.op in UFUNCS for s in kernel_steps(k))]
-    runners = [chain_runners(c) for c in chains]
+    runners = [chain_runners(c) | {"generated C (cpu_kernels.py)": k.run} for c, k in chains]
     engines = list(runners[0]) if runners else []
     times = {e: [] for e in engines}
     for r in range(rounds):
@@ -174,22 +180,24 @@ def main(argv=None):
               f"({min(share):.2%}-{max(share):.2%})")
     if args.only not in (None, "capture", "fusion"):
         return
-    print("capture cost: one eager forward+backward, then the first two calls of tb.jit (recorded; the second "
-          "builds the program)")
+    if args.only != "fusion":
+        print("capture cost: one eager forward+backward, then the first two calls of tb.jit (recorded; the second "
+              "builds the program)")
     for size in args.sizes if args.only != "fusion" else []:
         eager, first, second = capture_cost(size, args.rounds)
         print(f"  {size:<7} eager {eager * 1e3:8.2f} ms   first {first * 1e3:8.2f} ms ({first / eager:.2f}x)   "
               f"second {second * 1e3:8.2f} ms ({second / eager:.2f}x)")
     if args.only == "capture":
         return
-    print("fused chains of the block's forward+backward, all of them, per engine (median, ratio to op at a time)")
+    print("fused chains of the block's forward+backward that run as generated C, per engine (median, ratio to op "
+          "at a time)")
     for size in args.sizes:
         result = fusion(size, args.rounds)
         times = result["times"]
         base = times["numpy, op at a time"]
         for engine, ts in times.items():
             ratios = [t / b for t, b in zip(ts, base)]
-            print(f"  {size:<7} {result['chains']:3d} chains  {engine:<26} {statistics.median(ts) * 1e6:9.1f} us  "
+            print(f"  {size:<7} {result['chains']:3d} chains  {engine:<30} {statistics.median(ts) * 1e6:9.1f} us  "
                   f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
 
 

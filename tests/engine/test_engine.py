@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tinygrad_block"
 # the only files that may touch numpy: the backends (the seam, the GPU's, the strict arrays) and host-side
 # checking (finite differences, the tour's comparison tables)
-NUMPY_ALLOWED = {"backend.py", "dtypes.py", "generator.py", "device.py", "cuda.py", "strict.py", "gradcheck.py",
+NUMPY_ALLOWED = {"backend.py", "dtypes.py", "generator.py", "device.py", "cuda.py", "strict.py", "cpu_kernels.py",
+                 "gradcheck.py",
                  "tour.py", "nn/pretrained.py", "hf_folder.py"}   # checkpoint files are read and written as host arrays
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
               "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "kthlargest", "reshape", "permute",
@@ -119,7 +120,7 @@ def test_engine_core_stays_within_its_line_budget():
     counts = budget.count()
     assert set(counts) == {"tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "autograd.py",
                            "trace.py", "index.py", "device.py", "cuda.py", "strict.py"}
-    assert 500 < sum(counts.values()) <= budget.BUDGET == 1650, counts
+    assert 500 < sum(counts.values()) <= budget.BUDGET == 1660, counts
 
 
 def test_line_counter_ignores_comments_blanks_and_docstrings():

@@ -1,0 +1,176 @@
+"""Generated kernels (kernels.py, the language; cpu_kernels.py, C on the CPU): a compiled program's fused chains run
+as C functions, and each computes what numpy's functions compute, bit for bit (the ops generated are those IEEE
+754 rounds exactly). Oracles: the same function run eagerly (numpy's functions, op by op), compared bit for bit,
+NaN, infinities and signed zeros included; the generated source itself, read as text."""
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import tinygrad_block as tb
+from tinygrad_block import cpu_kernels, nn
+from tinygrad_block.kernels import literal, short
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The bytes of each element (so NaN == NaN and -0.0 != 0.0): bit-for-bit equality."""
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def generated(program) -> list:
+    return [k for k in program.kernels if isinstance(k, cpu_kernels.Generated)]
+
+
+def replay(fn, *args, calls: int = 3):
+    """fn compiled, called `calls` times (two captures, then replays); the last result and the compiled function."""
+    compiled = tb.jit(fn)
+    with tb.no_grad():
+        for _ in range(calls):
+            out = compiled(*args)
+    return out, compiled
+
+
+@pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
+def test_a_chain_over_broadcast_transposed_and_constant_operands_equals_numpy_bit_for_bit(dtype):
+    """Operands read through strides: a transposed view, a row and a column broadcast, Python numbers written into
+    the source; values that test the rules: NaN (maximum lets it win, as numpy's does), infinities, -0.0,
+    denormals, division by zero."""
+    r = np.random.default_rng(0)
+    a = r.standard_normal((7, 33)).astype(dtype)
+    a.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-310 if dtype == tb.float64 else 1e-40, 3.0, -2.0]
+    row, col, w = r.standard_normal(7).astype(dtype), r.standard_normal((33, 1)).astype(dtype), np.zeros(7, dtype)
+    col[0, 0], w[2] = 0.0, np.nan                                      # w: NaN on one side of a maximum only
+
+    def f(a, row, col, w):
+        t = a.T                                                        # (33, 7): a transposed view
+        return ((t * row + 0.1) / col).maximum(t).maximum(w).sqrt() - 2.5 * row   # (33, 7)
+    args = [tb.tensor(v, dtype=dtype) for v in (a, row, col, w)]
+    out, compiled = replay(f, *args)
+    with tb.no_grad():
+        eager = f(*args).numpy()
+    assert len(generated(compiled.program)) == 1 and compiled.program.checked
+    np.testing.assert_array_equal(bits(out.numpy()), bits(eager))
+    assert np.isnan(eager).any() and np.isinf(eager).any()             # the rules were exercised
+
+
+def test_the_blocks_fused_chains_run_as_generated_c_and_equal_eager_forward_and_backward():
+    blk = nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0))
+    x, dout = (tb.randn(2, 8, 64, generator=tb.Generator(i)) for i in (1, 2))
+
+    def step(x):
+        out = blk(x)
+        out.backward(dout)
+        return out
+    compiled = tb.jit(step)
+    for _ in range(4):
+        blk.zero_grad()
+        xc = x.detach().requires_grad_()
+        out = compiled(xc)
+    got = [out.numpy(), xc.grad.numpy()] + [p.grad.numpy() for p in blk.parameters()]
+    blk.zero_grad()
+    xe = x.detach().requires_grad_()
+    want = [step(xe).numpy(), xe.grad.numpy()] + [p.grad.numpy() for p in blk.parameters()]
+    program = compiled.program
+    chains = [k for k in program.kernels if len(getattr(k, "steps", ())) > 1]
+    assert len(generated(program)) == len(program.plans) >= 20
+    assert all(isinstance(k, cpu_kernels.Generated) or {"exp", "log"} & {s.op.name for s in k.steps}
+               for k in chains)                                           # the rest hold a transcendental op
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(bits(g), bits(w))
+
+
+def test_an_input_laid_out_otherwise_at_a_later_call_runs_numpys_functions_instead():
+    """The kernel was written for its inputs' strides at the capture; a later call may pass the same shape laid
+    out otherwise (a transposed copy): then the chain's numpy functions run, and the answer is still eager's."""
+    def f(a, b):
+        return (a * b + 1.0) * a
+    r = np.random.default_rng(1)
+    a, b = tb.tensor(r.standard_normal((16, 16))), tb.tensor(r.standard_normal((16, 16)))
+    _, compiled = replay(f, a, b)
+    [kernel] = generated(compiled.program)
+    transposed = tb.tensor(np.asfortranarray(r.standard_normal((16, 16))))       # same shape, other strides
+    with tb.no_grad():
+        got, want = compiled(transposed, b).numpy(), f(transposed, b).numpy()
+    assert transposed.data.strides != a.data.strides and compiled.replays == 2
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_the_source_is_one_function_per_kernel_named_as_the_program_lists_it():
+    blk = nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0))
+    _, compiled = replay(lambda x: blk(x), tb.randn(2, 8, 64, generator=tb.Generator(1)))
+    program, text = compiled.program, compiled.program.source()
+    listed = {int(line.split()[0]) for line in str(program).splitlines()[1:] if " fused " in line}
+    named = {int(n) for n in re.findall(r"^void k(\d+)\(", text, re.M)}
+    assert named == {program.kernels.index(k) for k in generated(program)} <= listed
+    first = text[text.index("void k2("):text.index("}\n", text.index("void k2("))]
+    assert "x0 / c0" in first and "sqrtf(" in first and "// div (2, 8, 1)   block.norm1" in first
+    assert "float c1 = 9.999999747378752e-06;   // the constant 1e-05" in first      # RMSNorm's eps, exactly
+    assert all(len(line) <= 160 for line in text.splitlines())
+
+
+def test_literals_read_back_as_the_same_number_and_read_well():
+    for value in (0.1, 1 / 3, 64.0, 1e-310, -2.5e300, 9.999999747378752e-06):
+        assert float(literal(value)) == value
+    assert [literal(v) for v in (np.inf, -np.inf, np.nan, 2.0)] == ["INFINITY", "-INFINITY", "NAN", "2.0"]
+    assert short(9.999999747378752e-06, "float32") == "1e-05" and short(1 / 3, "float64") == "0.3333333333333333"
+
+
+def test_a_library_is_built_once_and_then_read_from_the_cache_by_its_sources_hash(tmp_path):
+    first = cpu_kernels.Compiler(cache=tmp_path)
+    text = "void twice(const double *restrict in0, double *restrict out) { out[0] = in0[0] * 2; }\n"
+    lib = first.library(text)
+    again = cpu_kernels.Compiler(cache=tmp_path)
+    again.library(text)
+    assert (first.built, again.built) == (1, 0) and len(list(tmp_path.glob("*.so"))) == 1
+    x, out = np.array([21.0]), np.zeros(1)
+    lib.twice(x.ctypes.data_as(cpu_kernels.ctypes.c_void_p), out.ctypes.data_as(cpu_kernels.ctypes.c_void_p))
+    assert out[0] == 42.0 and not list(tmp_path.glob(".*.tmp"))            # no temporary left behind
+    with pytest.raises(RuntimeError, match=r"kernels: .* could not compile .*\.c \(its messages: .*\.log\)"):
+        first.library("this is not C")
+
+
+def test_without_a_c_compiler_a_replay_runs_numpys_functions_and_says_so_once(monkeypatch):
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    cpu_kernels.compiler.cache_clear()
+    try:
+        def f(a):
+            return (a * 2.0 + 1.0) * a
+        a = tb.tensor(np.arange(12.0).reshape(3, 4))
+        with pytest.warns(RuntimeWarning, match="no C compiler found") as said:
+            out, compiled = replay(f, a)
+            replay(f, a)                                                # a second program: nothing said again
+        assert len(said) == 1 and generated(compiled.program) == [] and len(compiled.program.plans) == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_array_equal(out.numpy(), f(a).numpy())
+    finally:
+        cpu_kernels.compiler.cache_clear()
+
+
+def test_a_number_kept_alive_by_the_graph_is_read_from_memory_of_its_own():
+    """With gradients recorded and the outputs kept, the Python numbers of the first calls (numpy scalars, which own
+    no memory an address could point into) outlive the call and are read as inputs: each replay still equals
+    eager (README's example: RMSNorm's 1/n and eps)."""
+    block = nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0))
+    step = tb.jit(lambda x: block(x))
+    xs = [tb.randn(2, 8, 64, generator=tb.Generator(i)) for i in range(5)]
+    outs = [step(x) for x in xs]
+    assert any(not isinstance(t.data, np.ndarray) for k in generated(step.program) for t in k.ins)
+    for x, out in zip(xs, outs):
+        np.testing.assert_array_equal(bits(out.numpy()), bits(block(x).numpy()))
+
+
+def test_a_compiler_that_refuses_the_source_leaves_the_chains_to_numpy_and_says_so(monkeypatch):
+    """A compiler that takes other flags (an old clang without -march=native, say): one line saying so, the log kept
+    beside the source, and the replay runs the chains' numpy functions."""
+    monkeypatch.setattr(cpu_kernels, "FLAGS", cpu_kernels.FLAGS + ["-fno-such-flag-anywhere"])
+
+    def f(a):
+        return (a * 3.0 - 1.0) * a
+    a = tb.tensor(np.linspace(-1, 1, 40).reshape(5, 8))
+    with pytest.warns(RuntimeWarning, match=r"tb.jit: kernels: .* could not compile .*\.c \(its messages: .*\.log\); "
+                                            r"numpy's functions run"):
+        out, compiled = replay(f, a)
+    assert generated(compiled.program) == []
+    np.testing.assert_array_equal(bits(out.numpy()), bits(f(a).numpy()))

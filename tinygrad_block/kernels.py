@@ -1,0 +1,176 @@
+"""Kernels you can read: a kernel is one loop over the elements of its output, whose body computes each element
+from the inputs' elements with elementwise primitives, one line per primitive, named after it, with its shape in
+a comment. An input is read through its strides, so a broadcast input (stride 0 along an axis) costs nothing.
+
+This file is the language, and nothing else: which primitives share a kernel is the plan's (fuse.py), and how a
+kernel runs is a backend's (cpu_kernels.py renders it as C for the CPU). The body is the same text in every
+language that has C's expressions (C, CUDA C); only the loop around it, which finds the index, differs.
+
+    float x0 = in0[i0 * 172 + i1];          // in0 (16, 172) float32
+    float neg_1 = -x0;                      // neg (16, 172)   ffn
+    float exp_2 = expf(neg_1);              // exp (16, 172)   ffn
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+# each primitive's value from its operands ({0}, {1}): the ops IEEE 754 rounds once, exactly, so a kernel computes
+# what numpy's functions compute, bit for bit, in any order of elements (NaN wins in maximum, as in numpy's). exp,
+# log, sin and cos are not among them: each math library rounds them its own way in the last bits.
+EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
+        "reciprocal": "1 / {0}", "sqrt": "sqrt{f}({0})", "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}"}
+TYPES = {"float32": "float", "float64": "double"}        # the element types a kernel computes in
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An array a kernel reads (`in0`, `in1`, ...) or writes (`out`), with its strides in elements along each axis
+    of the loop (0 where it is broadcast)."""
+    name: str
+    shape: tuple
+    dtype: str
+    strides: tuple
+
+
+@dataclass(frozen=True)
+class Line:
+    """One primitive of the body: `var = op(args)`; `step` is the primitive's record (its shape and module)."""
+    var: str
+    op: str
+    args: tuple
+    step: object
+
+
+@dataclass
+class Kernel:
+    """One loop over `shape` (the output's, its axes merged where every operand allows) computing `out` from
+    `inputs`. `steps`: the primitives it runs; `flops`: theirs, by the engine's rules; `bytes`: what it reads and
+    writes (each input once, the output once)."""
+    name: str
+    shape: tuple
+    dtype: str
+    inputs: list
+    out: Operand
+    lines: list
+    steps: list
+    flops: int = 0
+    bytes: int = 0
+    loads: dict = field(default_factory=dict)          # input name -> the variable its element is loaded into
+    reads: tuple = ()                                  # the program's index of each input's array, in order
+    numbers: list = field(default_factory=list)        # (variable, value) of each constant, written as a literal
+
+    def body(self, index: list[str]) -> list[str]:
+        """The loop's body, one line per load, primitive and store, given the names of the loop's index variables
+        (one per axis of `shape`, outermost first): the same text in C and CUDA C."""
+        t, f = TYPES[self.dtype], "f" if self.dtype == "float32" else ""
+        lines = []
+        for op in self.inputs:
+            lines.append((f"{TYPES[op.dtype]} {self.loads[op.name]} = {op.name}[{offset(op, index)}];",
+                          f"{op.name} {op.shape} {op.dtype}"))
+        for var, value in self.numbers:
+            lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
+        for ln in self.lines:
+            where = ".".join(ln.step.scope)
+            lines.append((f"{t} {ln.var} = {EXPR[ln.op].format(*ln.args, f=f)};",
+                          f"{ln.op} {ln.step.shape}" + (f"   {where}" if where else "")))
+        lines.append((f"{self.out.name}[{offset(self.out, index)}] = {self.lines[-1].var};", "the result"))
+        width = max(len(code) for code, _ in lines)
+        return [f"{code:<{width}}   // {comment}" for code, comment in lines]
+
+    def describe(self) -> str:
+        """What it computes, in a line: its primitives joined by >, the output's shape and dtype."""
+        return f"{' > '.join(ln.op for ln in self.lines)}   {self.out.shape} {self.dtype}"
+
+
+def literal(value: float) -> str:
+    """A number as C writes it, exactly: the shortest decimal that reads back as the same double (a float32's
+    value is a double too); infinities and NaN by their names in math.h."""
+    if value != value:
+        return "NAN"
+    if value in (math.inf, -math.inf):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    text = repr(float(value))
+    return text if any(c in text for c in ".en") else text + ".0"
+
+
+def short(value: float, dtype: str) -> str:
+    """A number as a person writes it: the fewest digits that read back as the same `dtype` value (literal() is
+    what the compiler reads, every digit of the double)."""
+    if value != value or abs(value) == math.inf:
+        return literal(value)
+    same = (lambda x: struct.pack("f", x) == struct.pack("f", value)) if dtype == "float32" else value.__eq__
+    return next(text for p in range(1, 18) if same(float(text := f"{value:.{p}g}")))
+
+
+def offset(op: Operand, index: list[str]) -> str:
+    """The element offset of `op` at the loop's index: the sum of index * stride over the axes it moves along."""
+    terms = [i if s == 1 else f"{i} * {s}" for i, s in zip(index, op.strides) if s != 0]
+    return " + ".join(terms) or "0"
+
+
+def element_strides(shape: tuple, strides: tuple, itemsize: int, loop: tuple) -> tuple:
+    """An array's strides in elements along each axis of the loop's shape `loop`, numpy's broadcasting rule
+    applied (shapes aligned on the right; an axis of length 1, or one it lacks, has stride 0)."""
+    pad = len(loop) - len(shape)
+    out = [0] * pad
+    for n, st in zip(shape, strides):
+        out.append(0 if n == 1 else st // itemsize)
+    return tuple(out)
+
+
+def merge_axes(shape: tuple, operands: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """The loop's shape with neighbouring axes merged wherever every operand steps through them as one
+    (stride[a] == stride[a + 1] * shape[a + 1]), and axes of length 1 dropped: fewer, longer loops."""
+    dims = [(n, [st[a] for st in operands]) for a, n in enumerate(shape) if n != 1]
+    merged = []
+    for n, st in dims:
+        if merged and all(prev == s * n for prev, s in zip(merged[-1][1], st)):
+            merged[-1] = (merged[-1][0] * n, st)
+        else:
+            merged.append((n, st))
+    if not merged:
+        merged = [(1, [0] * len(operands))]
+    new_shape = tuple(n for n, _ in merged)
+    return new_shape, [tuple(st[i] for _, st in merged) for i in range(len(operands))]
+
+
+def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k: None) -> Kernel | None:
+    """The kernel that computes `steps` (elementwise primitives of one output shape, in order, each reading what
+    came before it or arrays from outside) in one loop; None when one of them is not in this language.
+    operand(k) -> (shape, dtype, strides in bytes, itemsize) of array k read from outside; constant(k) -> the
+    number array k always holds when it is a constant of the program (written into the source), else None.
+    `out_strides`: the layout (bytes) the result must have, the one eager gives it."""
+    last = steps[-1]
+    dtype = str(last.dtype)
+    if dtype not in TYPES or any(s.op.name not in EXPR or s.params or str(s.dtype) != dtype for s in steps):
+        return None
+    made, outside, lines, numbers = {}, {}, [], {}    # step slot -> its variable; outside index -> input number
+    for n, s in enumerate(steps):
+        args = []
+        for k in s.ins:
+            if k in made:
+                args.append(made[k])
+            elif (value := constant(k)) is not None:
+                numbers.setdefault(k, (f"c{len(numbers)}", value))
+                args.append(numbers[k][0])
+            else:
+                outside.setdefault(k, len(outside))
+                args.append(f"x{outside[k]}")
+        made[s.out] = var = f"{s.op.name}_{n}"
+        lines.append(Line(var, s.op.name, tuple(args), s))
+    loop = tuple(last.shape)
+    specs = {k: operand(k) for k in outside}
+    if any(str(sp[1]) not in TYPES for sp in specs.values()):
+        return None
+    strides = [element_strides(sp[0], sp[2], sp[3], loop) for sp in specs.values()]
+    out_elem = element_strides(loop, out_strides, last.dtype.itemsize, loop)
+    shape, merged = merge_axes(loop, strides + [out_elem])
+    inputs = [Operand(f"in{i}", tuple(sp[0]), str(sp[1]), merged[i]) for i, sp in enumerate(specs.values())]
+    kernel = Kernel(name, shape, dtype, inputs, Operand("out", loop, dtype, merged[-1]), lines, list(steps))
+    kernel.loads = {f"in{i}": f"x{i}" for i in range(len(inputs))}
+    kernel.reads, kernel.numbers = tuple(outside), list(numbers.values())
+    kernel.flops = sum(s.flops for s in steps)
+    kernel.bytes = sum(math.prod(sp[0]) * sp[3] for sp in specs.values()) + math.prod(loop) * last.dtype.itemsize
+    return kernel
