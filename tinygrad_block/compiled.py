@@ -354,11 +354,15 @@ class Program:
     def __str__(self):
         return describe(self)
 
-    def source(self) -> str:
-        """The generated kernels of this program as one C file, one function per kernel, named as `print(program)`
-        lists them (k12: the twelfth kernel): what the CPU compiles and runs."""
-        from .cpu_kernels import source
-        return source(self.plans)
+    def source(self, language: str = "c") -> str:
+        """The generated kernels of this program as one file, one function per kernel, named as `print(program)`
+        lists them (k12: the kernel numbered 12): "c", what the CPU compiles and runs, or "cuda", what a GPU
+        would (the same bodies, one thread an element)."""
+        from . import cpu_kernels, cuda_kernels
+        languages = {"c": cpu_kernels.source, "cuda": cuda_kernels.source}
+        if language not in languages:
+            raise ValueError(f"Program.source: language must be 'c' or 'cuda', got {language!r}")
+        return languages[language](self.plans)
 
     def to_dot(self, title: str = "compiled program") -> str:
         """The kernels as a DOT graph (graphviz draws it): a fused chain is one box listing its primitives."""

@@ -81,6 +81,12 @@ class CudaBackend(ArrayBackend):
     def where(self, cond, a, b):
         return self.xp.where(cond, a, b)   # one kernel on the GPU, no branching cost to avoid
 
+    def generated(self, kernels: list, runs: list) -> list | None:
+        """The program's generated kernels as CUDA C (cuda_kernels.py), compiled by NVRTC, one thread an element."""
+        from .cuda_kernels import load
+        with self.active:
+            return load(kernels, runs, self.xp) if kernels else None
+
     def erf(self, a):
         return self._erf(a).astype(a.dtype, copy=False)
 

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 # log, sin and cos are not among them: each math library rounds them its own way in the last bits.
 EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
         "reciprocal": "1 / {0}", "sqrt": "sqrt{f}({0})", "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}"}
-TYPES = {"float32": "float", "float64": "double"}        # the element types a kernel computes in
+# the type each dtype is computed in: float16 in float, each result rounded to float16 at once (HALF_ROUND, as
+# numpy and CuPy compute float16: in float32, rounded back after every op); each language names the type it is
+# stored as (C's _Float16, CUDA's __half) and defines HALF_LOAD, HALF_ROUND and HALF_STORE
+TYPES = {"float16": "float", "float32": "float", "float64": "double"}
 
 
 @dataclass(frozen=True)
@@ -64,18 +67,21 @@ class Kernel:
     def body(self, index: list[str]) -> list[str]:
         """The loop's body, one line per load, primitive and store, given the names of the loop's index variables
         (one per axis of `shape`, outermost first): the same text in C and CUDA C."""
-        t, f = TYPES[self.dtype], "f" if self.dtype == "float32" else ""
+        t, f = TYPES[self.dtype], "" if self.dtype == "float64" else "f"
+        half = self.dtype == "float16"
+        load, rounded, store = ("HALF_LOAD({})", "HALF_ROUND({})", "HALF_STORE({})") if half else ("{}",) * 3
         lines = []
         for op in self.inputs:
-            lines.append((f"{TYPES[op.dtype]} {self.loads[op.name]} = {op.name}[{offset(op, index)}];",
-                          f"{op.name} {op.shape} {op.dtype}"))
+            element = load.format(f"{op.name}[{offset(op, index)}]")
+            lines.append((f"{t} {self.loads[op.name]} = {element};", f"{op.name} {op.shape} {op.dtype}"))
         for var, value in self.numbers:
             lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
         for ln in self.lines:
             where = ".".join(ln.step.scope)
-            lines.append((f"{t} {ln.var} = {EXPR[ln.op].format(*ln.args, f=f)};",
+            lines.append((f"{t} {ln.var} = {rounded.format(EXPR[ln.op].format(*ln.args, f=f))};",
                           f"{ln.op} {ln.step.shape}" + (f"   {where}" if where else "")))
-        lines.append((f"{self.out.name}[{offset(self.out, index)}] = {self.lines[-1].var};", "the result"))
+        result = store.format(self.lines[-1].var)
+        lines.append((f"{self.out.name}[{offset(self.out, index)}] = {result};", "the result"))
         width = max(len(code) for code, _ in lines)
         return [f"{code:<{width}}   // {comment}" for code, comment in lines]
 
@@ -100,7 +106,8 @@ def short(value: float, dtype: str) -> str:
     what the compiler reads, every digit of the double)."""
     if value != value or abs(value) == math.inf:
         return literal(value)
-    same = (lambda x: struct.pack("f", x) == struct.pack("f", value)) if dtype == "float32" else value.__eq__
+    size = {"float16": "e", "float32": "f"}.get(dtype)
+    same = (lambda x: struct.pack(size, x) == struct.pack(size, value)) if size else value.__eq__
     return next(text for p in range(1, 18) if same(float(text := f"{value:.{p}g}")))
 
 

@@ -31,14 +31,17 @@ def replay(fn, *args, calls: int = 3):
     return out, compiled
 
 
-@pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
+TINY = {tb.float16: 1e-6, tb.float32: 1e-40, tb.float64: 1e-310}           # a subnormal number of each dtype
+
+
+@pytest.mark.parametrize("dtype", [tb.float16, tb.float32, tb.float64])
 def test_a_chain_over_broadcast_transposed_and_constant_operands_equals_numpy_bit_for_bit(dtype):
     """Operands read through strides: a transposed view, a row and a column broadcast, Python numbers written into
     the source; values that test the rules: NaN (maximum lets it win, as numpy's does), infinities, -0.0,
-    denormals, division by zero."""
+    subnormals, division by zero; float16 computed in float and rounded after each op, as numpy computes it."""
     r = np.random.default_rng(0)
     a = r.standard_normal((7, 33)).astype(dtype)
-    a.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-310 if dtype == tb.float64 else 1e-40, 3.0, -2.0]
+    a.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 0.0, TINY[dtype], 3.0, -2.0]
     row, col, w = r.standard_normal(7).astype(dtype), r.standard_normal((33, 1)).astype(dtype), np.zeros(7, dtype)
     col[0, 0], w[2] = 0.0, np.nan                                      # w: NaN on one side of a maximum only
 
