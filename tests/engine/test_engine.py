@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "tinygrad_block"
 # the only files that may touch numpy: the backends (the seam, the GPU's, the strict arrays) and host-side
 # checking (finite differences, the tour's comparison tables)
+# (checkpoint files are read and written as host arrays: nn/pretrained.py, hf_folder.py)
 NUMPY_ALLOWED = {"backend.py", "dtypes.py", "generator.py", "device.py", "cuda.py", "strict.py", "cpu_kernels.py",
-                 "cuda_kernels.py", "gradcheck.py", "tour.py", "nn/pretrained.py", "hf_folder.py"}   # checkpoint files are read and written as host arrays
+                 "cuda_kernels.py", "gradcheck.py", "tour.py", "nn/pretrained.py", "hf_folder.py"}
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
               "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "kthlargest", "reshape", "permute",
               "expand", "slice", "pad", "concat", "gather", "scatteradd", "matmul"}
