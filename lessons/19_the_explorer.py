@@ -320,8 +320,12 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 # (`tb.jit`'s) as a third pane. Two more buttons appear, *compiled* and *all*. The pane draws the program's
 # **kernels** inside the same module frames: each kernel runs one primitive, or a **fused** chain of
 # elementwise ones in one pass over the data. Click a kernel and the primitives it runs light up in the
-# forward and backward panes; click a primitive and the kernel that runs it lights up. In the data, a kernel
-# lists its primitives' ids in `runs`, and each primitive names its `kernel`.
+# forward and backward panes; click a primitive and the kernel that runs it lights up. A kernel's card also says
+# what runs it: a chain that lesson 18 generates code for shows that code, its C function (a button away, the
+# CUDA C one), as `program.source()` prints it; any other kernel says in a line why it runs numpy's function
+# (softmax's `sub > exp` chain, say: exp is rounded its own way by each math library). In the data, a kernel
+# lists its primitives' ids in `runs`, its `code` line and, when generated, its `source`; each primitive names
+# its `kernel`.
 #
 # Here the program is 236 kernels for 282 primitives, 24 of them fused chains. The first is RMSNorm's
 # `div > add > sqrt`: the sum of squares divided by $d$ (their mean), plus $\varepsilon$, then the square root,

@@ -4,7 +4,8 @@ tree with what each module sums up (parameters, FLOPs, bytes), each op's shapes,
 backward ops differentiate which forward op, autograd's order — and explorer/explorer.js only shows and hides it,
 laid out by graphviz (compiled to WebAssembly, inside the page). With a compiled program (tb.jit's, of the same
 forward and backward) the page has a third pane: its kernels, each listing the primitives it runs, linked both ways
-to those primitives in the forward and backward panes.
+to those primitives in the forward and backward panes; a generated kernel's card shows its source (C and CUDA C),
+any other kernel's says in a line why it runs the array library's functions.
 
     page = tb.explore(block, x)                 # forward and backward of block(x), recorded
     page = tb.explore(block, x, compiled=True)  # and the kernels tb.jit replays them with
@@ -21,11 +22,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from . import cpu_kernels, cuda_kernels
 from .dtypes import as_dtype
 from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, finite, folded_layers, moments
+from .kernels import EXPR, TYPES
 from .measure import is_movement, program_of
 
 ASSETS = Path(__file__).parent / "explorer"
@@ -248,6 +251,7 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
         return by_node.get(rep[gs[-1]])
 
     draw = [drawn(i) for i in range(len(kernels))]
+    plans = _plans(program)
     by_id = {n["id"]: n for n in nodes}
     out = []
     for i, ks in enumerate(kernels):
@@ -263,7 +267,7 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
             if target in by_id:
                 runs.append(target)
                 by_id[target].setdefault("kernel", f"c{i}")
-        out.append(_kernel_node(program, i, ks, runs))
+        out.append(_kernel_node(program, i, ks, runs) | _code(program, i, plans.get(i)))
     edges, seen = [], set()
     for i, ks in enumerate(kernels):
         dst = draw[i]
@@ -300,6 +304,46 @@ def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
             "bytes_written": 0 if views else _nbytes(last.shape, last.dtype),
             "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
             "runs": runs, "ops": [steps[k].op.name for k in ks]}
+
+
+def _plans(program) -> dict:
+    """kernel index -> the generated plan (kernels.Kernel) of that kernel, matched by the steps both run: a program
+    switched back to its unfused kernels runs none of its plans."""
+    by_steps = {tuple(map(id, plan.steps)): plan for plan in program.plans}
+    return {i: by_steps[key] for i, k in enumerate(program.kernels)
+            if (key := tuple(map(id, kernel_steps(k)))) in by_steps}
+
+
+def _code(program, i: int, plan) -> dict:
+    """What runs kernel i, in a line (`code`), and with a generated plan its `source`: the C function and the CUDA
+    C function rendered from it (only these kernels carry source, so the page stays small)."""
+    gpu = program.backend.name.startswith("cuda")
+    lib = "CuPy" if gpu else "numpy"
+    if plan is None:
+        return {"code": _why_not(kernel_steps(program.kernels[i]), lib)}
+    source = {"c": cpu_kernels.function(plan), "cuda": cuda_kernels.function(plan)}
+    if getattr(program.kernels[i], "kernel", None) is plan:       # the replay's step runs the compiled function
+        return {"code": f"generated {'CUDA C' if gpu else 'C'}, compiled once, run at every replay", "source": source}
+    return {"code": f"generated, but {lib}'s functions run it: the compiler was missing or refused this program",
+            "source": source}
+
+
+def _why_not(steps: list, lib: str) -> str:
+    """Why a kernel has no generated source, in a line: an index check, a lone primitive, or a chain holding an op
+    (or a dtype) the kernel language leaves to the array library."""
+    names = [s.op.name for s in steps]
+    if names == ["derived"]:
+        return f"{lib}'s: an index's bounds check, a Python function on the arrays"
+    if len(steps) == 1:
+        return f"runs {lib}'s function ({names[0]}): source is generated for fused chains only"
+    odd = next((name for name in names if name not in EXPR), None)
+    if odd is not None:
+        return (f"a chain with {odd} stays {lib}'s: each math library rounds {odd} its own way in the last bits, "
+                f"and a generated kernel computes what {lib} does, bit for bit")
+    dtype = str(steps[-1].dtype)
+    if dtype not in TYPES:
+        return f"a chain of {dtype} stays {lib}'s: kernels are generated for {', '.join(TYPES)}"
+    return f"a chain that stays {lib}'s functions: no kernel was planned for its operands' layouts or dtypes"
 
 
 def _nbytes(shape, dtype: str) -> int:

@@ -1,6 +1,7 @@
 """A model whose names are hostile to an HTML page, a script and a DOT file, run on float64 values at the edges of
 the float64 range: the DOT text (test_graph.py), the explorer's data (test_explore.py) and the page in a browser
-(test_explorer_browser.py) must hold and draw every name as written, and its statistics honestly."""
+(test_explorer_browser.py) must hold and draw every name as written, and its statistics honestly. With Affine
+layers its compiled program generates kernels whose source names every module (the explorer shows it as text)."""
 import numpy as np
 
 import tinygrad_block as tb
@@ -26,12 +27,22 @@ class Scale(Module):
         return x * self.weight
 
 
-class Hostile(Module):
-    """One Scale per hostile name, in a chain."""
+class Affine(Module):
+    """out = x * 2 + 1   (two elementwise ops in a row: compiled, one fused chain that a kernel is generated for)"""
 
     def __init__(self, d: int):
+        self.d = d
+
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+class Hostile(Module):
+    """One `layer` (Scale or Affine) per hostile name, in a chain."""
+
+    def __init__(self, d: int, layer: type = Scale):
         for name in NAMES:
-            setattr(self, name, Scale(d))
+            setattr(self, name, layer(d))
 
     def forward(self, x):
         for _, child in self.named_children():
@@ -39,8 +50,8 @@ class Hostile(Module):
         return x
 
 
-def hostile():
-    """(the model, named ROOT; its input holding VALUES)."""
-    model = Hostile(4)
+def hostile(layer: type = Scale):
+    """(the model of `layer`s, named ROOT; its input holding VALUES)."""
+    model = Hostile(4, layer)
     model.scope_name = ROOT
     return model, tb.tensor(np.array(VALUES), requires_grad=True)

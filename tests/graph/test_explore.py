@@ -12,13 +12,14 @@ import statistics
 
 import numpy as np
 import pytest
-from hostile import FINITE, NAMES, ROOT, TITLE, Scale, hostile
+from hostile import FINITE, NAMES, ROOT, TITLE, Affine, Scale, hostile
 
 import tinygrad_block as tb
 from conftest import block_program
-from tinygrad_block import accounting, nn
+from tinygrad_block import accounting, cpu_kernels, cuda_kernels, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import ASSETS, Explorer, explorer
+from tinygrad_block.fuse import kernel_steps
 from tinygrad_block.graph import record_graph
 
 CFG = nn.preset("tiny")
@@ -339,3 +340,74 @@ def test_a_folded_model_draws_one_layers_kernels_and_counts_every_layer():
     assert layer_paths == {"layers"} and all(not k["path"].startswith(("model.layers.1", "model.layers.2"))
                                              for k in kernels(page))
     assert {k["path"] for k in kernels(unfolded)} >= {"model.layers.2.attn.q_proj"}
+    assert outside[0]["code"] == "numpy's: an index's bounds check, a Python function on the arrays"
+    drawn = [k for k in kernels(unfolded) if not k["path"].startswith(("model.layers.1", "model.layers.2"))]
+    assert [k.get("source") for k in kernels(page)] == [k.get("source") for k in drawn]    # only drawn kernels'
+    assert 0 < sum("source" in k for k in kernels(page)) < sum("source" in k for k in kernels(unfolded))
+
+
+# ---------------------------------------------------------------- the kernels' generated source
+def planned(program) -> dict:
+    """kernel number -> its generated plan: program.plans names each after its kernel (k12: the kernel numbered 12)."""
+    return {int(plan.name[1:]): plan for plan in program.plans}
+
+
+def test_a_generated_kernel_carries_its_c_and_cuda_functions_and_no_other_kernel_carries_source(compiled_tiny):
+    _, page, _, program = compiled_tiny
+    plans = planned(program)
+    assert len(plans) == 23
+    for k in kernels(page):
+        plan = plans.get(int(k["id"][1:]))
+        if plan is None:
+            assert "source" not in k
+        else:
+            assert k["source"] == {"c": cpu_kernels.function(plan), "cuda": cuda_kernels.function(plan)}
+            assert k["code"] == "generated C, compiled once, run at every replay"
+    sources = [k["source"] for k in kernels(page) if "source" in k]
+    assert program.source("c") == cpu_kernels.PRELUDE + "\n" + "\n".join(s["c"] for s in sources)
+    assert program.source("cuda") == cuda_kernels.PRELUDE + "\n" + "\n".join(s["cuda"] for s in sources)
+
+
+def test_a_kernel_without_generated_source_says_why_in_a_line(compiled_tiny):
+    _, page, _, program = compiled_tiny
+    plans, chains = planned(program), []
+    for k in kernels(page):
+        i = int(k["id"][1:])
+        steps = kernel_steps(program.kernels[i])
+        if i in plans:
+            continue
+        if len(steps) == 1:
+            assert k["code"] == f"runs numpy's function ({steps[0].op.name}): source is generated for fused chains only"
+        else:
+            chains.append([s.op.name for s in steps])
+            assert k["code"] == ("a chain with exp stays numpy's: each math library rounds exp its own way in the "
+                                 "last bits, and a generated kernel computes what numpy does, bit for bit")
+    assert chains == [["sub", "exp"]]                                           # softmax's: x - max, then exp
+    assert all("\n" not in k["code"] for k in kernels(page))
+
+
+def test_without_a_c_compiler_a_planned_kernel_shows_its_source_and_says_numpy_runs_it(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "compiler", lambda: None)             # a system without cc, gcc or clang
+    g = tb.Generator(0)
+    block = nn.TransformerBlock(CFG, generator=g)
+    x = tb.randn(2, 8, CFG.d_model, generator=g, requires_grad=True)
+    page, program = tb.explore(block, x, compiled=True), block_program(block, x)
+    plans = planned(program)
+    assert len(plans) == 23 and all(type(program.kernels[i]).__name__ == "Chain" for i in plans)
+    shown = [k for k in kernels(page) if "source" in k]
+    assert [int(k["id"][1:]) for k in shown] == sorted(plans)
+    assert all(k["code"] == "generated, but numpy's functions run it: the compiler was missing or refused this "
+               "program" and k["source"]["c"] == cpu_kernels.function(plans[int(k["id"][1:])]) for k in shown)
+
+
+def test_hostile_names_in_a_generated_kernels_source_reach_the_data_as_written_and_no_markup_the_html():
+    page = tb.explore(*hostile(Affine), title=TITLE, compiled=True)
+    program = block_program(*hostile(Affine))
+    shown = [k for k in kernels(page) if "source" in k]
+    assert [int(k["id"][1:]) for k in shown] == sorted(planned(program))
+    assert [k["source"]["c"] for k in shown] == [cpu_kernels.function(plan) for plan in program.plans]
+    assert all(f"{ROOT}.{name}" in shown[0]["source"][language] for name in NAMES for language in ("c", "cuda"))
+    assert [k["code"].startswith("generated C,") for k in shown] == \
+        [type(program.kernels[int(k["id"][1:])]).__name__ == "Generated" for k in shown]     # as the C compiler said
+    data = re.search(r'<script id="data" type="application/json">(.*?)</script>', page.html, re.S).group(1)
+    assert not re.search(r"[<>&]", data) and embedded(page.html) == page.data

@@ -16,11 +16,11 @@ import pytest
 
 import tinygrad_block as tb
 from conftest import block_program
-from tinygrad_block import nn
+from tinygrad_block import cpu_kernels, cuda_kernels, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.explore import explore
 from tinygrad_block.graph import record_graph
-from hostile import FINITE, NAMES, ROOT, TITLE, hostile
+from hostile import FINITE, NAMES, ROOT, TITLE, Affine, hostile
 
 SHOTS = Path("/tmp/explorer_shots")
 VIEWPORT = {"width": 1600, "height": 1000}
@@ -72,7 +72,8 @@ def pages(tmp_path_factory) -> dict:
     """The pages, written once: the tiny block at depth 1 (no values), the same with values, the tiny LM on token
     ids, Llama-2-7B on the shape-only device (its 32 identical layers folded into one box), the tiny block with
     its compiled program, a model of hostile names and values (tests/graph/hostile.py) and that page shown as a
-    notebook shows it, in the inline frame of `_repr_html_`."""
+    notebook shows it, in the inline frame of `_repr_html_`, and a model of hostile names whose compiled program
+    generates a kernel naming them all."""
     out = tmp_path_factory.mktemp("explorer")
     hostile_page = explore(*hostile(), title=TITLE, values=True)
     notebook = out / "notebook.html"
@@ -82,7 +83,8 @@ def pages(tmp_path_factory) -> dict:
             "values": explore(tiny_block(), tiny_x(), values=True).save(out / "values.html"),
             "lm": explore(tiny_lm(), tb.zeros(1, 8, dtype=tb.int64)).save(out / "lm.html"),
             "model": explore(llama_7b(), meta_ids(), values=False).save(out / "model.html"),
-            "compiled": explore(tiny_block(), tiny_x(), compiled=True).save(out / "compiled.html")}
+            "compiled": explore(tiny_block(), tiny_x(), compiled=True).save(out / "compiled.html"),
+            "hostile_compiled": explore(*hostile(Affine), title=TITLE, compiled=True).save(out / "kernels.html")}
 
 
 @pytest.fixture(scope="module")
@@ -504,6 +506,48 @@ def test_clicking_a_forward_op_highlights_the_kernels_that_run_it_and_its_gradie
     assert page.errors == []
 
 
+def source_shown(page: Loaded) -> str:
+    """The text of the generated source the card shows (none: '')."""
+    return page.page.evaluate("(document.querySelector('#card pre.source') || {}).textContent || ''")
+
+
+def test_clicking_a_generated_kernel_shows_its_c_function_and_the_toggle_its_cuda_one(visit, program):
+    plan = program.plans[0]                                     # RMSNorm's div > add > sqrt, k2: kernel 2
+    page = visit("compiled")
+    page.page.click("#phase-compiled")
+    page.page.click("#expand-all")
+    page.click({"id": "c" + plan.name[1:]})
+    assert source_shown(page) == cpu_kernels.function(plan)
+    assert page.card()["code"] == "generated C, compiled once, run at every replay"
+    assert page.page.eval_on_selector_all("#card button.on", "bs => bs.map(b => b.textContent)") == ["C"]
+    page.shot("compiled_source_c")
+    page.page.click("#card button[data-language=cuda]")
+    assert source_shown(page) == cuda_kernels.function(plan)
+    page.shot("compiled_source_cuda")
+    page.click({"id": "c" + program.plans[1].name[1:]})                 # the language chosen stays
+    assert source_shown(page) == cuda_kernels.function(program.plans[1])
+    page.page.click("#card button[data-language=c]")
+    assert source_shown(page) == cpu_kernels.function(program.plans[1])
+    assert page.errors == []
+
+
+def test_clicking_a_kernel_without_generated_source_says_why_in_one_line(visit, program):
+    planned = {plan.name for plan in program.plans}
+    exp = next(i for i, steps in kernel_steps(program, "fused") if f"k{i}" not in planned)
+    matmul = next(i for i, steps in kernel_steps(program) if steps[0].op.name == "matmul")
+    page = visit("compiled")
+    page.page.click("#phase-compiled")
+    page.page.click("#expand-all")
+    page.click({"id": f"c{matmul}"})
+    assert page.card()["code"] == "runs numpy's function (matmul): source is generated for fused chains only"
+    assert source_shown(page) == "" and page.page.query_selector("#card button") is None
+    page.click({"id": f"c{exp}"})
+    page.shot("compiled_no_source")
+    assert [s.op.name for s in program.kernels[exp].steps] == ["sub", "exp"]
+    assert page.card()["code"].startswith("a chain with exp stays numpy's: ") and source_shown(page) == ""
+    assert page.errors == []
+
+
 # ---------------------------------------------------------------- hostile names, titles and values
 def drawn_name(name: str) -> str:
     """A name as a drawn label's first line shows it: up to its first line break, a control character as its code."""
@@ -559,3 +603,21 @@ def test_a_hostile_page_in_a_notebooks_frame_draws_and_runs_none_of_its_names(vi
     assert drawn == [n["path"] + " " + n["id"] for n in visit("hostile").nodes()]      # as the page alone draws
     assert frame.evaluate("document.querySelectorAll('img, iframe, [onerror]').length") == 0
     assert frame.text_content("h1") == TITLE and page.errors == []
+
+
+def test_a_generated_kernel_naming_hostile_modules_shows_its_source_as_text_and_runs_none_of_it(visit):
+    program = block_program(*hostile(Affine))
+    page = visit("hostile_compiled")
+    page.page.click("#phase-compiled")
+    page.page.click("#expand-all")
+    for plan in program.plans:
+        page.click({"id": "c" + plan.name[1:]})
+        assert source_shown(page) == cpu_kernels.function(plan)
+        assert all(f"{ROOT}.{name}" in source_shown(page) for name in NAMES)
+        page.page.click("#card button[data-language=cuda]")
+        assert source_shown(page) == cuda_kernels.function(plan)
+        page.page.click("#card button[data-language=c]")
+    page.shot("hostile_compiled_source")
+    assert page.page.evaluate("""[document.querySelectorAll('img, iframe, [onerror]').length,
+                                  document.querySelectorAll('script').length]""") == [0, 3]
+    assert page.errors == []

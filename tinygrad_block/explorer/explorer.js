@@ -1,6 +1,7 @@
 // The graph explorer's script: it shows and hides what Python put in the page (the JSON in #data), and asks
 // graphviz (Viz, compiled to WebAssembly, inside the page) to lay out what is shown. State: which modules are open,
-// which phases are shown, the op selected, the backward step, the search and the colouring.
+// which phases are shown, the op selected, the backward step, the search, the colouring and the language of the
+// generated source a kernel's card shows.
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const byId = Object.fromEntries(D.nodes.map(n => [n.id, n]));
@@ -10,6 +11,7 @@ const open = new Set(Object.keys(modules).filter(p => modules[p].depth < Math.ma
 const steps = D.nodes.filter(n => n.order !== undefined).sort((a, b) => a.order - b.order);
 let shown = D.show;
 let selected = null, step = -1, query = "", colour = "none", viz = null;
+let language = "c";                // the generated source a kernel's card shows: "c" or "cuda"
 
 const fmt = n => n.toLocaleString("en-US");
 const shape = s => "(" + s.join(", ") + (s.length === 1 ? "," : "") + ")";
@@ -225,6 +227,14 @@ function card(html) {
   const el = document.getElementById("card");
   el.innerHTML = html;
   el.hidden = false;
+  source();
+}
+// A generated kernel's source, put in its block as text (never parsed as HTML), in the language chosen.
+function source() {
+  const pre = document.querySelector("#card pre.source");
+  if (!pre) return;
+  pre.textContent = byId[pre.dataset.id].source[language];
+  for (const b of document.querySelectorAll("#card button[data-language]")) b.classList.toggle("on", b.dataset.language === language);
 }
 const row = (k, v) => "<tr><td>" + k + "</td><td>" + v + "</td></tr>";
 function hist(s) {
@@ -253,7 +263,9 @@ function kernelCard(n) {
     row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) +
     (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written: each op after the first writes in place into the first one's result") : "") +
     (n.runs.length < n.ops.length && n.kind !== "check" ? row("folded", "runs in a layer the fold stands for; these are its counterparts") : "") +
-    "</table>";
+    row("code", esc(n.code)) + "</table>" + (n.source ? '<div class="source"><span>' +
+      '<button data-language="c">C</button><button data-language="cuda">CUDA</button></span>' +
+      '<pre class="source" data-id="' + esc(n.id) + '"></pre></div>' : "");
 }
 function nodeCard(n) {
   if (n.phase === "compiled") return kernelCard(n);
@@ -338,6 +350,9 @@ function controls() {
     if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); into(drawnAs(n)); }
   });
   document.getElementById("colour").addEventListener("change", e => { colour = e.target.value; render(); });
+  document.getElementById("card").addEventListener("click", e => {
+    if (e.target.dataset.language) { language = e.target.dataset.language; source(); }
+  });
   if (steps.length) {
     document.getElementById("stepper").hidden = false;
     document.getElementById("step-next").addEventListener("click", () => go(step + 1));
