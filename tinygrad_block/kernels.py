@@ -77,7 +77,7 @@ class Kernel:
         for var, value in self.numbers:
             lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
         for ln in self.lines:
-            where = ".".join(ln.step.scope)
+            where = comment(".".join(ln.step.scope))
             lines.append((f"{t} {ln.var} = {rounded.format(EXPR[ln.op].format(*ln.args, f=f))};",
                           f"{ln.op} {ln.step.shape}" + (f"   {where}" if where else "")))
         result = store.format(self.lines[-1].var)
@@ -109,6 +109,12 @@ def short(value: float, dtype: str) -> str:
     size = {"float16": "e", "float32": "f"}.get(dtype)
     same = (lambda x: struct.pack(size, x) == struct.pack(size, value)) if size else value.__eq__
     return next(text for p in range(1, 18) if same(float(text := f"{value:.{p}g}")))
+
+
+def comment(text: str) -> str:
+    """`text` (a module's name: anybody's) safe inside a // comment: every character that could end the comment or
+    continue it onto the next line (a line break, a backslash, any other control character) shown as `?`."""
+    return "".join(c if c.isprintable() and c != "\\" else "?" for c in text)
 
 
 def offset(op: Operand, index: list[str]) -> str:

@@ -177,3 +177,26 @@ def test_a_compiler_that_refuses_the_source_leaves_the_chains_to_numpy_and_says_
         out, compiled = replay(f, a)
     assert generated(compiled.program) == []
     np.testing.assert_array_equal(bits(out.numpy()), bits(f(a).numpy()))
+
+
+def test_a_module_name_cannot_end_its_comment_or_reach_the_code():
+    """Module names go into the source's comments; a line break, a backslash (which carries a // comment onto the
+    next line) or another control character there is shown as ?, so any name compiles and runs as written."""
+    class Affine(nn.Module):
+        def forward(self, x):
+            return x * 2.0 + 1.0
+
+    class Outer(nn.Module):
+        def __init__(self):
+            setattr(self, "evil\\\n}\nvoid injected(void) {\n//", Affine())
+
+        def forward(self, x):
+            return next(m for _, m in self.named_children())(x)
+    outer = Outer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                              # no "could not compile" warning
+        out, compiled = replay(outer, tb.tensor(np.arange(6.0).reshape(2, 3)))
+    [kernel] = generated(compiled.program)
+    named = [line for line in compiled.program.source().splitlines() if "injected" in line]
+    assert named and all(0 <= line.index("//") < line.index("evil??}?void injected(void) {?//") for line in named)
+    np.testing.assert_array_equal(out.numpy(), np.arange(6.0).reshape(2, 3) * 2 + 1)
