@@ -29,7 +29,7 @@ import numpy as np
 
 from .backend import ArrayBackend
 from .hf_folder import temporary, write_text
-from .kernels import Kernel
+from .kernels import Kernel, layout
 
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
          "-fopenmp-simd", "-shared", "-fPIC"]
@@ -48,11 +48,9 @@ def source(kernels: list[Kernel]) -> str:
 
 def function(k: Kernel) -> str:
     """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside."""
-    params = [f"const {STORED[op.dtype]} *restrict {op.name}" for op in k.inputs]
-    params.append(f"{STORED[k.dtype]} *restrict out")
+    note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
-    head = [f"/* {k.name}: {k.describe()}; {k.flops:,} FLOPs, {k.bytes:,} bytes */",
-            f"void {k.name}({', '.join(params)}) {{"]
+    head = [note, f"void {k.name}({params}) {{"]
     loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape)]
     loops[-1:] = ["  #pragma omp simd", loops[-1] + " {"]
     return "\n".join(head + loops + [f"    {line}" for line in k.body(index)] + ["  }", "}", ""])
@@ -121,10 +119,8 @@ class Generated:
         self.seen, self.where = [None] * (len(ins) + 1), [0] * (len(ins) + 1)   # the last arrays, their addresses
         self.held = [None] * len(ins)                  # a number's array (numpy scalars have no memory of their own)
         last = steps[-1]
-        order = sorted(range(len(last.shape)), key=lambda a: -out_strides[a])     # outermost first, as eager's
-        shape, dtype = tuple(last.shape[a] for a in order), np.dtype(last.dtype)
-        inverse = tuple(order.index(a) for a in range(len(order)))
-        self.alloc = lambda: np.empty(shape, dtype).transpose(inverse)
+        shape, inverse = layout(last.shape, out_strides)                          # eager's layout of the result
+        self.alloc = lambda: np.empty(shape, last.dtype).transpose(inverse)
 
     def run(self):
         seen, where = self.seen, self.where

@@ -89,6 +89,20 @@ class Kernel:
         """What it computes, in a line: its primitives joined by >, the output's shape and dtype."""
         return f"{' > '.join(ln.op for ln in self.lines)}   {self.out.shape} {self.dtype}"
 
+    def head(self, stored: dict, restrict: str) -> tuple[str, str]:
+        """(the comment above the function, its parameters): each input read-only, the output written, typed as a
+        language stores each dtype (`stored`), with its word for pointers that never overlap (`restrict`)."""
+        params = [f"const {stored[op.dtype]} *{restrict} {op.name}" for op in self.inputs]
+        params.append(f"{stored[self.dtype]} *{restrict} out")
+        return f"/* {self.name}: {self.describe()}; {self.flops:,} FLOPs, {self.bytes:,} bytes */", ", ".join(params)
+
+
+def layout(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:
+    """How to allocate an array of `shape` laid out as `strides` say (eager's layout of a result): (the shape to
+    allocate in row-major order, the transpose that puts its axes back in order)."""
+    order = sorted(range(len(shape)), key=lambda a: -strides[a])                  # outermost first
+    return tuple(shape[a] for a in order), tuple(order.index(a) for a in range(len(order)))
+
 
 def literal(value: float) -> str:
     """A number as C writes it, exactly: the shortest decimal that reads back as the same double (a float32's
