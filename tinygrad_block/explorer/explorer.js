@@ -261,7 +261,7 @@ function kernelCard(n) {
     row("output", '<span class="shape">' + shape(n.shape) + "</span> " + esc(n.dtype)) +
     row("FLOPs", '<span class="flops">' + fmt(n.flops) + "</span>") +
     row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) +
-    (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written: each op after the first writes in place into the first one's result") : "") +
+    (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written" + (n.source ? ": they stay in the loop's registers" : ": each op after the first writes in place into the first one's result")) : "") +
     (n.runs.length < n.ops.length && n.kind !== "check" ? row("folded", "runs in a layer the fold stands for; these are its counterparts") : "") +
     row("code", esc(n.code)) + "</table>" + (n.source ? '<div class="source"><span>' +
       '<button data-language="c">C</button><button data-language="cuda">CUDA</button></span>' +
