@@ -427,10 +427,10 @@ def train_data(args: argparse.Namespace) -> dict:
         raise CommandError(f"--out {folder}: another training run{who} is writing there; wait for it to end, or "
                            "choose another --out") from None
     except TrainingDiverged as e:
-        raise CommandStopped(str(e).removeprefix("train: "), 1) from None
+        raise CommandStopped(str(e), 1) from None
     except SaveFailed as e:
         again = f"; free space (or make room) and continue with: {resume_command(args, folder)}" if e.kept else ""
-        raise CommandStopped(str(e).removeprefix("train: ") + again, 1) from None
+        raise CommandStopped(str(e) + again, 1) from None
     except TrainingStopped as e:
         raise CommandStopped(f"{e}; continue with: {resume_command(args, folder)}", 130) from None
 

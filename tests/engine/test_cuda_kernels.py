@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pytest
 
+from conftest import block_program as compiled_block
+
 import tinygrad_block as tb
 from tinygrad_block import cpu_kernels, cuda_kernels, nn, optim
 from tinygrad_block.train import training_step
@@ -16,18 +18,9 @@ pytest.importorskip("cupy", reason="CuPy is missing: pip install -e '.[gpu]' (no
 
 
 def block_program(dtype):
+    """The tiny block's forward and backward, compiled (conftest's block_program)."""
     blk = nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0), dtype=dtype)
-    x, dout = (tb.randn(2, 8, 64, generator=tb.Generator(i), dtype=dtype) for i in (1, 2))
-
-    def step(x):
-        out = blk(x)
-        out.backward(dout)
-        return out
-    compiled = tb.jit(step)
-    for _ in range(3):
-        blk.zero_grad()
-        compiled(x.detach().requires_grad_())
-    return compiled.program
+    return compiled_block(blk, tb.randn(2, 8, 64, generator=tb.Generator(1), dtype=dtype))
 
 
 def adamw_program(dtype):
