@@ -79,8 +79,11 @@ def compile_ptx(text: str, arch: str = "compute_90") -> str:
 class CudaGenerated:
     """A replay's step that launches a generated kernel on the GPU: out = k(*ins), one thread per element. The
     inputs must have the strides it was written for, else `fallback` (CuPy's functions) runs; with `reuse` the
-    array written by the first replay is written again by later ones."""
-    __slots__ = ("kernel", "function", "ins", "out", "steps", "want", "fallback", "reuse", "buffer", "alloc", "grid")
+    array written by the first replay is written again by later ones. A number among the inputs (a numpy scalar,
+    as `backend.constant` makes them) is copied to the GPU once per new number: the kernel reads every input
+    through a pointer, and CuPy would pass a number by value."""
+    __slots__ = ("kernel", "function", "ins", "out", "steps", "want", "fallback", "reuse", "buffer", "alloc", "grid",
+                 "xp", "numbers")
 
     def __init__(self, kernel: Kernel, function, ins: list, out, steps: list, strides: list, out_strides: tuple,
                  fallback, reuse: bool, xp):
@@ -90,12 +93,19 @@ class CudaGenerated:
         shape, inverse = layout(last.shape, out_strides)                          # eager's layout of the result
         self.alloc = lambda: xp.empty(shape, last.dtype).transpose(inverse)
         self.grid = ((math.prod(last.shape) + THREADS - 1) // THREADS,)
+        self.xp, self.numbers = xp, {}                     # input number -> (the number, its 0-d array on the GPU)
 
     def run(self):
         arrays = [t.data for t in self.ins]
         if [a.strides for a in arrays] != self.want:
             self.fallback.run()
             return
+        for j, a in enumerate(arrays):
+            if not isinstance(a, self.xp.ndarray):
+                seen = self.numbers.get(j)
+                if seen is None or seen[0] is not a:
+                    self.numbers[j] = seen = (a, self.xp.asarray(a))
+                arrays[j] = seen[1]
         out = self.buffer if self.buffer is not None else self.alloc()
         if self.reuse:
             self.buffer = out
