@@ -197,6 +197,10 @@ class ArrayBackend:
         return flat
 
     # ---- elementwise primitives ----
+    def ufunc(self, name: str):
+        """The array library's elementwise function `name` ('exp', 'add', ...), as a compiled replay calls it."""
+        return getattr(self.xp, name)
+
     def neg(self, a):
         return self.xp.negative(a)
 

@@ -87,6 +87,17 @@ class CudaBackend(ArrayBackend):
         with self.active:
             return load(kernels, runs, self.xp) if kernels else None
 
+    def ufunc(self, name: str):
+        """CuPy's function `name`, except exp and log: kernels.MATH's, as a generated kernel computes them."""
+        from .cuda_kernels import math_functions
+        return math_functions(self.xp)[name] if name in ("exp", "log") else getattr(self.xp, name)
+
+    def exp(self, a):
+        return self.ufunc("exp")(a)
+
+    def log(self, a):
+        return self.ufunc("log")(a)
+
     def erf(self, a):
         return self._erf(a).astype(a.dtype, copy=False)
 

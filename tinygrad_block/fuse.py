@@ -181,7 +181,7 @@ def fuse_program(program) -> list:
     for i, (s, plain) in enumerate(zip(steps, program.plain)):
         if i in alias:
             continue
-        ufunc = getattr(xp, UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
+        ufunc = program.backend.ufunc(UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
         if ufunc is None:
             chain = _close(chain, kernels, kept)
             if s.op is Matmul and s.dtype != xp.float16:

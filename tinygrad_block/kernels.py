@@ -8,7 +8,10 @@ language that has C's expressions (C, CUDA C); only the loop around it, which fi
 
     float x0 = in0[i0 * 172 + i1];          // in0 (16, 172) float32
     float neg_1 = -x0;                      // neg (16, 172)   ffn
-    float exp_2 = expf(neg_1);              // exp (16, 172)   ffn
+    float exp_2 = tb_expf(neg_1);           // exp (16, 172)   ffn
+
+exp and log are this file's own (MATH): twenty lines of C each language includes, which the CPU's and the GPU's
+backends also run for an eager `exp` or `log`, so a compiled replay computes what eager computes, bit for bit.
 """
 from __future__ import annotations
 
@@ -17,10 +20,49 @@ import struct
 from dataclasses import dataclass, field
 
 # each primitive's value from its operands ({0}, {1}): the ops IEEE 754 rounds once, exactly, so a kernel computes
-# what numpy's functions compute, bit for bit, in any order of elements (NaN wins in maximum, as in numpy's). exp,
-# log, sin and cos are not among them: each math library rounds them its own way in the last bits.
+# what numpy's functions compute, bit for bit, in any order of elements (NaN wins in maximum, as in numpy's); and
+# exp and log, MATH's, which eager runs too. sin and cos are not among them: each math library rounds them its own
+# way in the last bits, and eager runs the array library's.
 EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
-        "reciprocal": "1 / {0}", "sqrt": "sqrt{f}({0})", "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}"}
+        "reciprocal": "1 / {0}", "sqrt": "sqrt{f}({0})", "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}",
+        "exp": "tb_exp{f}({0})", "log": "tb_log{f}({0})"}
+# e^x and ln x as every kernel computes them, in double (float32's rounded from it), from + - * / alone, so that
+# C and CUDA C compute the same bits (no fused multiply-adds in either: see their flags). Each language defines
+# TB_FN (how it declares a function a kernel calls), tb_bits and tb_double (a double's 64 bits as an unsigned long
+# long, and back), INFINITY and NAN. Integers stay in doubles where they can: no vector unit lacks those.
+MATH = r"""
+/* 2^n for a whole number n in -1022 .. 1023, made from its bits: n + 1023 in the exponent field (adding 1.5 * 2^52
+   to n puts n in a double's low bits) */
+TB_FN double tb_pow2(double n) { return tb_double((tb_bits(n + 6755399441055744.0) + 1023) << 52); }
+
+/* e^x = 2^k e^r: k = round(x / ln 2), r = x - k ln 2, |r| <= ln 2 / 2 (ln 2 in two parts; k times the first: exact) */
+TB_FN double tb_exp(double x) {
+  x = x > 710.0 ? 710.0 : (x < -746.0 ? -746.0 : x);          /* e^x is inf, or 0, past these; NaN stays NaN */
+  double k = rint(x * 1.4426950408889634);
+  double r = (x - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
+  double p = 1.0;                    /* e^r = 1 + r (1 + r/2 (1 + r/3 (... (1 + r/13)))): Taylor's series to r^13 */
+  for (int j = 13; j >= 1; j--) p = 1.0 + p * r * (1.0 / j);
+  double h = rint(k * 0.5);                         /* times 2^k as 2^h 2^(k - h), each half a normal double, */
+  return p * tb_pow2(h) * tb_pow2(k - h);           /* so a result too small to be normal is rounded once */
+}
+
+/* ln x = e ln 2 + ln m for x = m 2^e, m in [sqrt(1/2), sqrt(2)): e and m read off x's bits */
+TB_FN double tb_log(double x) {
+  int tiny = x < 2.2250738585072014e-308;                         /* a subnormal x: times 2^54 first */
+  unsigned long long b = tb_bits(tiny ? x * 18014398509481984.0 : x);
+  double e = tb_double((b >> 52 & 2047) | 0x4330000000000000ULL) - 4503599627370496.0 - (tiny ? 1077.0 : 1023.0);
+  double m = tb_double((b & 0xfffffffffffffULL) | 0x3ff0000000000000ULL);      /* x's digits, exponent 0: [1, 2) */
+  e = m > 1.4142135623730951 ? e + 1.0 : e;
+  m = m > 1.4142135623730951 ? m * 0.5 : m;
+  double s = (m - 1.0) / (m + 1.0), s2 = s * s, q = 0.0;  /* ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), */
+  for (int j = 21; j >= 3; j -= 2) q = (q + 1.0 / j) * s2;                  /* |s| <= 0.172: to s^21 */
+  double y = e * 0.6931471803691238 + (2.0 * s + (2.0 * s * q + e * 1.9082149292705877e-10));
+  return x > 0.0 ? (x < INFINITY ? y : x) : (x == 0.0 ? -INFINITY : NAN);
+}
+
+TB_FN float tb_expf(float x) { return (float)tb_exp(x); }
+TB_FN float tb_logf(float x) { return (float)tb_log(x); }
+"""
 # the type each dtype is computed in: float16 in float, each result rounded to float16 at once (HALF_ROUND, as
 # numpy and CuPy compute float16: in float32, rounded back after every op); each language names the type it is
 # stored as (C's _Float16, CUDA's __half) and defines HALF_LOAD, HALF_ROUND and HALF_STORE
@@ -95,6 +137,42 @@ class Kernel:
         params = [f"const {stored[op.dtype]} *{restrict} {op.name}" for op in self.inputs]
         params.append(f"{stored[self.dtype]} *{restrict} out")
         return f"/* {self.name}: {self.describe()}; {self.flops:,} FLOPs, {self.bytes:,} bytes */", ", ".join(params)
+
+
+MATH_OPS = ("exp", "log")                    # MATH's ops, which the backends also run eagerly
+
+
+def unary(op: str, dtype: str, x: str) -> str:
+    """The value of one elementwise op on `x` (an element as stored), rounded as a kernel's line rounds it and
+    ready to store: what an eager call of a backend's generated exp or log writes."""
+    half = dtype == "float16"
+    value = EXPR[op].format(f"HALF_LOAD({x})" if half else x, f="" if dtype == "float64" else "f")
+    return f"HALF_STORE(HALF_ROUND({value}))" if half else value
+
+
+class Ufunc:
+    """One of MATH's ops as numpy's ufunc is called, `f(a)` or `f(a, out=b)` (fuse.py's chains write in place):
+    `run(n_elements, a, out)` does the work on arrays laid out alike in one block of memory; any other layout is
+    copied to rows first (numpy or CuPy: `xp`). Another dtype (an int) goes to the array library's function."""
+
+    def __init__(self, op: str, run, xp):
+        self.op, self.run, self.xp, self.__name__ = op, run, xp, op
+
+    def __call__(self, a, out=None):
+        xp = self.xp
+        if a.dtype.name not in TYPES:
+            return getattr(xp, self.op)(a, out=out)
+        a = xp.asarray(a)
+        result = out if out is not None else xp.empty_like(a)
+        if a.strides == result.strides and (a.flags.c_contiguous or a.flags.f_contiguous):
+            self.run(a.size, a, result)
+        else:
+            rows = xp.ascontiguousarray(a)
+            target = result if result.flags.c_contiguous else xp.empty(a.shape, a.dtype)
+            self.run(a.size, rows, target)
+            if target is not result:
+                result[...] = target
+        return result if out is not None or a.ndim else result[()]
 
 
 def layout(shape: tuple, strides: tuple) -> tuple[tuple, tuple]:

@@ -200,3 +200,107 @@ def test_a_module_name_cannot_end_its_comment_or_reach_the_code():
     named = [line for line in compiled.program.source().splitlines() if "injected" in line]
     assert named and all(0 <= line.index("//") < line.index("evil??}?void injected(void) {?//") for line in named)
     np.testing.assert_array_equal(out.numpy(), np.arange(6.0).reshape(2, 3) * 2 + 1)
+
+
+# ---------------------------------------------------------------- exp and log: kernels.MATH, eager and compiled alike
+def _exact(op: str, x: np.ndarray) -> np.ndarray:
+    """op(x) in the platform's long double (64 bits of mantissa or more): the oracle, rounded to x's dtype."""
+    with np.errstate(all="ignore"):
+        return getattr(np, op)(x.astype(np.longdouble))
+
+
+def _sample(dtype, op: str) -> np.ndarray:
+    """Values over the whole range a dtype's exp or log takes (logs of positives from subnormal to the largest),
+    and the edges: the overflow and underflow thresholds, zeros, infinities, NaN, negatives for log."""
+    r, info = np.random.default_rng(7), np.finfo(dtype)
+    top = float(np.log(info.max))
+    if op == "exp":
+        x = np.concatenate([r.uniform(-top * 1.1, top * 1.1, 200_000), r.standard_normal(50_000),
+                            np.linspace(-top * 1.05, top * 1.01, 5001)])
+    else:
+        x = np.exp(r.uniform(np.log(float(info.smallest_subnormal)), top, 200_000))
+        x = np.concatenate([x, 1 + r.standard_normal(50_000) * 1e-3])
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1.0, float(info.max), float(info.tiny),
+             float(info.smallest_subnormal), top, -top]
+    with np.errstate(over="ignore"):
+        return np.concatenate([x, edges]).astype(dtype)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="the oracle needs a long double wider than double")
+@pytest.mark.parametrize("op", ["exp", "log"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_exp_and_log_are_correctly_rounded_below_float64_and_within_two_ulps_in_it(op, dtype):
+    """MATH's exp and log (in double, float16 and float32 rounded from it) against long double: float16 and float32
+    correctly rounded at every sample point, float64 within 2 units in the last place; zeros, infinities, NaN,
+    subnormal results and overflow as numpy's."""
+    x = _sample(dtype, op)
+    got = cpu_kernels.math_functions()[op](x)
+    exact = _exact(op, x)
+    with np.errstate(over="ignore"):
+        want = exact.astype(dtype)
+    assert got.dtype == dtype and got.shape == x.shape
+    odd = ~np.isfinite(want) | (want == 0)
+    np.testing.assert_array_equal(got[odd], want[odd])                          # inf, -inf, NaN, 0 where exact
+    ulps = np.abs(got[~odd] - exact[~odd]) / np.spacing(np.abs(want[~odd])).astype(np.longdouble)
+    if dtype == np.float64:
+        assert ulps.max() <= 2.0, float(ulps.max())
+    else:
+        np.testing.assert_array_equal(got[~odd], want[~odd])
+
+
+def test_eager_exp_and_log_are_maths_and_a_chain_holding_exp_is_one_generated_loop():
+    """SiLU forward and backward compiled: its chains, exp included, run as generated loops calling tb_expf, and
+    equal eager bit for bit, because eager's exp is the same function (not numpy's, which rounds otherwise in the
+    last bit for some inputs)."""
+    r = np.random.default_rng(3)
+    x = tb.tensor(r.standard_normal((64, 172)).astype(np.float32) * 4, requires_grad=True)
+    ours = cpu_kernels.math_functions()["exp"]
+    np.testing.assert_array_equal(bits(x.detach().exp().numpy()), bits(ours(x.numpy())))
+    np.testing.assert_array_equal(bits(x.detach().abs().log().numpy()),
+                                  bits(cpu_kernels.math_functions()["log"](np.abs(x.numpy()))))
+
+    def silu(x):
+        out = x * x.sigmoid()
+        out.backward(tb.ones_like(out))
+        return out
+    compiled = tb.jit(silu)
+    for _ in range(3):
+        x.grad = None
+        got, got_grad = compiled(x).numpy(), x.grad.numpy()
+    x.grad = None
+    want, want_grad = silu(x).numpy(), x.grad.numpy()
+    kernels = generated(compiled.program)
+    assert any("tb_expf(" in cpu_kernels.function(k.kernel) for k in kernels)
+    np.testing.assert_array_equal(bits(got), bits(want))
+    np.testing.assert_array_equal(bits(got_grad), bits(want_grad))
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns", "strided", "broadcast", "0-d"])
+def test_eager_exp_takes_any_layout_and_writes_where_out_says(layout):
+    """An eager exp of a transposed, strided, broadcast or 0-d array: numpy's shape, each value MATH's (the same
+    as on a copy in rows), and `out=` written in place, as numpy's ufunc is called in a chain."""
+    base = np.random.default_rng(4).standard_normal((6, 8))
+    a = {"rows": base, "columns": base.T, "strided": base[::2, 1::3],
+         "broadcast": np.broadcast_to(base[0], (5, 8)), "0-d": np.float64(0.5)}[layout]
+    f = cpu_kernels.math_functions()["exp"]
+    got = f(a)
+    assert np.shape(got) == np.shape(a)
+    np.testing.assert_array_equal(bits(np.asarray(got)), bits(f(np.ascontiguousarray(a))))
+    if layout != "0-d":
+        out = np.empty_like(np.asarray(a))
+        assert f(a, out=out) is out
+        np.testing.assert_array_equal(bits(out), bits(np.asarray(got)))
+
+
+def test_without_a_c_compiler_eager_exp_is_numpys(monkeypatch):
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    cpu_kernels.compiler.cache_clear()
+    cpu_kernels.math_functions.cache_clear()
+    try:
+        a = np.random.default_rng(5).standard_normal(1000).astype(np.float32) * 20
+        with pytest.warns(RuntimeWarning, match="no C compiler found"):
+            got = tb.tensor(a).exp().numpy()
+        np.testing.assert_array_equal(bits(got), bits(np.exp(a)))
+    finally:
+        cpu_kernels.compiler.cache_clear()
+        cpu_kernels.math_functions.cache_clear()
