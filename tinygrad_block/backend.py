@@ -317,6 +317,10 @@ class ArrayBackend:
         return self.xp.matmul(a, b)
 
     # ---- generated kernels ----
+    def generates(self) -> bool:
+        """Whether this backend makes generated kernels (`generated`): then tb.jit plans groups of them."""
+        return False
+
     def generated(self, kernels: list, runs: list) -> list | None:
         """Runnable steps for a program's generated kernels (kernels.py), or None where this backend generates none
         (then numpy's functions run them): the CPU's backend (cpu_kernels.CpuBackend) compiles them as C."""

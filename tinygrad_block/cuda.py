@@ -81,6 +81,9 @@ class CudaBackend(ArrayBackend):
     def where(self, cond, a, b):
         return self.xp.where(cond, a, b)   # one kernel on the GPU, no branching cost to avoid
 
+    def generates(self) -> bool:
+        return True
+
     def generated(self, kernels: list, runs: list) -> list | None:
         """The program's generated kernels as CUDA C (cuda_kernels.py), compiled by NVRTC, one thread an element."""
         from .cuda_kernels import load

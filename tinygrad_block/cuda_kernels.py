@@ -41,7 +41,7 @@ __device__ inline half_bits half_store(float f) {
 __device__ inline unsigned long long tb_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
 __device__ inline double tb_double(unsigned long long b) { return __longlong_as_double((long long)b); }
 """ + MATH
-STORED = {"float16": "half_bits", "float32": "float", "float64": "double"}      # CUDA's types of the arrays
+STORED = {"float16": "half_bits", "float32": "float", "float64": "double", "bool": "bool"}   # CUDA's types
 OPTIONS = ("--fmad=false",)
 THREADS = 256                                   # threads per block: each computes one element
 

@@ -28,7 +28,7 @@ from .fuse import kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, finite, folded_layers, moments
-from .kernels import EXPR, TYPES
+from .kernels import EXPR, TYPES, op_name
 from .measure import is_movement, program_of
 
 ASSETS = Path(__file__).parent / "explorer"
@@ -336,10 +336,10 @@ def _why_not(steps: list, lib: str) -> str:
         return f"{lib}'s: an index's bounds check, a Python function on the arrays"
     if len(steps) == 1:
         return f"runs {lib}'s function ({names[0]}): source is generated for fused chains only"
-    odd = next((name for name in names if name not in EXPR), None)
+    odd = next((s.op.name for s in steps if op_name(s) not in EXPR), None)
     if odd is not None:
-        return (f"a chain with {odd} stays {lib}'s: each math library rounds {odd} its own way in the last bits, "
-                f"and a generated kernel computes what {lib} does, bit for bit")
+        return (f"a chain with {odd} stays {lib}'s: the kernel language has no {odd} (a generated kernel computes "
+                f"what eager does, bit for bit)")
     dtype = str(steps[-1].dtype)
     if dtype not in TYPES:
         return f"a chain of {dtype} stays {lib}'s: kernels are generated for {', '.join(TYPES)}"

@@ -16,7 +16,7 @@ docs/compiled.md measures the chains each way: numpy op at a time, in place, and
 from __future__ import annotations
 
 from .graph_dot import text
-from .kernels import build
+from .kernels import EXPR, build, op_name
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
                        Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sub, Sum, Where)
 
@@ -116,6 +116,19 @@ class Chain:
         self.out.data = r
 
 
+class Group:
+    """Elementwise steps that one generated kernel computes (the plan: see _groups), until the backend makes it; and
+    its fallback, each step's own primitive in turn, for an input laid out otherwise at a later call."""
+    __slots__ = ("steps", "plain", "out", "reuse")
+
+    def __init__(self, steps: list, plain: list, out, reuse: bool):
+        self.steps, self.plain, self.out, self.reuse = steps, plain, out, reuse
+
+    def run(self):
+        for kernel in self.plain:
+            kernel.run()
+
+
 class Indexed:
     """A slice with its key made once: out = a[key]."""
     __slots__ = ("a", "key", "out", "steps")
@@ -177,9 +190,17 @@ def fuse_program(program) -> list:
     alias = program.alias = _elided_expands(steps, readers, escapes)
     name = lambda k: slots[alias.get(k, k)]  # noqa: E731
     shape = lambda k: program.spec(k)[0]  # noqa: E731
+    groups = _groups(program, readers, escapes) if program.backend.generates() else {}
+    inside = {j for members in groups.values() for j in members[:-1]}
     kernels, chain = [], None
     for i, (s, plain) in enumerate(zip(steps, program.plain)):
-        if i in alias:
+        if i in alias or i in inside:
+            continue
+        if i in groups:
+            chain = _close(chain, kernels, kept)
+            members = [steps[j] for j in groups[i]]
+            kernels.append(Group(members, [program.plain[j] for j in groups[i]], name(s.out),
+                                 i not in kept and s.shape != ()))
             continue
         ufunc = program.backend.ufunc(UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
         if ufunc is None:
@@ -225,7 +246,7 @@ def _generated(program, kernels: list, kept: set, alias: dict) -> list:
         return slots[k].item()
     plans, runs, where = [], [], []
     for i, chain in enumerate(kernels):
-        if not isinstance(chain, Chain) or chain.steps[-1].strides is None:
+        if not isinstance(chain, (Chain, Group)) or chain.steps[-1].strides is None:
             continue
         last = chain.steps[-1]
         plan = build(f"k{i}", chain.steps, operand, last.strides, constant)
@@ -233,14 +254,40 @@ def _generated(program, kernels: list, kept: set, alias: dict) -> list:
             continue
         ins = [slots[alias.get(k, k)] for k in plan.reads]
         plans.append(plan)
-        runs.append((ins, chain.out, chain.steps, [operand(k)[2] for k in plan.reads], last.strides, chain,
-                     chain.first.reuse))
+        reuse = chain.reuse if isinstance(chain, Group) else chain.first.reuse
+        runs.append((ins, chain.out, chain.steps, [operand(k)[2] for k in plan.reads], last.strides, chain, reuse))
         where.append(i)
     program.plans = plans
     made = program.backend.generated(plans, runs) if plans else None
     for i, runner in zip(where, made or []):
         kernels[i] = runner
     return kernels
+
+
+def _groups(program, readers: dict, escapes: set) -> dict:
+    """{the last step of a group: the group's steps in program order}: each elementwise step the kernel language
+    computes (kernels.op_name) joins the group of its one reader when that reader is such a step too, of the same
+    shape, layout and module (a kernel is one module's, as the explorer draws it), and nothing outside the program
+    keeps the step's result: a tree of primitives whose intermediate values never reach memory. Groups of one step
+    stay the array library's."""
+    steps, into = program.steps, {}
+    for i in range(len(steps) - 1, -1, -1):
+        s = steps[i]
+        if i in escapes or s.array_params or op_name(s) not in EXPR or s.strides is None:
+            continue
+        (r, *others) = set(readers.get(i, [])) or {None}
+        if r is None or others or steps[r].array_params or op_name(steps[r]) not in EXPR:
+            continue
+        if steps[r].shape == s.shape and steps[r].scope == s.scope and \
+                layout(s.shape, steps[r].strides) == layout(s.shape, s.strides):
+            into[i] = r
+    groups = {}
+    for i in sorted(into):
+        root = i
+        while root in into:
+            root = into[root]
+        groups.setdefault(root, []).append(i)
+    return {root: members + [root] for root, members in groups.items()}
 
 
 def _kept(steps, escapes: set) -> set:

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 # way in the last bits, and eager runs the array library's.
 EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / {1}", "neg": "-{0}",
         "reciprocal": "1 / {0}", "sqrt": "sqrt{f}({0})", "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}",
-        "exp": "tb_exp{f}({0})", "log": "tb_log{f}({0})"}
+        "exp": "tb_exp{f}({0})", "log": "tb_log{f}({0})", "where": "{0} ? {1} : {2}",
+        "less": "{0} < {1}", "less_equal": "{0} <= {1}", "equal": "{0} == {1}", "not_equal": "{0} != {1}",
+        "greater": "{0} > {1}", "greater_equal": "{0} >= {1}"}
+SELECT = {"where"} | {"less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}   # nothing to round
 # e^x and ln x as every kernel computes them, in double (float32's rounded from it), from + - * / alone, so that
 # C and CUDA C compute the same bits (no fused multiply-adds in either: see their flags). Each language defines
 # TB_FN (how it declares a function a kernel calls), tb_bits and tb_double (a double's 64 bits as an unsigned long
@@ -67,6 +70,7 @@ TB_FN float tb_logf(float x) { return (float)tb_log(x); }
 # numpy and CuPy compute float16: in float32, rounded back after every op); each language names the type it is
 # stored as (C's _Float16, CUDA's __half) and defines HALF_LOAD, HALF_ROUND and HALF_STORE
 TYPES = {"float16": "float", "float32": "float", "float64": "double"}
+BOOL = "int"                                    # a comparison's result, and a mask read in: 0 or 1
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,17 @@ class Kernel:
         load, rounded, store = ("HALF_LOAD({})", "HALF_ROUND({})", "HALF_STORE({})") if half else ("{}",) * 3
         lines = []
         for op in self.inputs:
-            element = load.format(f"{op.name}[{offset(op, index)}]")
-            lines.append((f"{t} {self.loads[op.name]} = {element};", f"{op.name} {op.shape} {op.dtype}"))
+            mask = op.dtype == "bool"
+            element = (load if not mask else "{}").format(f"{op.name}[{offset(op, index)}]")
+            lines.append((f"{BOOL if mask else t} {self.loads[op.name]} = {element};",
+                          f"{op.name} {op.shape} {op.dtype}"))
         for var, value in self.numbers:
             lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
         for ln in self.lines:
             where = comment(".".join(ln.step.scope))
-            lines.append((f"{t} {ln.var} = {rounded.format(EXPR[ln.op].format(*ln.args, f=f))};",
+            value = EXPR[ln.op].format(*ln.args, f=f)
+            kind = BOOL if str(ln.step.dtype) == "bool" else t
+            lines.append((f"{kind} {ln.var} = {value if ln.op in SELECT else rounded.format(value)};",
                           f"{ln.op} {ln.step.shape}" + (f"   {where}" if where else "")))
         result = store.format(self.lines[-1].var)
         lines.append((f"{self.out.name}[{offset(self.out, index)}] = {result};", "the result"))
@@ -241,15 +249,24 @@ def merge_axes(shape: tuple, operands: list[tuple]) -> tuple[tuple, list[tuple]]
     return new_shape, [tuple(st[i] for _, st in merged) for i in range(len(operands))]
 
 
+def op_name(step) -> str | None:
+    """The name the language gives a primitive call: its op's (add, exp, where), a comparison's own (less, equal);
+    None for a call with other parameters (a pow's exponent, a sum's axes), which no line computes."""
+    if step.op.name == "compare":
+        return step.params.get("op")
+    return None if step.params else step.op.name
+
+
 def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k: None) -> Kernel | None:
     """The kernel that computes `steps` (elementwise primitives of one output shape, in order, each reading what
-    came before it or arrays from outside) in one loop; None when one of them is not in this language.
+    came before it or arrays from outside) in one loop; None when one of them is not in this language. Every value
+    has the result's dtype, or is a mask (bool: a comparison's result, a where's condition).
     operand(k) -> (shape, dtype, strides in bytes, itemsize) of array k read from outside; constant(k) -> the
     number array k always holds when it is a constant of the program (written into the source), else None.
     `out_strides`: the layout (bytes) the result must have, the one eager gives it."""
     last = steps[-1]
     dtype = str(last.dtype)
-    if dtype not in TYPES or any(s.op.name not in EXPR or s.params or str(s.dtype) != dtype for s in steps):
+    if dtype not in TYPES or any(op_name(s) not in EXPR or str(s.dtype) not in (dtype, "bool") for s in steps):
         return None
     made, outside, lines, numbers = {}, {}, [], {}    # step slot -> its variable; outside index -> input number
     for n, s in enumerate(steps):
@@ -263,11 +280,11 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
             else:
                 outside.setdefault(k, len(outside))
                 args.append(f"x{outside[k]}")
-        made[s.out] = var = f"{s.op.name}_{n}"
-        lines.append(Line(var, s.op.name, tuple(args), s))
+        made[s.out] = var = f"{op_name(s)}_{n}"
+        lines.append(Line(var, op_name(s), tuple(args), s))
     loop = tuple(last.shape)
     specs = {k: operand(k) for k in outside}
-    if any(str(sp[1]) not in TYPES for sp in specs.values()):
+    if any(str(sp[1]) not in (dtype, "bool") for sp in specs.values()):
         return None
     strides = [element_strides(sp[0], sp[2], sp[3], loop) for sp in specs.values()]
     out_elem = element_strides(loop, out_strides, last.dtype.itemsize, loop)

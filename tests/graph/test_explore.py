@@ -356,7 +356,7 @@ def planned(program) -> dict:
 def test_a_generated_kernel_carries_its_c_and_cuda_functions_and_no_other_kernel_carries_source(compiled_tiny):
     _, page, _, program = compiled_tiny
     plans = planned(program)
-    assert len(plans) == 23
+    assert len(plans) == 21
     for k in kernels(page):
         plan = plans.get(int(k["id"][1:]))
         if plan is None:
