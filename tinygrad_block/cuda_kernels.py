@@ -40,8 +40,10 @@ __device__ inline half_bits half_store(float f) {
 #endif
 __device__ inline unsigned long long tb_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
 __device__ inline double tb_double(unsigned long long b) { return __longlong_as_double((long long)b); }
+__device__ inline unsigned int tb_bitsf(float x) { return __float_as_uint(x); }
+__device__ inline float tb_float(unsigned int b) { return __uint_as_float(b); }
 """ + MATH
-STORED = {"float16": "half_bits", "float32": "float", "float64": "double", "bool": "bool"}   # CUDA's types
+STORED = {"float16": "half_bits", "float32": "float", "float64": "double", "bool": "unsigned char"}   # CUDA's types
 OPTIONS = ("--fmad=false",)
 THREADS = 256                                   # threads per block: each computes one element
 

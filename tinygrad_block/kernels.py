@@ -29,10 +29,11 @@ EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} 
         "less": "{0} < {1}", "less_equal": "{0} <= {1}", "equal": "{0} == {1}", "not_equal": "{0} != {1}",
         "greater": "{0} > {1}", "greater_equal": "{0} >= {1}"}
 SELECT = {"where"} | {"less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}   # nothing to round
-# e^x and ln x as every kernel computes them, in double (float32's rounded from it), from + - * / alone, so that
+# e^x and ln x as every kernel computes them, in double and in float, from + - * / alone, so that
 # C and CUDA C compute the same bits (no fused multiply-adds in either: see their flags). Each language defines
 # TB_FN (how it declares a function a kernel calls), tb_bits and tb_double (a double's 64 bits as an unsigned long
-# long, and back), INFINITY and NAN. Integers stay in doubles where they can: no vector unit lacks those.
+# long, and back), tb_bitsf and tb_float (a float's 32, as an unsigned int), INFINITY and NAN. Whole numbers stay
+# in floating point (no conversions to integers and back, which some vector units lack).
 MATH = r"""
 /* 2^n for a whole number n in -1022 .. 1023, made from its bits: n + 1023 in the exponent field (adding 1.5 * 2^52
    to n puts n in a double's low bits) */
@@ -63,14 +64,38 @@ TB_FN double tb_log(double x) {
   return x > 0.0 ? (x < INFINITY ? y : x) : (x == 0.0 ? -INFINITY : NAN);
 }
 
-TB_FN float tb_expf(float x) { return (float)tb_exp(x); }
-TB_FN float tb_logf(float x) { return (float)tb_log(x); }
+/* the same two in float, for float32 and float16: a float's vector holds twice a double's lanes. ln 2's first part
+   has 16 bits (k times it is exact for every k that matters); the series stop sooner (at r^7 and s^11) */
+TB_FN float tb_pow2f(float n) { return tb_float((tb_bitsf(n + 12582912.0f) + 127) << 23); }
+
+TB_FN float tb_expf(float x) {
+  x = x > 89.0f ? 89.0f : (x < -104.0f ? -104.0f : x);
+  float k = rintf(x * 1.44269504f);
+  float r = (x - k * 0.693145751953125f) - k * 1.42860677e-06f;
+  float p = 1.0f;
+  for (int j = 7; j >= 1; j--) p = 1.0f + p * r * (1.0f / j);
+  float h = rintf(k * 0.5f);
+  return p * tb_pow2f(h) * tb_pow2f(k - h);
+}
+
+TB_FN float tb_logf(float x) {
+  int tiny = x < 1.17549435e-38f;                                  /* a subnormal x: times 2^24 first */
+  unsigned int b = tb_bitsf(tiny ? x * 16777216.0f : x);
+  float e = tb_float((b >> 23 & 255) | 0x4b000000u) - 8388608.0f - (tiny ? 151.0f : 127.0f);
+  float m = tb_float((b & 0x7fffffu) | 0x3f800000u);
+  e = m > 1.41421356f ? e + 1.0f : e;
+  m = m > 1.41421356f ? m * 0.5f : m;
+  float s = (m - 1.0f) / (m + 1.0f), s2 = s * s, q = 0.0f;
+  for (int j = 11; j >= 3; j -= 2) q = (q + 1.0f / j) * s2;
+  float y = e * 0.693145751953125f + (2.0f * s + (2.0f * s * q + e * 1.42860677e-06f));
+  return x > 0.0f ? (x < INFINITY ? y : x) : (x == 0.0f ? -INFINITY : NAN);
+}
 """
 # the type each dtype is computed in: float16 in float, each result rounded to float16 at once (HALF_ROUND, as
 # numpy and CuPy compute float16: in float32, rounded back after every op); each language names the type it is
 # stored as (C's _Float16, CUDA's __half) and defines HALF_LOAD, HALF_ROUND and HALF_STORE
 TYPES = {"float16": "float", "float32": "float", "float64": "double"}
-BOOL = "int"                                    # a comparison's result, and a mask read in: 0 or 1
+BOOL = "int"              # a comparison's result, and a mask read in (stored as a byte: a vector unit widens it)
 
 
 @dataclass(frozen=True)
