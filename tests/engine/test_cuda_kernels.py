@@ -57,6 +57,15 @@ def test_every_kernel_of_the_program_compiles_to_ptx_for_hopper(name, dtype):
     assert len(re.findall(r"^\.visible \.entry ", ptx, re.M)) == len(kernels)
 
 
+def test_eager_exp_and_log_compile_to_ptx_for_every_dtype():
+    """What eager exp and log launch on a GPU (cuda_kernels.math_source: kernels.MATH, one function per op and
+    dtype) compiles, each function an entry."""
+    ptx = cuda_kernels.compile_ptx(cuda_kernels.math_source())
+    for op in ("exp", "log"):
+        for dtype in ("float16", "float32", "float64"):
+            assert f".entry {op}_{dtype}(" in ptx
+
+
 def test_the_body_is_the_same_text_in_c_and_in_cuda():
     program = block_program(tb.float32)
     c, cuda = program.source("c"), program.source("cuda")
