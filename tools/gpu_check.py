@@ -10,7 +10,8 @@ counted as failed), its output printed as it comes:
   tests     pytest -m gpu: every test marked `gpu` (the 'cuda' cases of the device-parametrised tests)
   jit       tb.jit against eager on the device (this file, --jit-only): the tiny block's forward and backward,
             AdamW training steps, decode steps over the static KV cache; float32 and float16; the maximum
-            relative difference of every replay must stay within a tolerance
+            relative difference of every replay must stay within a tolerance, or for training within twice what
+            eager differs from itself run to run (a GPU's atomic adds, in the embedding's backward, sum in any order)
   block     tools/bench_block.py: tiny to xl, float32 and float16, eager (autograd), compiled and PyTorch
   train     tools/bench_train.py: training steps, compiled, eager and PyTorch
   generate  tools/bench_generate.py: greedy decoding, compiled, eager and transformers
@@ -230,9 +231,10 @@ def train_check(device: str, dtype: str, steps: int = 6) -> dict:
             values += [loss.numpy(), norm.numpy()]
         return values + [p.numpy() for p in model.parameters()], getattr(step, "replays", 0)
     want, _ = run(False)
+    again, _ = run(False)
     got, replays = run(True)
     return {"check": f"training steps (AdamW, {steps})", "replays": replays, "got": got, "want": want,
-            "tolerance": TRAIN_TOLERANCE[dtype]}
+            "tolerance": TRAIN_TOLERANCE[dtype], "noise": relative_difference(again, want)}
 
 
 def decode_check(device: str, dtype: str, prompts: int = 3, steps: int = 6) -> dict:
@@ -258,7 +260,8 @@ def jit_checks(device: str) -> int:
     """Every check in float32 and float16, a line each; the results as JSON on the last line. 0 when every check
     replayed and stayed within its tolerance, else 1."""
     rows = []
-    print(f"{'check':<40}{'dtype':<9}{'replays':>8}{'max rel diff':>14}{'tolerance':>11}  identical  result")
+    print(f"{'check':<40}{'dtype':<9}{'replays':>8}{'max rel diff':>14}{'tolerance':>11}{'eager again':>13}  "
+          "identical  result")
     for dtype in ("float32", "float16"):
         for check in (block_check, train_check, decode_check):
             r = check(device, dtype)
@@ -266,9 +269,11 @@ def jit_checks(device: str) -> int:
             r |= {"dtype": dtype, "max_rel_diff": relative_difference(got, want),
                   "identical": all(np.array_equal(a, b, equal_nan=True) for a, b in zip(got, want)),
                   "finite": all(np.isfinite(w).all() for w in want)}      # eager's NaNs would prove nothing
-            r["ok"] = r["replays"] > 0 and r["finite"] and r["max_rel_diff"] <= r["tolerance"]
+            noise = r.setdefault("noise", 0.0)        # eager against eager: what the device itself varies run to run
+            r["ok"] = r["replays"] > 0 and r["finite"] and r["max_rel_diff"] <= max(r["tolerance"], 2 * noise)
             rows.append(r)
-            print(f"{r['check']:<40}{dtype:<9}{r['replays']:>8}{r['max_rel_diff']:>14.3g}{r['tolerance']:>11.0e}  "
+            print(f"{r['check']:<40}{dtype:<9}{r['replays']:>8}{r['max_rel_diff']:>14.3g}{r['tolerance']:>11.0e}"
+                  f"{noise:>13.3g}  "
                   f"{'yes' if r['identical'] else 'no':<9}  {'ok' if r['ok'] else 'FAILED'}"
                   + ("" if r["finite"] else " (eager's values are not all finite)"), flush=True)
     print(RESULT + json.dumps(rows))

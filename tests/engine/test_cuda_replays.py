@@ -129,7 +129,9 @@ def test_training_compiled_on_the_gpu_follows_eager():
 @pytest.mark.parametrize("op", ["exp", "log"])
 def test_eager_exp_and_log_on_the_gpu_are_the_cpus_bit_for_bit(op, dtype):
     """kernels.MATH is one text: eager exp and log on 'cuda' (NVRTC's build) equal the CPU's (the C compiler's) on
-    every value, NaN aside (its sign is the processor's), and a transposed input gives numpy's layout of values."""
+    every value, NaN aside (its sign is the processor's), except where a float32 is subnormal: CuPy compiles every
+    kernel, its own and ours, with -ftz=true (cupy/cuda/compiler.py appends it), so a subnormal float32 in or out
+    is 0 there."""
     r = np.random.default_rng(1)
     x = np.concatenate([r.standard_normal(100_000) * 40, np.exp(r.uniform(-740, 700, 100_000)),
                         [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310, 5e-324, 88.7, 89.0, -103.9, -745.0]])
@@ -138,7 +140,15 @@ def test_eager_exp_and_log_on_the_gpu_are_the_cpus_bit_for_bit(op, dtype):
     want = cpu_kernels.math_functions()[op](x)
     got = getattr(tb.tensor(x, device="cuda"), op)().numpy()
     nan = np.isnan(want)
-    assert np.array_equal(np.isnan(got), nan) and got[~nan].tobytes() == want[~nan].tobytes()
+    assert np.array_equal(np.isnan(got), nan)
+    normal = ~nan
+    if dtype == np.float32:
+        tiny = np.finfo(np.float32).tiny
+        sub = (np.abs(x) < tiny) & (x != 0) | (np.abs(want) < tiny) & (want != 0)
+        flushed = {"exp": 0.0, "log": -np.inf}[op]           # exp's subnormal result is 0; log's subnormal x is 0
+        assert sub.sum() > 100 and ((got[sub] == want[sub]) | (got[sub] == flushed)).all()
+        normal &= ~sub
+    assert got[normal].tobytes() == want[normal].tobytes()
     square = x[:10_000].reshape(100, 100).T
     np.testing.assert_array_equal(getattr(tb.tensor(square, device="cuda"), op)().numpy(),
-                                  cpu_kernels.math_functions()[op](np.ascontiguousarray(square)))
+                                  getattr(tb.tensor(np.ascontiguousarray(square), device="cuda"), op)().numpy())
