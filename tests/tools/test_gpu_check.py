@@ -258,7 +258,7 @@ def test_the_cpu_rehearsal_runs_every_part_and_writes_their_tables(tmp_path):
     assert "5 of 5 parts passed" in record and "| device | cpu: no GPU" in record
     assert re.search(r"\n32 skipped, \d+ deselected in ", record)            # the cuda tests of test_devices.py
     checks = re.findall(r"\n(block forward\+backward|training steps \(AdamW, 6\)|decode steps \(greedy, static KV "
-                        r"cache\)) +(float\d\d) +(\d+) +(\S+) +\de-0\d +(yes|no) +(\S+)(?=\n)", record)
+                        r"cache\)) +(float\d\d) +(\d+) +(\S+) +\de-0\d +0 +(yes|no) +(\S+)(?=\n)", record)
     assert len(checks) == 6 and {c[1] for c in checks} == {"float32", "float16"}
     assert all(int(replays) > 0 and (diff, same, ok) == ("0", "yes", "ok") for _, _, replays, diff, same, ok in checks)
     for engine in ("autograd", "compiled", "pytorch"):
