@@ -197,9 +197,16 @@ class ArrayBackend:
         return flat
 
     # ---- elementwise primitives ----
+    lowers = True      # a compiled replay may call this backend's array functions straight (fuse.py asks ufunc)
+
     def ufunc(self, name: str):
-        """The array library's elementwise function `name` ('exp', 'add', ...), as a compiled replay calls it."""
+        """The array library's function `name` ('exp', 'add', 'matmul', 'concatenate', 'take', 'reshape', ...) as a
+        compiled replay calls it: fuse.py asks by name, and a backend answers with its own where it has one."""
         return getattr(self.xp, name)
+
+    def reducer(self, name: str):
+        """`name`'s reduce ('add': a sum, 'maximum': a max), as a compiled replay calls it; None: the backend's sum."""
+        return getattr(self.ufunc(name), "reduce", None)
 
     def neg(self, a):
         return self.xp.negative(a)
@@ -368,7 +375,7 @@ class MetaArray:
 class MetaBackend:
     """The same primitive ops on shapes alone ("meta" device): every method returns a MetaArray."""
 
-    name = "meta"
+    name, lowers = "meta", False
     active = None
     host_reads = 0
 

@@ -91,9 +91,15 @@ class CudaBackend(ArrayBackend):
             return load(kernels, runs, self.xp) if kernels else None
 
     def ufunc(self, name: str):
-        """CuPy's function `name`, except exp and log: kernels.MATH's, as a generated kernel computes them."""
+        """CuPy's function `name`, except exp and log (kernels.MATH's, as a generated kernel computes them) and
+        matmul (this backend's cuBLAS call, as eager's)."""
         from .cuda_kernels import math_functions
+        if name == "matmul":
+            return lambda a, b, out=None: self.matmul(a, b)
         return math_functions(self.xp)[name] if name in ("exp", "log") else getattr(self.xp, name)
+
+    def reducer(self, name: str):
+        return None                        # CuPy's add.reduce is not cupy.sum's kernel: sums stay eager's call
 
     def exp(self, a):
         return self.ufunc("exp")(a)

@@ -1,17 +1,21 @@
 """From a verified capture's steps to the kernels a replay runs, and the program as text and as a drawing.
 
-Three rewrites, each exact (a replay stays bit-identical to eager) and each on numpy or CuPy arrays only:
+This file is the plan; the backend does the work: every array function a replay calls, the backend hands over by
+name (`backend.ufunc`: numpy's or CuPy's, or its own, as the GPU's cuBLAS matmul and MATH's exp), and the
+generated kernels are the backend's to make (`backend.generated`: C on the CPU, CUDA C on a GPU). Each rewrite is
+exact (a replay stays bit-identical to eager on the same device):
 - **Broadcasts elided.** An `expand` whose every reader is an elementwise op that also reads an operand of the
   full shape is dropped: the array library broadcasts on the fly, as the expand's view would have.
-- **Chains fused.** Elementwise ops of one shape and dtype, each read only by the next, become one kernel: the
-  first op allocates the result and every later op writes into it in place (`out=`), so the chain's
-  intermediates are never allocated and its data stays in cache. Where the backend generates kernels (the CPU's,
-  as C: cpu_kernels.py) a chain of exactly rounded ops is planned as one (kernels.py) and runs as one loop.
+- **Groups generated.** Where the backend generates kernels, each elementwise step the kernel language computes
+  joins the kernel of its one reader (`_groups`): a tree of primitives computed in one loop, its intermediates
+  never written to memory (kernels.py is the language).
+- **Chains fused.** Elsewhere, elementwise ops of one shape and dtype, each read only by the next, become one
+  kernel: the first op allocates the result and every later op writes into it in place (`out=`).
 - **Lowered.** Every other elementwise op and a sum calls its array function directly, a slice indexes with a
   key made once, a reshape, permute or broadcast of an array from outside the program (a weight) is made again
   only when that array is a new one: no Function, Tensor or backend call in between.
 
-docs/compiled.md measures the chains each way: numpy op at a time, in place, and generated C.
+docs/compiled.md measures them each way: numpy op at a time, in place, and generated C.
 """
 from __future__ import annotations
 
@@ -177,8 +181,8 @@ class Reduced:
 
 def fuse_program(program) -> list:
     """The kernels for `program` (compiled.Program): its plain kernels rewritten as the module docstring says."""
-    xp = program.backend.xp
-    if getattr(xp, "__name__", "") not in ("numpy", "cupy"):
+    backend = program.backend
+    if not backend.lowers:
         return program.plain                       # the strict and shape-only devices replay primitive by primitive
     steps, slots = program.steps, program.all
     escapes = program.escaping()
@@ -190,7 +194,7 @@ def fuse_program(program) -> list:
     alias = program.alias = _elided_expands(steps, readers, escapes)
     name = lambda k: slots[alias.get(k, k)]  # noqa: E731
     shape = lambda k: program.spec(k)[0]  # noqa: E731
-    groups = _groups(program, readers, escapes) if program.backend.generates() else {}
+    groups = _groups(program, readers, escapes) if backend.generates() else {}
     inside = {j for members in groups.values() for j in members[:-1]}
     kernels, chain = [], None
     for i, (s, plain) in enumerate(zip(steps, program.plain)):
@@ -202,15 +206,15 @@ def fuse_program(program) -> list:
             kernels.append(Group(members, [program.plain[j] for j in groups[i]], name(s.out),
                                  i not in kept and s.shape != ()))
             continue
-        ufunc = program.backend.ufunc(UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
+        ufunc = backend.ufunc(UFUNCS[s.op]) if s.op in UFUNCS and s.params == {} else None
         if ufunc is None:
             chain = _close(chain, kernels, kept)
-            if s.op is Matmul and s.dtype != xp.float16:
+            if s.op is Matmul and str(s.dtype) != "float16":
                 reuse = i not in kept and s.shape != ()
-                kernels.append(direct(xp.matmul, [name(k) for k in s.ins], name(s.out), [s], reuse=reuse))
+                kernels.append(direct(backend.ufunc("matmul"), [name(k) for k in s.ins], name(s.out), [s],
+                                      reuse=reuse))
             else:
-                kernels.append(_lowered(s, plain, program.backend, name, shape, steps,
-                                        i not in kept and s.shape != ()))
+                kernels.append(_lowered(s, plain, backend, name, shape, steps, i not in kept and s.shape != ()))
             continue
         ins = [name(k) for k in s.ins]
         if chain is not None and _extends(chain, s, i, readers, escapes):
@@ -328,10 +332,10 @@ def _extends(chain: Chain, s, i: int, readers: dict, escapes: set) -> bool:
             and s.shape != ())              # in place keeps the first op's layout; 0-d: numpy gives scalars there
 
 
-def _joiner(xp, axis: int):
+def _joiner(concatenate, axis: int):
     """concatenate along `axis` as a function of the arrays (and `out`, a buffer to write into)."""
     def join(*arrays, out=None):
-        return xp.concatenate(arrays, axis=axis, out=out)
+        return concatenate(arrays, axis=axis, out=out)
     return join
 
 
@@ -340,27 +344,25 @@ def _lowered(s, plain, backend, name, shape, program_steps, reuse: bool):
     of an array from outside the program kept while that array is, a concatenation or a gather by its array
     function, a primitive that is one backend call by that call; else the primitive's own forward. `reuse`: the
     result outlives no replay, so a kernel that can write into a buffer may keep one."""
-    xp = backend.xp
+    f = backend.ufunc
     if s.op is Slice:
         return Indexed(name(s.ins[0]), s.params["bounds"], name(s.out), [s])
-    reduce = {Sum: "add", Max: "maximum"}.get(s.op)
-    if reduce == "maximum" and xp.__name__ != "numpy":    # CuPy's ufuncs have reduce() for add and multiply only
-        reduce = None
-    if reduce and s.dtype != xp.float16 and hasattr(getattr(xp, reduce), "reduce"):
-        return Reduced(getattr(xp, reduce).reduce, name(s.ins[0]), s.params["axes"], s.params["keepdims"],
-                       name(s.out), [s])
+    reduce = backend.reducer({Sum: "add", Max: "maximum"}[s.op]) if s.op in (Sum, Max) else None
+    if reduce is not None and str(s.dtype) != "float16":
+        return Reduced(reduce, name(s.ins[0]), s.params["axes"], s.params["keepdims"], name(s.out), [s])
     if s.op in (Reshape, Permute, Expand) and shape(s.ins[0]) != ():   # (a 0-d result would be a scalar)
-        f = {Reshape: xp.ndarray.reshape, Permute: xp.ndarray.transpose, Expand: xp.broadcast_to}[s.op]
+        f = {Reshape: f("reshape"), Permute: f("transpose"), Expand: f("broadcast_to")}[s.op]
         arg = s.params["order" if s.op is Permute else "shape"]
         if s.ins[0] >= len(program_steps):                        # an array from outside: a weight, an argument
             return Viewed(f, name(s.ins[0]), arg, name(s.out), [s])
-        if s.op is not Expand:                                    # the array's own method
+        if s.op is not Expand:
             return direct(f, [name(s.ins[0])], name(s.out), [s], (arg,))
     if s.op is Concat:
-        return direct(_joiner(xp, s.params["axis"]), [name(k) for k in s.ins], name(s.out), [s], reuse=reuse)
+        return direct(_joiner(backend.ufunc("concatenate"), s.params["axis"]), [name(k) for k in s.ins],
+                      name(s.out), [s], reuse=reuse)
     if s.op is Gather:
         [(_, idx)] = s.array_params
-        return direct(xp.take, [name(s.ins[0]), name(idx)], name(s.out), [s], (s.params["axis"],))
+        return direct(backend.ufunc("take"), [name(s.ins[0]), name(idx)], name(s.out), [s], (s.params["axis"],))
     if s.op in BACKEND_CALLS and not s.array_params:
         method, params = BACKEND_CALLS[s.op]
         return direct(getattr(backend, method), [name(k) for k in s.ins], name(s.out), [s],

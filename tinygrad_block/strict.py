@@ -160,7 +160,8 @@ def asarray(value, dtype=None) -> StrictArray:
 
 
 class StrictBackend(ArrayBackend):
-    """The ArrayBackend over strict arrays (device 'strict')."""
+    """The ArrayBackend over strict arrays (device 'strict'): a compiled replay runs it primitive by primitive."""
+    lowers = False
 
     def __init__(self):
         super().__init__("strict", sys.modules[__name__])
