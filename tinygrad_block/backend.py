@@ -310,6 +310,11 @@ class ArrayBackend:
     def gather(self, a, idx, axis):
         return self.xp.take(a, idx, axis=axis)
 
+    def set_rows(self, buf, idx, rows, axis):
+        """buf[..., idx[j], ...] = rows[..., j, ...] along `axis`, written into buf itself, which is returned."""
+        buf[(slice(None),) * axis + (idx,)] = rows
+        return buf
+
     @on_device
     def scatter_add(self, g, idx, axis, size):
         shape = g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:]
@@ -480,6 +485,9 @@ class MetaBackend:
 
     def gather(self, a, idx, axis):
         return MetaArray(a.shape[:axis] + idx.shape + a.shape[axis + 1:], a.dtype)
+
+    def set_rows(self, buf, idx, rows, axis):
+        return buf
 
     def scatter_add(self, g, idx, axis, size):
         return MetaArray(g.shape[:axis] + (size,) + g.shape[axis + idx.ndim:], g.dtype)

@@ -7,8 +7,8 @@ the autograd graph and tells the active observers (FLOP counter, graph recorder)
 FLOP rules, in one place: a matmul (M, K) @ (K, N) costs 2*M*N*K (PyTorch's FlopCounterMode convention).
 Every elementwise op costs 1 per output element, whatever it computes (add, exp, sqrt, division, pow,
 erf, comparison, select). A sum or max reducing n elements to one costs n - 1. A scatter-add costs one add
-per source element. Movement ops (reshape, permute, expand, slice, pad, concat, gather, cast, transfer: the
-subclasses of Movement) cost 0.
+per source element. Movement ops (reshape, permute, expand, slice, pad, concat, gather, setrows, cast, transfer:
+the subclasses of Movement) cost 0.
 """
 from __future__ import annotations
 
@@ -456,6 +456,22 @@ class Gather(Movement):
 
     def backward(self, g):
         return (ScatterAdd.apply(g, idx=self.idx, axis=self.axis, size=self.size),)
+
+
+class SetRows(Movement):
+    """out = buf with buf[..., idx[j], ...] = rows[..., j, ...] along `axis`, written into buf's own array: the one
+    primitive that writes into an input (a static KV cache's new positions, so no copy of the cache per token);
+    idx: int64 (L,), in bounds (the caller checks it). The buffer never needs a gradient: none is defined"""
+    def forward(self, buf, rows, idx, axis: int):
+        want = buf.shape[:axis] + idx.shape + buf.shape[axis + 1:]
+        if rows.shape != want or rows.dtype != buf.dtype:
+            raise ValueError(f"setrows: rows {rows.dtype} {rows.shape} do not fit {idx.shape[0]} slots along axis "
+                             f"{axis} of {buf.dtype} {buf.shape}: expected {buf.dtype} {want}")
+        return self.backend.set_rows(buf.data, idx.data, rows.data, axis)
+
+    def backward(self, g):
+        raise RuntimeError("setrows: an in-place write has no gradient (the values it overwrote are gone); a static "
+                           "KV cache is for inference: run it under tb.no_grad(), or differentiate without a cache")
 
 
 class ScatterAdd(Function):

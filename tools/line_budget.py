@@ -16,8 +16,9 @@ CORE = ("tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "
         "device.py", "cuda.py", "strict.py")
 # 1500 until cuda.py and strict.py (172 lines) joined the core; 1600 until int64 sums, exact int min and kthlargest;
 # 1610 until PyTorch's habits (t.size(), view, argmax/argmin, no_grad as a decorator) and cuda's jit default;
-# 1650 until the seam for generated kernels (ArrayBackend.generated, the CPU's backend in cpu_kernels.py)
-BUDGET = 1660
+# 1650 until the seam for generated kernels (ArrayBackend.generated, the CPU's backend in cpu_kernels.py);
+# 1660 until the in-place row write (SetRows, backend.set_rows) that the static KV cache writes its positions with
+BUDGET = 1671
 PACKAGE = Path(__file__).resolve().parent.parent / "tinygrad_block"
 
 

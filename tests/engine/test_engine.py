@@ -24,7 +24,7 @@ NUMPY_ALLOWED = {"backend.py", "dtypes.py", "generator.py", "device.py", "cuda.p
                  "cuda_kernels.py", "gradcheck.py", "tour.py", "nn/pretrained.py", "hf_folder.py"}
 PRIMITIVES = {"neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "cast", "transfer", "add",
               "sub", "mul", "div", "maximum", "compare", "where", "sum", "max", "kthlargest", "reshape", "permute",
-              "expand", "slice", "pad", "concat", "gather", "scatteradd", "matmul"}
+              "expand", "slice", "pad", "concat", "gather", "setrows", "scatteradd", "matmul"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -69,7 +69,7 @@ def test_the_primitive_set_is_closed_and_documented():
 
 
 # movement and conversion: they copy or re-view values and compute nothing, so they cost 0 FLOPs
-ZERO_FLOP = {"cast", "transfer", "reshape", "permute", "expand", "slice", "pad", "concat", "gather"}
+ZERO_FLOP = {"cast", "transfer", "reshape", "permute", "expand", "slice", "pad", "concat", "gather", "setrows"}
 ALIASES = {"permute", "expand", "slice"}        # a view of the input's memory on every device
 MAY_ALIAS = ALIASES | {"reshape"}               # a view of a contiguous input, a copy of a transposed one
 
@@ -120,7 +120,7 @@ def test_engine_core_stays_within_its_line_budget():
     counts = budget.count()
     assert set(counts) == {"tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "autograd.py",
                            "trace.py", "index.py", "device.py", "cuda.py", "strict.py"}
-    assert 500 < sum(counts.values()) <= budget.BUDGET == 1660, counts
+    assert 500 < sum(counts.values()) <= budget.BUDGET == 1671, counts
 
 
 def test_line_counter_ignores_comments_blanks_and_docstrings():

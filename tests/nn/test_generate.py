@@ -288,9 +288,9 @@ def test_on_token_sees_each_new_token_as_it_is_chosen(use_cache):
 # ---------------------------------------------------------------- the static cache and compiled decoding
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_static_cache_holds_the_dynamic_caches_keys_and_values(name):
-    """Prefill 5 tokens, then decode 4, into both caches: the static buffers' last 9 slots hold the same K and V
-    (the first layer's bit for bit: the same ops on the same inputs; later layers to 1e-12, their inputs having
-    passed attention over max_len slots), the others stay zero, and the logits agree to 1e-12."""
+    """Prefill 5 tokens, then decode 4, into both caches: the static buffers' first 9 slots (slot j holds position j)
+    hold the same K and V (the first layer's bit for bit: the same ops on the same inputs; later layers to 1e-12,
+    their inputs having passed attention over max_len slots), the others stay zero, and the logits agree to 1e-12."""
     cfg = CONFIGS[name]
     model, ids = model_and_ids(cfg, L=9)
     dynamic, static = KVCache(model, 2), StaticKVCache(model, 2, 14)
@@ -301,7 +301,7 @@ def test_the_static_cache_holds_the_dynamic_caches_keys_and_values(name):
     for i, (d, s) in enumerate(zip(dynamic.layers, static.layers)):
         for want, buffer in ((d.k, s.k), (d.v, s.v)):
             assert buffer.shape == (2, cfg.n_kv_heads, 14, cfg.d_head)
-            rest, filled = buffer.numpy()[:, :, :5], buffer.numpy()[:, :, 5:]
+            filled, rest = buffer.numpy()[:, :, :9], buffer.numpy()[:, :, 9:]
             assert (np.array_equal(filled, want.numpy()) if i == 0 else rel_err(filled, want.numpy()) <= 1e-12)
             assert not rest.any()
     assert static.nbytes == accounting.kv_cache_bytes(cfg, 14, 2, 8)

@@ -134,7 +134,8 @@ class Attention(Module):
         """Positions offset .. offset + L - 1. With `cache` (a LayerCache holding the K, V of positions
         0 .. offset - 1), this call's K and V join it, and the queries attend to all offset + L keys. With a
         StaticLayerCache, `offset` is the tensor of the L positions (StaticKVCache.start): K and V are written into
-        its buffers, and the queries attend to all max_len slots, those after their position masked."""
+        its buffers at those slots, in place, and the queries attend to all max_len slots, those after their
+        position masked."""
         cfg = self.cfg
         B, L, _ = x.shape
         H, H_kv, d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
@@ -164,13 +165,13 @@ class Attention(Module):
         return self.o_proj(out)
 
     def attend_static(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticLayerCache) -> Tensor:
-        """Attention over a static cache's buffers, once k and v (B, H_kv, L, d_head) are written into them. The
-        queries are grouped by KV head instead of the keys repeated per query head, so the max_len slots are never
+        """Attention over a static cache's buffers, once k and v (B, H_kv, L, d_head) are written into their slots.
+        The queries are grouped by KV head instead of the keys repeated per query head, so the max_len slots are never
         copied: q (B, H, L, d_head) -> (B, H_kv, n_rep L, d_head) (query heads g n_rep .. g n_rep + n_rep - 1 use
         KV head g). Returns (B, L, d_model), heads merged."""
         B, H, L, d_head = q.shape
         H_kv = self.cfg.n_kv_heads
-        k, v = cache.append(k, v)                                          # (B, H_kv, max_len, d_head)
+        k, v = cache.write(k, v)                                           # (B, H_kv, max_len, d_head)
         grouped = q.reshape(B, H_kv, H // H_kv * L, d_head)                # (B, H_kv, n_rep L, d_head)
         out = sdpa(grouped, k, v, cache.mask)                              # (B, H_kv, n_rep L, d_head)
         if L == 1:                                                         # one token: the heads are in order

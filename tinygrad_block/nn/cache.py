@@ -1,12 +1,14 @@
 """The KV cache: each layer's keys and values (after RoPE, one per KV head) of every position seen so far, so a
 decode step computes K and V for its one new token only and attends to the rest from memory. KVCache grows by
-concatenation (a Python offset, shapes that change every step); StaticKVCache slides buffers of fixed shape and
-holds the position as a tensor, so every decode step has the same shapes and a compiled step replays."""
+concatenation (a Python offset, shapes that change every step); StaticKVCache writes each position into its own
+slot of buffers of fixed shape, in place, and holds the position as a tensor, so every decode step has the same
+shapes and a compiled step replays."""
 from __future__ import annotations
 
 import numbers
 
 from ..dtypes import int64
+from ..function import SetRows
 from ..tensor import Tensor, arange, concat, where, zeros
 
 
@@ -73,10 +75,11 @@ class KVCache:
 
 
 class StaticLayerCache:
-    """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once. A call
-    of L tokens slides them L slots to the left and writes its own into the last L, so the newest position is
-    always in the last slot (after n positions, slot max_len - n + i holds position i); attention reads all
-    max_len slots, the mask hiding the empty ones."""
+    """K and V of one attention layer in buffers of fixed shape (B, H_kv, max_len, d_head), allocated once. Slot j
+    holds position j: a call of L tokens at positions p .. p + L - 1 writes its K and V into those L slots, in
+    place (the buffers' arrays written, not copied; only `reset` gives them new ones), and leaves the others as
+    they are; attention reads all max_len slots, the mask hiding those after each query's position (empty, or the
+    call's own later positions)."""
 
     def __init__(self, owner: StaticKVCache, k: Tensor, v: Tensor):
         self.owner = owner
@@ -85,8 +88,8 @@ class StaticLayerCache:
     @property
     def mask(self) -> Tensor:
         """The current call's additive mask for its queries grouped by KV head, (n_rep L, max_len) (row r L + i for
-        query i of each group's r-th head; (max_len,) for one token): -inf on a slot still empty or holding a
-        position after the query's."""
+        query i of each group's r-th head; (max_len,) for one token): -inf on slot j > p + i, after query i's
+        position (still empty, or one of the call's own later positions)."""
         return self.owner.mask
 
     @property
@@ -94,16 +97,16 @@ class StaticLayerCache:
         """cos and sin of the current call's positions, the first half of each row (L, d_head/2): apply_rope's."""
         return self.owner.cos, self.owner.sin
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Slide each buffer L slots to the left and write the call's L positions (k, v: (B, H_kv, L, d_head)) into
-        the last L: buf = concat([buf[:, :, L:], new]), rebound in place; return both buffers."""
+    def write(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the call's L positions (k, v: (B, H_kv, L, d_head)) into slots p .. p + L - 1 of the buffers
+        (the positions StaticKVCache.start found, a tensor: the same ops at every position). SetRows writes into
+        the buffers' own arrays, L rows each, so a decode step copies nothing of the cache, and a compiled step
+        writes into the buffers its argument holds at every replay (nothing to write back). Returns both buffers
+        as written, (B, H_kv, max_len, d_head)."""
         B, H_kv, _, d_head = self.k.shape
         check_fits("StaticKVCache", k, v, (B, H_kv, d_head), "L")
-        L = k.shape[2]
-        for buf, new in ((self.k, k), (self.v, v)):
-            kept = [buf[:, :, L:]] if L < buf.shape[2] else []           # (B, H_kv, max_len - L, d_head)
-            buf.data = concat(kept + [new], axis=2).data                 # the same Tensor, its array replaced
-        return self.k, self.v
+        at = self.owner.positions                                        # (L,) int64: p .. p + L - 1
+        return SetRows.apply(self.k, k, at, axis=2), SetRows.apply(self.v, v, at, axis=2)
 
     @property
     def nbytes(self) -> int:
@@ -116,14 +119,15 @@ class StaticKVCache:
     shapes and reads the position as data, not as a Python number, so a compiled decode step (tb.jit) replays
     at every position. `model(ids, cache=cache)` runs positions position .. position + L - 1 and advances it.
 
-    What depends on the position is found once per call (`start`), for every layer: the mask, and with RoPE the
-    rotation's cos and sin rows, looked up in a table of max_len rows (layer 0's tables, which
-    every layer shares), so a position past the cache raises IndexError, in a replay too."""
+    What depends on the position is found once per call (`start`), for every layer: the positions (the slots the
+    layers write), the mask, and with RoPE the rotation's cos and sin rows, looked up in a table of max_len rows
+    (layer 0's tables, which every layer shares), so a position past the cache raises IndexError before anything
+    is written, in a replay too."""
 
     def __init__(self, model, batch: int, max_len: int, state: tuple[Tensor, ...] | None = None):
         cfg = model.cfg
         self.model, (self.batch, self.max_len) = model, self.check(model, batch, max_len)
-        self.mask = self.cos = self.sin = None                           # the current call's, set by start()
+        self.positions = self.mask = self.cos = self.sin = None          # the current call's, set by start()
         if state is None:
             state = self._allocate()
         elif len(state) != 4 + 2 * cfg.n_layers or not all(isinstance(t, Tensor) for t in state):
@@ -182,22 +186,20 @@ class StaticKVCache:
             layer.v.data = layer.v.zeros_like().data
 
     def start(self, L: int) -> Tensor:
-        """Begin a call of L tokens at positions p .. p + L - 1 (p = `position`): return them, (L,) int64; set the
-        call's mask (n_rep L, max_len; (max_len,) for one token) and with RoPE the cos and sin rows (L, d_head/2);
-        advance `position` by L. Once written, slot j holds position p + L - max_len + j: empty while that is
-        negative, and after query i's position when j > max_len - L + i."""
+        """Begin a call of L tokens at positions p .. p + L - 1 (p = `position`): return them, (L,) int64, also
+        kept as `positions`, the slots each layer writes; set the call's mask (n_rep L, max_len; (max_len,) for
+        one token) and with RoPE the cos and sin rows (L, d_head/2); advance `position` by L. Once written, slots
+        0 .. p + L - 1 are filled, and query i sees slot j iff j <= p + i."""
         if L > self.max_len:
             raise ValueError(f"StaticKVCache: {L} tokens do not fit a cache of max_len={self.max_len} positions")
         cfg, first = self.model.cfg, self.position
-        positions = first + arange(L, device=first.device)                                    # (L,)
+        positions = self.positions = first + arange(L, device=first.device)                   # (L,)
         rows = self.rows[positions]                             # (L, d_head) or (L,): IndexError past max_len
         if cfg.rope:
             self.cos, self.sin = rows[:, :cfg.d_head // 2], rows[:, cfg.d_head // 2:]          # (L, d_head/2) each
-        empty = self.slots + first < self.max_len - L                                         # (max_len,)
-        mask = where(empty, float("-inf"), self.open)                                         # (max_len,)
-        if L > 1:                                             # the call's own later positions are in the future
-            last = arange(self.max_len - L, self.max_len, device=first.device).reshape(L, 1)
-            mask = where(self.slots.reshape(1, self.max_len) > last, float("-inf"), mask)     # (L, max_len)
+        query = positions if L == 1 else positions.reshape(L, 1)                             # (1,) or (L, 1)
+        mask = where(self.slots > query, float("-inf"), self.open)    # (max_len,) or (L, max_len): j > p + i hidden
+        if L > 1:
             n_rep = cfg.n_heads // cfg.n_kv_heads             # query heads per KV head: grouped, see attend_static
             mask = mask.reshape(1, L, self.max_len).expand(n_rep, L, self.max_len).reshape(n_rep * L, self.max_len)
         self.mask = mask                                         # (n_rep L, max_len); (max_len,) for one token
