@@ -22,6 +22,7 @@ import functools
 import hashlib
 import shutil
 import subprocess
+import threading
 import warnings
 from pathlib import Path
 
@@ -71,26 +72,35 @@ class Compiler:
         self.cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         self.cache = cache or Path.home() / ".cache" / "tinygrad_block" / "kernels"
         self.built = 0                                 # libraries compiled (not found in the cache) by this one
+        self.lock = threading.Lock()
 
     def library(self, text: str) -> ctypes.CDLL:
         """The compiled library of C source `text`: from the cache when it was built before, else built (written
-        under a temporary name, renamed into place: two processes building it at once both end with a whole one)."""
+        under temporary names, renamed into place: two processes building it at once both end with a whole one;
+        threads of one process build one at a time)."""
         key = hashlib.sha256("\0".join([text, self.cc, *FLAGS]).encode()).hexdigest()[:24]
         path = self.cache / f"{key}.so"
-        if not path.exists():
-            self.cache.mkdir(parents=True, exist_ok=True)
-            src, tmp = path.with_suffix(".c"), temporary(path)
-            src.write_text(text)
-            done = subprocess.run([self.cc, *FLAGS, str(src), "-o", str(tmp), "-lm"], capture_output=True, text=True)
-            if done.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                log = src.with_suffix(".log")
-                write_text(log, done.stderr)
-                raise RuntimeError(f"kernels: {self.cc} could not compile {src} (its messages: {log})\n"
-                                   f"{done.stderr.strip()}")
-            tmp.replace(path)
-            self.built += 1
+        with self.lock:
+            if not path.exists():
+                self._build(text, path)
         return ctypes.CDLL(str(path))
+
+    def _build(self, text: str, path: Path) -> None:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        src, tmp = path.with_suffix(".c"), temporary(path)
+        written = temporary(src)
+        written.write_text(text)
+        done = subprocess.run([self.cc, *FLAGS, "-x", "c", str(written), "-o", str(tmp), "-lm"], capture_output=True,
+                              text=True)
+        written.replace(src)                                  # the source beside its library, for people to read
+        if done.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            log = src.with_suffix(".log")
+            write_text(log, done.stderr.replace(str(written), str(src)))
+            raise RuntimeError(f"kernels: {self.cc} could not compile {src} (its messages: {log})\n"
+                               f"{done.stderr.strip().replace(str(written), str(src))}")
+        tmp.replace(path)
+        self.built += 1
 
 
 @functools.cache

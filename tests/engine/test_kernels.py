@@ -133,6 +133,31 @@ def test_a_library_is_built_once_and_then_read_from_the_cache_by_its_sources_has
         first.library("this is not C")
 
 
+def test_threads_asking_for_one_new_library_at_once_each_get_it_built_once(tmp_path):
+    """Four threads of one process, a cold cache, the same source: one build, every thread a working library, no
+    temporary left (threads share a process id, so the temporaries' names alone cannot keep them apart)."""
+    import threading
+    comp = cpu_kernels.Compiler(cache=tmp_path)
+    text = "void thrice(const double *restrict in0, double *restrict out) { out[0] = in0[0] * 3; }\n"
+    got, errors, start = [], [], threading.Barrier(4)
+
+    def build():
+        start.wait()
+        try:
+            lib = comp.library(text)
+            x, out = np.array([14.0]), np.zeros(1)
+            lib.thrice(x.ctypes.data_as(cpu_kernels.ctypes.c_void_p), out.ctypes.data_as(cpu_kernels.ctypes.c_void_p))
+            got.append(out[0])
+        except Exception as e:                                   # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=build) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and got == [42.0] * 4 and comp.built == 1 and not list(tmp_path.glob(".*.tmp"))
+
+
 def test_without_a_c_compiler_a_replay_runs_numpys_functions_and_says_so_once(monkeypatch):
     monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
     cpu_kernels.compiler.cache_clear()
