@@ -13,23 +13,25 @@
 # wrote down how it was made, so that `backward()` could walk back later. That bookkeeping is what makes the
 # engine easy to read and to debug, and on a small model it costs more than the arithmetic. This lesson
 # measures that cost, then removes it: `tb.jit(fn)` watches `fn` run, keeps the list of primitives it
-# called, and from then on runs only that list, straight on the arrays. Along the way it merges chains of
+# called, and from then on runs only that list, straight on the arrays. Along the way it merges groups of
 # elementwise ops into single **kernels**: lessons 16 and 17 used the word for one program a GPU runs over a
-# whole tensor; here, on the CPU, a kernel is one numpy call, or a few that run as one (section 4). We read the
-# program it builds, draw it, time it against eager and against PyTorch, and watch the guards that stop it from
-# ever replaying something that would be wrong.
+# whole tensor; here, on the CPU, a kernel is one numpy call, or one loop of C that the program writes and
+# compiles for a group of ops (section 4). We read the program it builds, draw it, time it against eager and
+# against PyTorch, follow SiLU from its primitives to one loop of C and to the same loop as a GPU kernel, and
+# watch the guards that stop it from ever replaying something that would be wrong.
 #
 # **What you will learn**
 # - what one primitive call costs eagerly, and how much of it is arithmetic;
 # - capture and replay: the first calls run eagerly while an observer at the choke point (the one that
 #   counts FLOPs and draws graphs, lesson 11) records every primitive; later calls replay the kernels straight
 #   on the arrays, and the answers equal eager's bit for bit;
-# - the compiled program as text: kernels against primitives, fused chains such as `div > add > sqrt`, FLOPs
+# - the compiled program as text: kernels against primitives, fused groups such as `div > add > sqrt`, FLOPs
 #   per kernel, the module each came from;
-# - the fusion rule (one shape, each result read only by the next op, nothing kept), traced back to the line of
-#   RMSNorm that made a chain, and why backward shortens that chain;
+# - the grouping rule (a step joins the kernel of its one reader: same shape, same module, nothing kept), traced
+#   back to the line of RMSNorm that made a group, and why backward shrinks that group;
 # - the program drawn, one box per kernel;
 # - eager, compiled and PyTorch eager timed on your machine;
+# - SiLU from primitives to one generated loop, timed, and the same body as a CUDA kernel; the exp it calls;
 # - the guards: a value read inside, a Python number that changes, a new shape, leftover gradients, a replaced
 #   parameter.
 #
@@ -48,7 +50,7 @@ from collections import Counter
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import manual, nn
+from tinygrad_block import kernels, manual, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import LESSONS, out_dir, show
 from tinygrad_block.fuse import kernel_steps
@@ -169,7 +171,8 @@ assert moving == {"reshape": 46, "permute": 42, "expand": 20, "slice": 14, "conc
 # `captures` and `replays` count the two kinds of call. Below, four calls on four different inputs are
 # compared, array by array, with eager runs of `step` on the same inputs: the output, `x.grad` and the nine
 # parameter gradients are **equal bit for bit**, at every call. Fusion changes where results are written, not
-# how they are computed: the same numpy functions run on the same numbers in the same order.
+# how they are computed: a generated loop computes each primitive as eager does, in the same order, rounding as
+# numpy rounds, and exp and log with the very functions eager calls (section 7).
 #
 # A FLOP counter still sees every primitive of a replay: under `count_flops()`, the program runs its kernels
 # unfused and tells the counter about each primitive as the eager call would, so the replay counts the same
@@ -200,11 +203,11 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # %% [markdown]
 # ## 3. The program
 #
-# `print(compiled.program)` lists the kernels, one per line: what runs (a fused chain lists its primitives,
-# joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, and the module and step the
-# primitives came from. The first line sums it up. For the block's forward and backward: **236 kernels for 282
-# primitives**, with 24 fused chains. The 46 missing kernels are 31 primitives folded into chains (24 chains
-# holding 55 primitives) and 15 `expand`s dropped. An `expand` is dropped when every op that reads it is an
+# `print(compiled.program)` lists the kernels, one per line: what runs (a fused kernel lists its primitives in
+# program order, joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, and the module and
+# step the primitives came from. The first line sums it up. For the block's forward and backward: **211 kernels for
+# 282 primitives**, 21 of them fused. The 71 missing kernels are 56 primitives folded into fused kernels (21 groups
+# holding 77 primitives) and 15 `expand`s dropped. An `expand` is dropped when every op that reads it is an
 # elementwise op whose other operand already has the full shape: numpy broadcasts the small array on the fly,
 # as the expand's view would have. The compiler knows the shapes of the arrays its own ops produce, not those
 # of the arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (kernel 4 below);
@@ -215,65 +218,76 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # array from outside the program (the transposed weight `permute` hands to a matmul) is made again only when
 # that array is a new one. No kernel goes through its primitive's `forward` any more.
 #
-# The first 7 lines are `norm1`, the block's first RMSNorm, forward. Of the 24 chains, 7 are in the forward and
-# 17 in the backward: the backward of an elementwise op is made of elementwise ops of the same shape, which
-# chain well (RMSNorm's backward holds `mul > mul > neg` and `mul > div > div`; the two residual gradients meet
-# in `add > add`). They come in 12 patterns, most of them twice: once per RMSNorm, once for the queries and
-# once for the keys in RoPE, or once in softmax's backward and once in SiLU's.
+# The first 7 lines are `norm1`, the block's first RMSNorm, forward. Of the 21 groups, 8 are in the forward and
+# 13 in the backward: the backward of an elementwise op is made of elementwise ops of the same shape, which
+# group well. RMSNorm's backward holds `mul > mul > neg > mul > div > div`, the two residual gradients meet in
+# `add > add > add`, and SiLU's backward is one group of 8 primitives. They come in 13 patterns, several of them
+# twice: once per RMSNorm, or once for the queries and once for the keys in RoPE.
 
 # %%
 program = compiled.program
 text = str(program)
 print("\n".join(text.splitlines()[:9]))
-chains = [kernel_steps(k) for k in program.kernels if len(kernel_steps(k)) > 1]
+groups = [kernel_steps(k) for k in program.kernels if len(kernel_steps(k)) > 1]
 dropped = len(program.plain) - sum(len(kernel_steps(k)) for k in program.kernels)
 own_forward = [k for k in program.kernels if hasattr(k, "fn")]
-patterns = Counter(" > ".join(s.op.name for s in c) for c in chains)
-chain_phases = Counter(c[0].phase for c in chains)
-print(f"... {len(program.kernels) - 8} more kernels; {len(chains)} chains hold {sum(map(len, chains))} primitives, "
+patterns = Counter(" > ".join(s.op.name for s in c) for c in groups)
+group_phases = Counter(c[0].phase for c in groups)
+print(f"... {len(program.kernels) - 8} more kernels; {len(groups)} groups hold {sum(map(len, groups))} primitives, "
       f"{dropped} expands dropped, {len(own_forward)} kernels run their primitive's forward")
-print(f"chains: {dict(chain_phases)}; by pattern: {dict(patterns.most_common())}")
-assert text.splitlines()[0].startswith("program: 236 kernels for 282 primitives (24 fused chains, 46 primitives saved)")
-assert len(program.plain) == 282 and len(program.kernels) == 236 and len(chains) == 24
-assert sum(map(len, chains)) == 55 and dropped == 15 and 55 - 24 + 15 == 46
+print(f"groups: {dict(group_phases)}; by pattern: {dict(patterns.most_common())}")
+assert text.splitlines()[0].startswith("program: 211 kernels for 282 primitives")
+assert len(program.plain) == 282 and len(program.kernels) == 211 and len(groups) == 21
+assert sum(map(len, groups)) == 77 and dropped == 15 and 77 - 21 + 15 == 71
 assert own_forward == []
-assert chain_phases == {"forward": 7, "backward": 17}
-assert len(patterns) == 12 and patterns["mul > add"] == 5 and sorted(patterns.values()) == [1] * 3 + [2] * 8 + [5]
+assert group_phases == {"forward": 8, "backward": 13}
+assert len(patterns) == 13 and patterns["mul > mul > add"] == 5 and sorted(patterns.values()) == [1] * 8 + [2] * 4 + [5]
+assert patterns["mul > mul > neg > mul > div > div"] == 2 and patterns["add > add > add"] == 2
 assert [line.split()[1] for line in text.splitlines()[1:9]] == ["mul", "sum", "div", "reciprocal", "expand", "mul",
                                                                 "mul", "permute"]
 
 # %% [markdown]
-# ## 4. Which ops fuse, and why
+# ## 4. Which ops share a kernel, and why
 #
-# A **fused chain** is a run of elementwise primitives (add, sub, mul, div, maximum, neg, exp, log, sqrt,
-# reciprocal, sin, cos) that the program runs as one kernel: the first op makes the result array (the chain's
-# **buffer**) and every later op overwrites it in place (`np.add(r, eps, out=r)`). The intermediate results are
-# never given memory of their own, and the data is still in the CPU's cache (the small, fast memory beside its
-# cores; nothing to do with the KV cache) when the next op reads it. Overwriting is only safe when nobody else
-# needs the value being overwritten, so, walking the program in order, an op joins the chain before it only if:
+# A **fused kernel** computes a group of elementwise primitives in one loop over its output's elements: for each
+# element it reads its inputs, computes every primitive of the group one after the other, in the CPU's registers,
+# and writes one number. The group's intermediate results never reach memory at all. The program writes the loop
+# in a small **kernel language** (`tinygrad_block/kernels.py`) that holds add, sub, mul, div, neg, reciprocal,
+# sqrt, maximum, exp, log, `where` and the six comparisons; the CPU's backend turns it into C and compiles it
+# (below). Which primitives share a kernel? Each step of that language **joins the kernel of its reader** if:
 #
-# 1. it is elementwise and has the chain's shape, dtype and **memory layout** (the order in which the numbers lie
-#    in memory: a transposed view holds the same numbers as its source, in another order). Then the buffer fits
-#    it exactly, and the result lies in memory as eager would have left it. That matters: a matmul that reads it
-#    later may add its products in another order, and so round differently, when its input lies differently;
-# 2. it reads the chain's current result once, and **no other op reads that result**;
-# 3. that result is not kept after the call (returned, or written back as a gradient).
+# 1. it has exactly **one reader** (which may read it twice, as `a * a` does), and that reader is in the language
+#    too. A result that two ops read must be written to memory, where both can find it;
+# 2. its result is not kept after the call (returned, or written back as a gradient): a kept result must reach
+#    memory anyway;
+# 3. the reader has its shape and **memory layout** (the order in which the numbers lie in memory: a transposed
+#    view holds the same numbers as its source, in another order), so that one loop walks both. The layout
+#    matters: a matmul that reads the result later may add its products in another order, and so round
+#    differently, when its input lies differently;
+# 4. the reader runs in the same module (`block.norm1`, `block.ffn`): a kernel is one module's, as the graph
+#    explorer draws it.
 #
-# Any other op in between (a reduction, a matmul, a reshape) ends the chain.
+# A step joins its reader's whole group, so a group is a **tree**: its last step, whose result is written, and
+# every step that flows into it through one-reader links. Branches may meet (`(a + b)` where `a` and `b` are
+# both computed in the group), and the program's order does not matter: the steps between two members may be
+# anything. A step that joins no one and that no one joins stays one call of numpy's function. (Without a C
+# compiler the program falls back to in-place chains of numpy calls, `np.add(r, eps, out=r)`, with a stricter rule:
+# docs/compiled.md.)
 #
-# **One chain, traced back to its code.** `nn.RMSNorm.forward` computes
+# **One group, traced back to its code.** `nn.RMSNorm.forward` computes
 # `rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()`. In primitives: `mul` (x·x), `sum` and
 # `div` (the mean is a sum divided by d), `add` (+ ε, lesson 05's small constant), then `sqrt` and `reciprocal`
 # (`rsqrt`, the reciprocal square root, is written as 1/√·). The `mul` stays alone: its only reader, `sum`, is a
-# reduction, and its result (2, 16, 64) is wider than what follows. From `div` on, everything has shape
-# (2, 16, 1) and each result has one reader, so compiling **the forward alone** gives the chain
-# `div > add > sqrt > reciprocal`.
+# reduction, not in the language. From `div` on, everything has shape (2, 16, 1) and each result has one reader,
+# so compiling **the forward alone** gives the group `div > add > sqrt > reciprocal`, and then `mul > mul`
+# (x · rstd · g).
 #
 # In the program of **forward and backward**, the same code gives `div > add > sqrt`, and `reciprocal` is a
 # kernel of its own. The reason is backward: the derivative of $\sqrt{u}$ is $1 / (2\sqrt{u})$, so
 # `sqrt`'s backward reads `sqrt`'s output. That output now has two readers, `reciprocal` in the forward and a
-# `mul` in the backward, and overwriting it in place would hand the backward the wrong numbers. What backward
-# saves limits what the forward may fuse. The cell below finds the readers of each result in the chain.
+# `mul` in the backward, so it must be written to memory. What backward saves limits what the forward may fuse
+# (`x · rstd`, read by the gradient of g, stays a kernel of its own too). The cell below finds the readers of each
+# result in the group.
 
 # %%
 forward_only = tb.jit(lambda x: block(x))
@@ -282,8 +296,8 @@ for xi in inputs[:3]:
 fwd_program = forward_only.program
 
 
-def first_chain(prog, scope: str) -> list:
-    """The steps of the first fused chain of module `scope` in a program."""
+def first_group(prog, scope: str) -> list:
+    """The steps of the first fused kernel of module `scope` in a program."""
     return next(steps for k in prog.kernels if len(steps := kernel_steps(k)) > 1 and ".".join(steps[0].scope) == scope)
 
 
@@ -293,57 +307,58 @@ def readers(prog, slot: int) -> list:
 
 
 for name, prog in (("forward only", fwd_program), ("forward + backward", program)):
-    chain = first_chain(prog, "block.norm1")
-    print(f"{name:18}: norm1's chain {' > '.join(s.op.name for s in chain)}; {str(prog).splitlines()[0]}")
-sqrt_slot = next(s.out for s in first_chain(program, "block.norm1") if s.op.name == "sqrt")
+    group = first_group(prog, "block.norm1")
+    print(f"{name:18}: norm1's group {' > '.join(s.op.name for s in group)}; {str(prog).splitlines()[0]}")
+sqrt_slot = next(s.out for s in first_group(program, "block.norm1") if s.op.name == "sqrt")
 print(f"readers of sqrt's output, forward + backward: {readers(program, sqrt_slot)}")
-assert [s.op.name for s in first_chain(fwd_program, "block.norm1")] == ["div", "add", "sqrt", "reciprocal"]
-assert [s.op.name for s in first_chain(program, "block.norm1")] == ["div", "add", "sqrt"]
+assert [s.op.name for s in first_group(fwd_program, "block.norm1")] == ["div", "add", "sqrt", "reciprocal"]
+assert [s.op.name for s in first_group(program, "block.norm1")] == ["div", "add", "sqrt"]
 assert readers(program, sqrt_slot) == [("reciprocal", "forward"), ("mul", "backward")]
-assert str(fwd_program).splitlines()[0].startswith("program: 89 kernels for 118 primitives (10 fused chains")
+assert str(fwd_program).splitlines()[0].startswith("program: 81 kernels for 118 primitives")
 
 # %% [markdown]
-# The order of the program matters too. SwiGLU computes `silu(gate(x)) * up(x)`. In the forward's program,
-# SiLU ends in the chain `add > div > mul`, and the final `* up(x)` is another `mul` of the same shape that
-# reads SiLU's result once. Yet it is a kernel of its own: between the two, the program runs `up_proj` (a
-# permute, a reshape, a matmul, a reshape), and those end the chain. The next cell shows the kernels between
-# the two multiplications.
+# The order of the program does not matter. SwiGLU computes `silu(gate(x)) * up(x)`. In the forward's program,
+# SiLU ends in `where > add > div > mul`, and the final `* up(x)` is another `mul` of the same shape, in the same
+# module, that reads SiLU's result once: it joins, and the group is `where > add > div > mul > mul`. Between the
+# two multiplications the program runs `up_proj` (a permute, a reshape, a matmul, a reshape); the fused kernel
+# runs after them, where its last step stands, and the next cell shows the kernels before it. (In the forward and
+# backward program SiLU's result is read by backward too, so it is written, and the gating `mul` stays alone.)
 #
-# What does fusion save? A chain of $n$ primitives passes its $n - 1$ intermediate results through its one
-# buffer instead of giving each an array of its own. Over the 24 chains of the forward and backward, that is
-# 31 arrays, 167,424 bytes of float32, that a replay never allocates: little at this size, but it is the same
-# count that lesson 16 made for the memory traffic of a real block.
+# What does fusion save? A group of $n$ primitives writes one result instead of $n$: its $n - 1$ intermediate
+# results are never written to memory nor read back. Over the 21 groups of the forward and backward, that is 56
+# arrays, 453,376 bytes of float32, that a replay never writes: little at this size, but it is the same count that
+# lesson 16 made for the memory traffic of a real block.
 
 # %%
 names = [" > ".join(s.op.name for s in kernel_steps(k)) for k in fwd_program.kernels]     # the forward alone
-silu_end = names.index("add > div > mul")
-between = names[silu_end:silu_end + 6]
-print(f"kernels {silu_end}..{silu_end + 5}: {between}")
-saved_bytes = sum(s.dtype.itemsize * int(np.prod(s.shape)) for c in chains for s in c[:-1])
-print(f"intermediates a fused replay never allocates: {sum(len(c) - 1 for c in chains)} arrays, {saved_bytes:,} bytes")
-assert between == ["add > div > mul", "permute", "reshape", "matmul", "reshape", "mul"]
-assert sum(len(c) - 1 for c in chains) == 31 and saved_bytes == 167_424
+swiglu = names.index("where > add > div > mul > mul")
+before = names[swiglu - 4:swiglu + 1]
+print(f"kernels {swiglu - 4}..{swiglu}: {before}")
+saved_bytes = sum(s.dtype.itemsize * int(np.prod(s.shape)) for c in groups for s in c[:-1])
+print(f"intermediates a fused replay never writes: {sum(len(c) - 1 for c in groups)} arrays, {saved_bytes:,} bytes")
+assert before == ["permute", "reshape", "matmul", "reshape", "where > add > div > mul > mul"]
+assert sum(len(c) - 1 for c in groups) == 56 and saved_bytes == 453_376
 
 # %% [markdown]
-# **A chain as one loop of C.** On the CPU a chain does not even run as numpy functions when its ops are ones
-# that IEEE 754 (the standard every CPU's floating-point arithmetic follows) rounds exactly: add, sub, mul, div,
-# neg, reciprocal, sqrt and maximum. The program writes such a chain as one function of C, a **generated
-# kernel**, compiles it once with the system's C compiler (the library is kept on disk, so the next run finds
-# it), and runs it on the replay's arrays: one pass over memory instead of one per op, and no Python between the
-# ops. `program.source()` is that C, written to be read: a loop over the output's elements, one line per
+# **A group as one loop of C.** On the CPU every fused kernel runs as one function of C, a **generated kernel**:
+# the program writes it, compiles it once with the system's C compiler (the library is kept on disk, so the next
+# run finds it), and runs it on the replay's arrays: one pass over memory instead of one per op, and no Python
+# between the ops. `program.source()` is that C, written to be read: a loop over the output's elements, one line per
 # primitive named after it, its shape and module in a comment, the numbers of the code (RMSNorm's d and ε)
 # written in. Each op rounds as numpy's does (the compiler is told not to merge a multiply and an add into one
-# rounding), so a replay is still eager's bit for bit. The forward's softmax chain, `sub > exp`, stays numpy's:
-# exp is not rounded exactly, and every math library rounds it its own way in the last bits.
+# rounding), and exp and log are the project's own functions, which eager calls too (section 7), so a replay is
+# still eager's bit for bit. All 11 groups of the forward are generated kernels, the softmax's `sub > exp` and
+# SiLU's `neg > where > exp` included.
 
 # %%
 source = fwd_program.source()
 start = source.index("/* k2:")
 print(source[start:source.index("\n}\n", start) + 2])
-print(f"generated kernels of the forward's 10 chains: {len(fwd_program.plans)} "
+print(f"generated kernels of the forward's 11 groups: {len(fwd_program.plans)} "
       f"({', '.join(k.describe().split('   ')[0] for k in fwd_program.plans[:3])}, ...)")
-assert len(fwd_program.plans) == 9 and "float div_0 = x0 / c0;" in source[start:]
+assert len(fwd_program.plans) == 11 and "float div_0 = x0 / c0;" in source[start:]
 assert "float sqrt_2 = sqrtf(add_1);" in source and "float c1 = 9.999999747378752e-06;" in source
+assert "tb_expf(" in source
 
 # %% [markdown]
 # ## 5. The program, drawn
@@ -351,18 +366,18 @@ assert "float sqrt_2 = sqrtf(add_1);" in source and "float c1 = 9.99999974737875
 # `program.to_dot(title)` writes the kernels as a graph for graphviz: one box per kernel, with its shape,
 # dtype, FLOPs and the size of its result in bytes (a reshape, permute or expand makes a view, so nothing is
 # copied there), and an arrow from the kernel that wrote an array to each kernel that reads it. **Orange**
-# boxes are fused chains (they list their primitives, top to bottom), **blue** ones a single elementwise op,
+# boxes are fused kernels (they list their primitives, top to bottom), **blue** ones a single elementwise op,
 # **grey** everything else. Arrays that come from outside the program (the argument, the weights) have no box
 # of their own.
 #
-# The block's whole program is 236 boxes, and even its forward (89) is too tall to read on a screen, so we
-# draw the block's second half, forward: `h + FFN(RMSNorm(h))`, 25 kernels for 32 primitives. Read it top to
-# bottom. RMSNorm: `mul` and `sum`, the chain `div > add > sqrt > reciprocal`, its `expand` (kept, because the
+# The block's whole program is 211 boxes, and even its forward (81) is too tall to read on a screen, so we
+# draw the block's second half, forward: `h + FFN(RMSNorm(h))`, 21 kernels for 32 primitives. Read it top to
+# bottom. RMSNorm: `mul` and `sum`, the group `div > add > sqrt > reciprocal`, its `expand` (kept, because the
 # other operand is the argument `h`, section 3) and `mul > mul` (h · rstd · g). The gate and up projections,
-# side by side. SiLU: `compare`, `neg`, `where`, `exp`, `where` and the chain `add > div > mul`; it is computed
-# from $e^{-|x|}$ so that it never overflows, and `where` and `compare` are not among the ops a chain takes in,
-# so it costs 6 kernels (exercise 2 writes it in one). Last, the gating `mul`, the down projection and the
-# residual `add`.
+# side by side. SiLU is computed from $e^{-|x|}$ so that it never overflows: a `compare` (x ≥ 0) picks the sign
+# twice, in two `where`s. The comparison is read by both, so it is written to memory and stays a kernel of its
+# own; then `neg > where > exp` makes $e^{-|x|}$, and `where > add > div > mul > mul` finishes SiLU and multiplies
+# by the up projection. Last, the down projection and the residual `add`. Exercise 2 writes SiLU in one kernel.
 
 # %%
 def second_half(h: tb.Tensor) -> tb.Tensor:
@@ -374,12 +389,13 @@ half = tb.jit(second_half)
 for xi in inputs[:3]:
     half(xi)
 half_text = str(half.program)
-half_chains = [" > ".join(s.op.name for s in kernel_steps(k)) for k in half.program.kernels if len(kernel_steps(k)) > 1]
+half_groups = [" > ".join(s.op.name for s in kernel_steps(k)) for k in half.program.kernels if len(kernel_steps(k)) > 1]
 print(half_text.splitlines()[0])
-print(f"its chains: {half_chains}")
-assert half_text.splitlines()[0].startswith("program: 25 kernels for 32 primitives (3 fused chains")
-assert half_chains == ["div > add > sqrt > reciprocal", "mul > mul", "add > div > mul"]
-dot = half.program.to_dot("h + FFN(RMSNorm(h)), forward, compiled: 25 kernels for 32 primitives")
+print(f"its fused kernels: {half_groups}")
+assert half_text.splitlines()[0].startswith("program: 21 kernels for 32 primitives")
+assert half_groups == ["div > add > sqrt > reciprocal", "mul > mul", "neg > where > exp",
+                       "where > add > div > mul > mul"]
+dot = half.program.to_dot("h + FFN(RMSNorm(h)), forward, compiled: 21 kernels for 32 primitives")
 if HAVE_GRAPHVIZ:
     show(render(dot, OUT / "compiled_ffn_half.png"))
 else:
@@ -417,11 +433,11 @@ show(page.save(OUT / "compiled_explorer.html"))                 # in a notebook:
 #   (`tools/torch_block.py`, the independent version the tests compare with), held to one thread
 #   (`torch.set_num_threads(1)`) so that it does not compete with numpy for the cores.
 #
-# On the quiet 2-core machine this course was written on, the compiled step took under a third of eager's
-# time and about 0.6× PyTorch eager's, while eager took about twice PyTorch's. Per call, eager spent about 8 µs
-# on each primitive, the replay about 3 µs on each kernel, arithmetic included. The hand-written pairs were
-# faster still: they do fewer operations, since a derivation by hand merges steps that autograd takes one by
-# one. At bigger sizes the 282 calls stay 282 while their arithmetic grows, so the fixed cost weighs less and
+# On the 2-core machine this course was written on, the compiled step took about a quarter of eager's time and
+# about half PyTorch eager's, while eager took about twice PyTorch's. Per call, eager spent about 8 µs on each
+# primitive when the machine was quiet, the replay a few µs on each kernel, arithmetic included. The hand-written
+# pairs were faster still: they do fewer operations, since a derivation by hand merges steps that autograd takes
+# one by one. At bigger sizes the 282 calls stay 282 while their arithmetic grows, so the fixed cost weighs less and
 # the engines draw closer (`python tools/bench_block.py --engines autograd compiled manual pytorch` times four
 # sizes). The numbers below are your machine's, and a busy machine scatters them; the assertion holds only
 # that the compiled step is faster than the eager one.
@@ -487,10 +503,141 @@ for name, t in timed.items():
 print(f"eager {timed['eager'] / 282 * 1e6:.2f} us per primitive call; replayed unfused "
       f"{timed['replayed, unfused'] / 282 * 1e6:.2f} us per primitive; compiled "
       f"{timed['compiled'] / n_kernels * 1e6:.2f} us per kernel ({n_kernels} kernels)")
-assert n_kernels == 236 and timed["compiled"] < timed["eager"]
+assert n_kernels == 211 and timed["compiled"] < timed["eager"]
 
 # %% [markdown]
-# ## 7. The guards: never a stale replay
+# ## 7. SiLU: from primitives to one loop, on a CPU and on a GPU
+#
+# SwiGLU's activation, $\mathrm{SiLU}(x) = x \cdot \sigma(x)$, forward and backward, on a (2048, 344) float32 array:
+# 2,048 tokens of an FFN 344 wide, the size of the `small` preset's activations for a batch. Eagerly it is a list
+# of primitives, each one numpy call that reads its inputs from memory and writes its result back. The sigmoid is
+# computed from $e^{-|x|}$, so that no exponential ever overflows: a comparison $x \ge 0$ and two `where`s pick
+# the signs.
+
+# %%
+def silu_step(x: tb.Tensor) -> tb.Tensor:
+    """SiLU forward, and backward from a gradient of ones: the function this section compiles."""
+    out = x * x.sigmoid()
+    out.backward(tb.ones_like(out))
+    return out
+
+
+xs = [tb.randn(2048, 344, generator=tb.Generator(20 + i)) for i in range(3)]          # (2048, 344) float32
+with count_flops() as silu_calls:
+    silu_step(xs[0].detach().requires_grad_())
+silu_ops = {phase: [op for (ph, _, _, op), n in silu_calls.calls.items() for _ in range(n) if ph == phase]
+            for phase in ("forward", "backward")}
+print(f"forward, {len(silu_ops['forward'])} primitives: {' '.join(silu_ops['forward'])}")
+print(f"backward, {len(silu_ops['backward'])} primitives: {' '.join(silu_ops['backward'])}")
+assert len(silu_ops["forward"]) == 8 and len(silu_ops["backward"]) == 15
+
+# %% [markdown]
+# Compiled, the 23 primitives become 9 kernels: the comparison (two `where`s read it), four forward results that
+# backward reads again (so they must be written), and three generated kernels: `neg > where > exp` makes
+# $e^{-|x|}$, and the backward is two groups of 8 and 6 primitives. The replay is eager's bit for bit.
+
+# %%
+silu = tb.jit(silu_step)
+for xi in xs:
+    silu(xi.detach().requires_grad_())
+xe, xc = xs[1].detach().requires_grad_(), xs[1].detach().requires_grad_()
+silu_same = np.array_equal(silu_step(xe).numpy(), silu(xc).numpy()) and np.array_equal(xe.grad.numpy(),
+                                                                                         xc.grad.numpy())
+print(silu.program)
+print(f"replayed output and gradient equal eager's bit for bit: {silu_same}")
+assert str(silu.program).startswith("program: 9 kernels for 23 primitives") and len(silu.program.plans) == 3
+assert silu_same and [p.describe().split("   ")[0] for p in silu.program.plans][0] == "neg > where > exp"
+
+# %% [markdown]
+# The generated C of the kernel that holds the exp. One loop over the 704,512 elements; the mask from the
+# comparison is read as an int, 0 or 1; each primitive is one line; `tb_expf` is the exp every kernel calls (its
+# text is further down). The values `neg_0` and `where_1` live in registers: only `out` is written.
+
+# %%
+def function_of(source: str, name: str) -> str:
+    """The text of the kernel `name` (its comment and its function) in a program's source."""
+    start = source.index(f"/* {name}:")
+    return source[start:source.index("\n}\n", start) + 2]
+
+
+c_kernel = function_of(silu.program.source(), "k1")
+print(c_kernel)
+assert "float exp_2 = tb_expf(where_1);" in c_kernel and "for (long i0 = 0; i0 < 704512; i0++)" in c_kernel
+
+# %% [markdown]
+# Timed below, eager against the replay, the median of 5 rounds of one call each. Eagerly, each of the 23
+# primitives reads its inputs from memory and writes its result back, a pass over 2.8 MB arrays each time; the
+# replay's 9 kernels make far fewer passes. A generated loop gains only if it also runs as fast per element as
+# numpy's functions do, and those run on vector instructions, several elements at a time: whether the loop does
+# too is the C compiler's decision (a body it cannot vectorise runs one element at a time, and then fusion can lose
+# to numpy). The numbers are printed, not asserted: they say where your machine and compiler stand. Section 6
+# timed the whole block, where most of the replay's gain is Python's time saved.
+
+# %%
+silu_times = {"eager": [], "compiled": []}
+for r in range(5):
+    for name, f in (("eager", silu_step), ("compiled", silu))[::1 if r % 2 else -1]:
+        xi = xs[0].detach().requires_grad_()
+        start = time.perf_counter()
+        f(xi)
+        silu_times[name].append(time.perf_counter() - start)
+silu_median = {name: statistics.median(ts) for name, ts in silu_times.items()}
+print(f"SiLU forward + backward, (2048, 344) float32: eager {silu_median['eager'] * 1e3:.2f} ms, compiled "
+      f"{silu_median['compiled'] * 1e3:.2f} ms ({silu_median['compiled'] / silu_median['eager']:.2f} x eager)")
+assert all(len(ts) == 5 for ts in silu_times.values())
+
+# %% [markdown]
+# **The same body as a GPU kernel.** `program.source("cuda")` writes each kernel as CUDA C: a function that a GPU
+# runs once per element, on as many threads as there are elements (in blocks of 256). There is no loop: each thread
+# computes its element's number `i` from its block's number and its own, `blockIdx.x * blockDim.x + threadIdx.x`,
+# returns if `i` is past the end, and turns `i` into the loop's indexes (here one index, `i0 = i`). Then come the
+# same lines as the C loop's body, the same text, calling the same `tb_expf`: the CPU's tests of the C kernels
+# check what a GPU runs. No GPU is needed to read it; with one, CuPy compiles and launches it (lesson 17).
+
+# %%
+cuda_kernel = function_of(silu.program.source("cuda"), "k1")
+print(cuda_kernel)
+
+
+def body(kernel: str) -> list[str]:
+    """A kernel's per-element lines: those with a comment (an input, a primitive, the result)."""
+    return [line.strip() for line in kernel.splitlines() if "//" in line]
+
+
+print(f"body lines shared with the C kernel: {len(body(cuda_kernel))} of {len(body(c_kernel))}")
+assert "blockIdx.x * blockDim.x + threadIdx.x" in cuda_kernel and body(cuda_kernel) == body(c_kernel)
+
+# %% [markdown]
+# **The exp every kernel calls.** numpy's exp and a GPU's differ in the last bit here and there, so a kernel that
+# called each language's own would compute other numbers on a CPU than on a GPU, and other numbers than eager.
+# The kernel language therefore brings its own exp and log (`kernels.MATH`): one text for C and CUDA C, made
+# from + - * / alone, in double: $e^x = 2^k e^r$ with $k$ the nearest whole number to $x / \ln 2$, $|r| \le
+# \ln 2 / 2$, and $e^r$ by Taylor's series. The engine's eager exp and log on the CPU (and on a GPU) call the
+# same compiled functions, so eager and compiled agree bit for bit, and a float32 result, rounded once from a
+# double that is far more precise, is the correctly rounded one. What it costs: it works in double, half as many
+# numbers per vector instruction as float32, with more operations than a float32 exp needs; inside a fused kernel
+# it saves whole passes over memory besides. Ours and numpy's are timed below on a lone array; the
+# values are checked against numpy's float64 exp, to within one float32 ulp (the gap between two neighbouring
+# float32 numbers).
+
+# %%
+exp_text = kernels.MATH[kernels.MATH.index("/* e^x"):kernels.MATH.index("\n}\n", kernels.MATH.index("/* e^x")) + 2]
+print(exp_text)
+values = np.array([-87.3, -10.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 1.0, 2.5, 10.0, 88.7], dtype=np.float32)
+ours = tb.tensor(values).exp().numpy()                        # eager: the same function the kernels call
+exact = np.exp(values.astype(np.float64))
+ulps = np.abs(ours - exact) / np.spacing(np.abs(exact).astype(np.float32))
+print(f"exp of {len(values)} float32 values: at most {ulps.max():.3f} float32 ulp from float64's; "
+      f"{int((ours == exact.astype(np.float32)).sum())} of {len(values)} equal to it rounded")
+lone = xs[0].data
+with tb.no_grad():
+    exp_ours = per_call(lambda: xs[0].exp(), calls=3, runs=5)
+exp_numpy = per_call(lambda: np.exp(lone), calls=3, runs=5)
+print(f"exp of a (2048, 344) float32 array: ours {exp_ours * 1e3:.2f} ms, numpy's {exp_numpy * 1e3:.2f} ms")
+assert ours.dtype == np.float32 and (ulps <= 1.0).all()
+
+# %% [markdown]
+# ## 8. The guards: never a stale replay
 #
 # A replay repeats the captured primitives without running your Python. That is only right if your Python
 # would have made the same calls again. `tb.jit` refuses, or captures again, wherever that might not hold,
@@ -593,13 +740,15 @@ assert new_weight_equal and not old_weight_equal
 # %% [markdown]
 # ## Exercises
 #
-# 1. `fused_chains`: the fusion rule of section 4, written by you. Given a program's steps (each an op name,
-#    what it reads and its shape) and the steps whose results are kept, return the fused chains. The checker
-#    takes the steps from real compiled programs (small elementwise functions, RMSNorm, the tiny block's forward
-#    and backward) and compares with the chains `tb.jit` made, naming the rule you missed.
+# 1. `fused_groups`: the grouping rule of section 4, written by you. Given a program's steps (each an op name,
+#    what it reads, its shape and its module) and the steps whose results are kept, return the groups that share a
+#    generated kernel. The checker takes the steps from real compiled programs (small elementwise functions,
+#    RMSNorm, the tiny block's forward and backward) and compares with the kernels `tb.jit` made, naming the part of
+#    the rule you missed: a step read by two ops, a kept result, another shape, another module, an op outside the
+#    language, a chain where a tree was meant.
 # 2. `silu_in_one_kernel`: SiLU, $x \cdot \sigma(x) = x / (1 + e^{-x})$, written so that `tb.jit` compiles it
-#    into a single fused kernel (the library's version takes 6, section 5). Checked against `Tensor.silu`, with
-#    the compiled program printed when it has more than one kernel.
+#    into a single generated kernel (the library's version takes 3, section 5). Checked against `Tensor.silu`,
+#    with the compiled program printed when it has more than one kernel.
 # 3. `make_sgd_step`: a compiled SGD step (plain gradient descent: each weight moves against its gradient,
 #    scaled by the learning rate; no moments, unlike AdamW), `step(x, y, lr)`, whose learning rate changes at
 #    every call and reaches it as a 0-d tensor. Checked against the same steps run eagerly (losses and weights

@@ -1,5 +1,5 @@
-"""Lesson 18's exercises: the fusion rule written by hand, SiLU in one fused kernel, and a compiled SGD step whose
-learning rate changes at every call. The oracles are the library's: the chains `tb.jit` made of real programs
+"""Lesson 18's exercises: the grouping rule written by hand, SiLU in one kernel, and a compiled SGD step whose
+learning rate changes at every call. The oracles are the library's: the kernels `tb.jit` made of real programs
 (small elementwise functions, RMSNorm, the tiny block's forward and backward), `Tensor.silu`, and SGD run
 eagerly on a second copy of the model. Each check says what is wrong, with the numbers, naming the usual slip."""
 from __future__ import annotations
@@ -12,20 +12,24 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.compiled import Compiled
 from tinygrad_block.fuse import kernel_steps, layout
+from tinygrad_block.kernels import op_name
 
 from .common import CheckFailed, tensor_result
 
-ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos"}
+# the primitives the kernel language computes (tinygrad_block/kernels.py, EXPR), and a learner's broader guess
+LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", "exp", "log", "where",
+            "less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}
+ELEMENTWISE = LANGUAGE | {"sin", "cos", "pow", "erf", "cast"}
 
 
-# ---------------------------------------------------------------- 1. the fusion rule
+# ---------------------------------------------------------------- 1. the grouping rule
 def _one_chain(x, y):
     return ((x * y).exp() + 1.0).log().sqrt() - x          # mul > exp > add > log > sqrt > sub
 
 
 def _read_twice(x, y):
     a = x.exp()
-    return a * a + y                                        # a * a reads a twice
+    return a * a + y                                        # a * a reads a twice: one reader
 
 
 def _two_readers(x, y):
@@ -50,9 +54,20 @@ def _in_between(x, y):
     return a * 2.0, t
 
 
-def _two_starts(x, y):
+def _two_branches(x, y):
     a, b = x.exp(), y.exp()
-    return (a + b).sqrt()
+    return (a + b).sqrt()                                   # a tree: two exps meet in the add
+
+
+def _outside(x, y):
+    return (x.sin() * y).exp()                              # sin is not in the kernel language
+
+
+_NORM = nn.RMSNorm(8, dtype=tb.float64)
+
+
+def _two_modules(x, y):
+    return (_NORM(x) + y).exp()                             # RMSNorm's last mul, read by an add outside it
 
 
 def _program(fn, args: tuple, reset=lambda: None):
@@ -67,11 +82,12 @@ def _program(fn, args: tuple, reset=lambda: None):
 
 @cache
 def _cases() -> list:
-    """(name, program) of each program the check hands to fused_chains."""
+    """(name, program) of each program the check hands to fused_groups."""
     r = np.random.default_rng(0)
     x, y = (tb.tensor(r.standard_normal((4, 8))) for _ in range(2))                     # float64
-    cases = [(fn.__name__.strip("_").replace("_", " "), _program(fn, (x, y)))
-             for fn in (_one_chain, _read_twice, _two_readers, _kept, _shape_change, _in_between, _two_starts)]
+    small = (_one_chain, _two_branches, _in_between, _read_twice, _two_readers, _kept, _shape_change, _outside,
+             _two_modules)
+    cases = [(fn.__name__.strip("_").replace("_", " "), _program(fn, (x, y))) for fn in small]
     norm = nn.RMSNorm(8, dtype=tb.float64)
     xg, dout = x.detach().requires_grad_(), tb.tensor(r.standard_normal((4, 8)))
 
@@ -98,8 +114,9 @@ def _cases() -> list:
 
 
 def _steps(program) -> tuple[list, set, list]:
-    """(steps, kept, chains) as the exercise sees a program: elided expands left out (their readers read the
-    expand's input), steps renumbered; the chains are the library's fused kernels."""
+    """(steps, kept, groups) as the exercise sees a program: elided expands left out (their readers read the
+    expand's input), steps renumbered, each (op, ins, (shape, layout), module); the groups are the library's
+    kernels of more than one step, each sorted, in sorted order."""
     steps, n = program.steps, len(program.steps)
     escapes = program.escaping()
     in_kernels = {s.out for k in program.kernels for s in kernel_steps(k)}
@@ -111,79 +128,103 @@ def _steps(program) -> tuple[list, set, list]:
         while k in alias:
             k = alias[k]
         return index[k] if k < n else f"in{k - n}"
-    seen = [(s.op.name, tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
-             (tuple(s.shape), layout(s.shape, s.strides))) for i, s in enumerate(steps) if i not in alias]
-    chains = [[index[s.out] for s in kernel_steps(k)] for k in program.kernels if len(kernel_steps(k)) > 1]
-    return seen, {index[k] for k in escapes if k in index}, chains
+    seen = [(op_name(s) or s.op.name, tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
+             (tuple(s.shape), layout(s.shape, s.strides)), ".".join(s.scope))
+            for i, s in enumerate(steps) if i not in alias]
+    groups = sorted(sorted(index[s.out] for s in kernel_steps(k)) for k in program.kernels
+                    if len(kernel_steps(k)) > 1)
+    return seen, {index[k] for k in escapes if k in index}, groups
 
 
-def rule(steps: list, kept: set, *, in_order: bool = True, single_reader: bool = True, read_once: bool = True,
-         not_kept: bool = True, same_shape: bool = True, lone: bool = False) -> list:
-    """The fusion rule, with one part switched off for each usual slip (all on: fuse.py's rule)."""
-    readers = {}
-    for i, (_, ins, _) in enumerate(steps):
-        for k in set(ins):
-            readers.setdefault(k, []).append(i)
-    chains, open_chains = [], []                           # in order: at most one open chain, the last one
-    for i, (op, ins, shape) in enumerate(steps):
-        if op not in ELEMENTWISE:
-            if in_order:
-                open_chains = []
+def _chains(steps: list, kept: set, readers: dict) -> list:
+    """The in-place chains rule (the fallback without a C compiler): in program order, a step joins the chain just
+    before it if it reads the chain's last result once, is its only reader, and that result is not kept."""
+    chains, chain = [], None
+    for i, (op, ins, shape, _) in enumerate(steps):
+        if op not in LANGUAGE:
+            chain = None
             continue
-        joined = None
-        for chain in reversed(open_chains):
-            last = chain[-1]
-            if ((ins.count(last) == 1 if read_once else last in ins)
-                    and (readers.get(last) == [i] if single_reader else True)
-                    and (last not in kept or not not_kept)
-                    and (shape == steps[chain[0]][2] or not same_shape)):
-                joined = chain
-                break
-        if joined is not None:
-            joined.append(i)
-            if in_order:
-                open_chains = [joined]
-        else:
-            chain = [i]
-            chains.append(chain)
-            open_chains = [chain] if in_order else open_chains + [chain]
-    return [c for c in chains if lone or len(c) > 1]
+        if chain is not None and ins.count(chain[-1]) == 1 and readers.get(chain[-1]) == [i] \
+                and chain[-1] not in kept and shape == steps[chain[0]][2]:
+            chain.append(i)
+            continue
+        chain = [i]
+        chains.append(chain)
+    return sorted(c for c in chains if len(c) > 1)
 
 
-SLIPS = [(dict(single_reader=False), "a step joins a chain only if it is the only reader of the chain's last "
-          "result: the chain overwrites that result in place, and any other reader would then see the wrong numbers"),
-         (dict(read_once=False), "a step that reads the chain's result twice (like a * a) does not join it: the "
-          "rule asks for exactly one read"),
-         (dict(not_kept=False), "a result that is kept (returned, or written back as a gradient) must survive the "
-          "call, so nothing may overwrite it: the chain ends there"),
-         (dict(same_shape=False), "a step joins only if it has the chain's shape: the chain's buffer holds exactly "
-          "that many numbers (a wider op reading a (4, 1) chain broadcasts it, and cannot run in place)"),
-         (dict(in_order=False), "chains follow the program's order: any other step in between (a reshape, a sum, a "
-          "matmul) ends the chain, even when a later step reads its result; and an elementwise step that does "
-          "not join starts a new chain, closing the one before"),
-         (dict(lone=True), "return only chains of two or more steps: a lone op is a kernel, not a fused chain")]
+def rule(steps: list, kept: set, *, one_reader: bool = True, reads_are_readers: bool = False, not_kept: bool = True,
+         same_shape: bool = True, same_module: bool = True, language: bool = True, chains: bool = False,
+         lone: bool = False) -> list:
+    """The grouping rule, with one part changed for each usual slip (the defaults: fuse.py's rule)."""
+    readers = {}
+    for i, (_, ins, _, _) in enumerate(steps):
+        for k in (ins if reads_are_readers else dict.fromkeys(ins)):
+            readers.setdefault(k, []).append(i)
+    if chains:
+        return _chains(steps, kept, readers)
+    ops, into = LANGUAGE if language else ELEMENTWISE, {}
+    for i, (op, _, shape, module) in enumerate(steps):
+        found = readers.get(i, [])
+        if op not in ops or not found or (one_reader and len(found) > 1) or (not_kept and i in kept):
+            continue
+        r_op, _, r_shape, r_module = steps[found[0]]
+        if r_op in ops and (r_shape == shape or not same_shape) and (r_module == module or not same_module):
+            into[i] = found[0]
+    groups = {}
+    for i in sorted(into):
+        root = i
+        while root in into:
+            root = into[root]
+        groups.setdefault(root, [root]).append(i)
+    alone = [[i] for i in range(len(steps)) if i not in into and i not in groups] if lone else []
+    return sorted([sorted(g) for g in groups.values()] + alone)
 
 
-def check_fused_chains(solution) -> None:
-    """Each program's steps, handed over as the starter describes; the chains against tb.jit's."""
-    for name, program in _cases():
+SLIPS = [(dict(one_reader=False), "a step joins its reader's kernel only if it has exactly one reader: a result "
+          "that two ops read must be written to memory, where both can find it"),
+         (dict(reads_are_readers=True), "count readers, not reads: a step read twice by one op (a * a) has one "
+          "reader, and joins it"),
+         (dict(not_kept=False), "a result that is kept (returned, or written back as a gradient) must reach "
+          "memory: the step does not join its reader"),
+         (dict(same_shape=False), "a step joins only a reader of its own shape and layout: a kernel is one loop over "
+          "its output's elements (a wider op reading a (4, 1) result broadcasts it, so that result is made first)"),
+         (dict(same_module=False), "a step joins only a reader in its own module: a kernel is one module's, as the "
+          "explorer draws it"),
+         (dict(language=False), "only the ops the kernel language computes join (add sub mul div neg reciprocal sqrt "
+          "maximum exp log where and the comparisons): sin, cos, pow, erf and cast stay the array library's calls"),
+         (dict(lone=True), "return only groups of two or more steps: a lone op is the array library's call, not a "
+          "generated kernel"),
+         (dict(chains=True), "a group is a tree, not a chain: a step joins its one reader's kernel wherever that "
+          "reader comes in the program (past a reshape or a matmul) and whatever else it reads (two branches may "
+          "meet in an add)")]
+
+
+def check_fused_groups(solution) -> None:
+    """Each program's steps, handed over as the starter describes; the groups against the kernels tb.jit made."""
+    cases = _cases()
+    if not cases[0][1].backend.generates():
+        raise CheckFailed("fused_groups: this machine has no C compiler, so tb.jit runs the in-place chains of "
+                          "docs/compiled.md instead of generated kernels, and there are no groups to check against: "
+                          "install one (gcc: README's setup) and check again")
+    for name, program in cases:
         steps, kept, want = _steps(program)
-        got = solution.fused_chains([tuple(s) for s in steps], set(kept))
-        call = f"fused_chains({name}: {len(steps)} steps)"
-        if not isinstance(got, (list, tuple)) or not all(isinstance(c, (list, tuple)) for c in got):
-            raise CheckFailed(f"{call} returned {type(got).__name__}; return a list of chains, each a list of step "
+        got = solution.fused_groups([tuple(s) for s in steps], set(kept))
+        call = f"fused_groups({name}: {len(steps)} steps)"
+        if not isinstance(got, (list, tuple)) or not all(isinstance(g, (list, tuple)) for g in got):
+            raise CheckFailed(f"{call} returned {type(got).__name__}; return a list of groups, each a list of step "
                               "numbers")
-        got = [[int(i) for i in c] for c in got]
+        got = sorted(sorted(int(i) for i in g) for g in got)
         if got == want:
             continue
         hint = next((": " + why for switches, why in SLIPS
                      if (slip := rule(steps, kept, **switches)) != want and slip == got), "")
-        shown = "" if len(steps) > 16 else "; steps " + ", ".join(f"{i} {op}{list(ins)}{list(shape)}"
-                                                                   for i, (op, ins, shape) in enumerate(steps))
-        missing = [c for c in want if c not in got][:3]
-        extra = [c for c in got if c not in want][:3]
-        raise CheckFailed(f"{call}: got {len(got)} chain{'s' * (len(got) != 1)}, tb.jit made {len(want)}; missing "
-                          f"{missing}, not chains {extra}{hint}{shown} (kept: {sorted(kept)})")
+        shown = "" if len(steps) > 16 else "; steps " + ", ".join(f"{i} {op}{list(ins)}{list(shape[0])}"
+                                                                   for i, (op, ins, shape, _) in enumerate(steps))
+        missing = [g for g in want if g not in got][:3]
+        extra = [g for g in got if g not in want][:3]
+        raise CheckFailed(f"{call}: got {len(got)} group{'s' * (len(got) != 1)}, tb.jit made {len(want)}; missing "
+                          f"{missing}, not kernels {extra}{hint}{shown} (kept: {sorted(kept)})")
 
 
 # ---------------------------------------------------------------- 2. SiLU in one kernel
@@ -214,13 +255,17 @@ def check_silu_in_one_kernel(solution) -> None:
             raise CheckFailed(f"{call}: at x = {x[i]:.4g} it gives {got[i]:.6g}, SiLU is {want[i]:.6g}{hint}")
         kernels = compiled.program.kernels
         if len(kernels) != 1 or len(kernel_steps(kernels[0])) < 2:
-            ops = {s.op.name for s in compiled.program.steps}
-            hint = ("where and compare (x.sigmoid(), x.silu(), x.relu()) are not elementwise ops a chain takes "
-                    "in: build it from neg, exp, add and div (or reciprocal and mul)" if ops & {"where", "compare"}
-                    else "each op must read the result of the op just before it, once, and nothing else may read "
-                    "that result: compute each intermediate once and use it once")
-            raise CheckFailed(f"{call} compiles to {len(kernels)} kernels, not one fused chain: {hint}\n"
-                              f"{compiled.program}")
+            ops = {op_name(s) or s.op.name for s in compiled.program.steps}
+            hint = next((why for key, why in SILU_HINTS if key in ops), ONE_READER)
+            raise CheckFailed(f"{call} compiles to {len(kernels)} kernels, not one: {hint}\n{compiled.program}")
+
+
+SILU_HINTS = [("greater_equal", "x.sigmoid() (and x.silu()) picks its formula by the sign of x, so that e^x never "
+               "overflows: the comparison is read by two wheres, and a result two ops read is written to memory. "
+               "Build SiLU from neg, exp, add and div (or reciprocal and mul)"),
+              ("pow", "v ** -1 is a pow with an exponent, outside the kernel language: write 1 / v or v.reciprocal()")]
+ONE_READER = ("a result that two ops read (e = x.exp(); x * e / (1 + e)) is written to memory, and the kernel "
+               "ends there: give each intermediate one reader, computing e^(-x) once and using it once")
 
 
 # ---------------------------------------------------------------- 3. a compiled SGD step
@@ -298,5 +343,5 @@ def check_make_sgd_step(solution) -> None:
                               "gradients itself) and then replays: something in it changes from call to call")
 
 
-CHECKS = [("fused_chains", check_fused_chains), ("silu_in_one_kernel", check_silu_in_one_kernel),
+CHECKS = [("fused_groups", check_fused_groups), ("silu_in_one_kernel", check_silu_in_one_kernel),
           ("make_sgd_step", check_make_sgd_step)]

@@ -2,31 +2,31 @@
 import tinygrad_block as tb
 from tinygrad_block import nn
 
-ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos"}
+LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", "exp", "log", "where",
+            "less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}
 
 
-def fused_chains(steps: list, kept: set) -> list:
-    """In program order: an elementwise step joins the open chain if it reads the chain's last result once, is
-    that result's only reader, the result is not kept, and the shapes (with their layouts) agree; else it starts a
-    new chain. Any
-    other step closes the open chain."""
+def fused_groups(steps: list, kept: set) -> list:
+    """Each step of the language joins its reader's kernel when it has exactly one reader (which may read it
+    twice), that reader is of the language too, with the same shape (and layout) and module, and the step's result
+    is not kept. A group is a reader with everything that joined it, following joins to the end."""
     readers = {}
-    for i, (_, ins, _) in enumerate(steps):
+    for i, (_, ins, _, _) in enumerate(steps):
         for k in set(ins):
             readers.setdefault(k, []).append(i)
-    chains, chain = [], None
-    for i, (op, ins, shape) in enumerate(steps):
-        if op not in ELEMENTWISE:
-            chain = None
-            continue
-        if chain is not None:
-            last = chain[-1]
-            if ins.count(last) == 1 and readers[last] == [i] and last not in kept and shape == steps[chain[0]][2]:
-                chain.append(i)
-                continue
-        chain = [i]
-        chains.append(chain)
-    return [c for c in chains if len(c) > 1]
+    into = {}
+    for i, (op, _, shape, module) in enumerate(steps):
+        if op in LANGUAGE and len(readers.get(i, [])) == 1 and i not in kept:
+            r = readers[i][0]
+            if steps[r][0] in LANGUAGE and steps[r][2] == shape and steps[r][3] == module:
+                into[i] = r
+    groups = {}
+    for i in into:
+        root = i
+        while root in into:
+            root = into[root]
+        groups.setdefault(root, [root]).append(i)
+    return [sorted(g) for g in groups.values()]
 
 
 def silu_in_one_kernel(x: tb.Tensor) -> tb.Tensor:

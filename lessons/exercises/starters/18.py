@@ -2,26 +2,27 @@
 import tinygrad_block as tb
 from tinygrad_block import nn
 
-# the primitives a fused chain may hold (section 4 of the lesson)
-ELEMENTWISE = {"add", "sub", "mul", "div", "maximum", "neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos"}
+# the primitives the kernel language computes (section 4 of the lesson)
+LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", "exp", "log", "where",
+            "less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}
 
 
-def fused_chains(steps: list, kept: set) -> list:
-    """The fused chains tb.jit makes of a program, by section 4's rule. steps[i] = (op, ins, shape): op the
-    primitive's name ('mul', 'sum', 'reshape', ...); ins what it reads, in order: an int j for the result of
-    steps[j] (j < i), or a str such as 'in3' for an array from outside the program (an argument, a weight, a
-    constant); shape the shape of its result with its memory layout, (shape, strides along the axes longer
-    than 1): two results of one shape laid out differently compare unequal. All results have one dtype, and the
-    expands the compiler drops are already left out. kept: the steps whose results outlive the call (returned,
-    or written back as a gradient). Walk the steps in order, as the compiler does. Return the chains of two or
-    more steps, each a list of step numbers in order, the chains in the order they start: for example
-    [[2, 3, 4], [7, 8]]."""
+def fused_groups(steps: list, kept: set) -> list:
+    """The groups of primitives tb.jit computes in one generated kernel, by section 4's rule. steps[i] =
+    (op, ins, shape, module): op the primitive's name ('mul', 'sum', 'reshape', a comparison's own: 'less', ...);
+    ins what it reads, in order: an int j for the result of steps[j] (j < i), or a str such as 'in3' for an array
+    from outside the program (an argument, a weight, a constant); shape the shape of its result with its memory
+    layout, (shape, strides along the axes longer than 1): two results of one shape laid out differently compare
+    unequal; module the module it ran in ('block.norm1'; '' outside any). The expands the compiler drops are
+    already left out. kept: the steps whose results outlive the call (returned, or written back as a gradient).
+    Return the groups of two or more steps, each a list of step numbers, in any order: for example
+    [[2, 3, 4], [5, 7, 8]]."""
     raise NotImplementedError
 
 
 def silu_in_one_kernel(x: tb.Tensor) -> tb.Tensor:
-    """SiLU, x * sigmoid(x) = x / (1 + e^(-x)), written with Tensor ops so that tb.jit compiles it into one fused
-    kernel (print(tb.jit(f).program) after two calls shows it). Same shape and dtype as x."""
+    """SiLU, x * sigmoid(x) = x / (1 + e^(-x)), written with Tensor ops so that tb.jit compiles it into one
+    generated kernel (print(tb.jit(f).program) after two calls shows it). Same shape and dtype as x."""
     raise NotImplementedError
 
 
