@@ -16,10 +16,10 @@ from .dtypes import float16, float32, float64
 INSTALL = ("install the 'gpu' extra: pip install -e '.[gpu]' from the repository's root (cupy-cuda13x, for a "
            "CUDA 13 driver; pip install cupy-cuda12x for a CUDA 12 driver)")
 
-# Whether compiled replays (tb.jit) have been seen to match eager on a GPU. False until tools/gpu_check.py has run on
-# one and matched them there, with docs/gpu.md keeping that record; then a person sets it True in a commit. While
-# False, `train` and `generate` run eagerly on 'cuda' unless compiled is asked for (jit=True, --compiled).
-REPLAY_CHECKED = False
+# Whether compiled replays (tb.jit) have been seen to match eager on a GPU: True since tools/gpu_check.py matched
+# them on an H200 on 2026-11-27 (docs/gpu.md keeps that record, and a test holds the two together). While False,
+# `train` and `generate` ran eagerly on 'cuda' unless compiled was asked for (jit=True, --compiled).
+REPLAY_CHECKED = True
 
 
 def jit_by_default(device: str) -> bool:

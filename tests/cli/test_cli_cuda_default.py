@@ -38,7 +38,10 @@ def argv(command: str, tmp_path) -> list[str]:
 
 @pytest.mark.parametrize("command", ["train", "generate"])
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
-def test_on_a_gpu_the_default_is_eager_and_one_line_says_why(asked, command_line, tmp_path, command, device):
+def test_on_a_gpu_the_default_is_eager_and_one_line_says_why(asked, command_line, tmp_path, monkeypatch, command,
+                                                            device):
+    """Until a GPU's record has matched replays (REPLAY_CHECKED False, as before the first record)."""
+    monkeypatch.setattr(cuda, "REPLAY_CHECKED", False)
     status, out, err = command_line.status(*argv(command, tmp_path), "--device", device)
     assert status == 0 and json.loads(out)["jit"] is False and asked[0]["device"] == device
     assert err.splitlines() == [f"python -m tinygrad_block {command}: on {device} the steps run eagerly: {WHY}; "

@@ -169,10 +169,12 @@ def test_on_the_cpu_no_record_is_written_unless_asked(monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------- the record
-def test_the_docs_hold_the_markers_once_and_no_record_yet():
+def test_the_docs_hold_the_markers_once_and_a_gpus_record_between_them():
     text = DOCS.read_text()
     assert text.count(gpu_check.BEGIN) == 1 and text.count(gpu_check.END) == 1
-    assert between_markers(text).strip() == "No record yet: no GPU has run this version."
+    record = between_markers(text)
+    assert record.startswith("\n## The record: NVIDIA ") and "| GPU | NVIDIA " in record
+    assert re.search(r"\n\d+ passed, \d+ skipped in ", record) and "FAILED" not in record
 
 
 def test_write_record_replaces_between_the_markers_and_nothing_else(tmp_path):
@@ -220,7 +222,8 @@ def outcome(name: str, status: int | None):
     (1, "Compiled replays matched eager on this GPU: no."),
     (None, "Compiled replays matched eager on this GPU: no."),           # stopped past its budget
 ])
-def test_a_gpu_record_describes_the_machine_and_says_whether_replays_matched(fake_gpu, jit_status, says):
+def test_a_gpu_record_describes_the_machine_and_says_whether_replays_matched(fake_gpu, monkeypatch, jit_status, says):
+    monkeypatch.setattr(gpu_check.cuda, "REPLAY_CHECKED", False)       # as before the first record
     text = gpu_check.record([outcome("tests", 0), outcome("jit", jit_status)], "cuda", ["--parts", "tests", "jit"],
                             61.2)
     lines = text.splitlines()
