@@ -260,14 +260,14 @@ def train_options(p) -> None:
 
 
 def engine_options(p, what: str, how: str) -> None:
-    """--eager or --compiled: how `what` runs, where it is not the device's default (compiled; eager on a GPU until
-    compiled replays have been checked against eager there, cuda.REPLAY_CHECKED)."""
+    """--eager or --compiled: how `what` runs, where it is not the device's default (compiled; on a GPU eager while
+    compiled replays are not checked against eager there, cuda.REPLAY_CHECKED)."""
     engine = p.add_mutually_exclusive_group()
     engine.add_argument("--eager", action="store_true",
                         help=f"run {what} eagerly, op by op, instead of compiled (tb.jit: {how}), to compare")
     engine.add_argument("--compiled", action="store_true",
-                        help=f"run {what} compiled on a GPU too, where the default is eager until compiled replays "
-                             "have been checked against eager there (docs/gpu.md)")
+                        help=f"run {what} compiled (the default; on a GPU whose compiled replays are not checked "
+                             "against eager, docs/gpu.md, the default is eager)")
 
 
 def generate_options(p) -> None:

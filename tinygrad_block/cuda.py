@@ -23,8 +23,8 @@ REPLAY_CHECKED = True
 
 
 def jit_by_default(device: str) -> bool:
-    """Whether train and generate compile their steps with tb.jit on `device` when not told: everywhere but on a
-    GPU, until REPLAY_CHECKED."""
+    """Whether train and generate compile their steps with tb.jit on `device` when not told: everywhere, on a GPU
+    once REPLAY_CHECKED."""
     return REPLAY_CHECKED or not device.startswith("cuda")
 
 

@@ -7,7 +7,7 @@ training batch, so two runs with one seed compute the same losses, bit for bit.
 
 A step runs compiled by default (`train(..., jit=True)`, compiled.py): its first calls run eagerly while every
 primitive is recorded, later ones replay the recorded kernels straight on the arrays; `jit=False` runs it eagerly.
-On a GPU the default is eager until compiled replays have been checked against eager there (cuda.jit_by_default).
+On a GPU the same, since compiled replays were checked against eager there (cuda.jit_by_default, docs/gpu.md).
 """
 from __future__ import annotations
 
