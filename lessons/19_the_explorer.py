@@ -318,16 +318,16 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 #
 # `tb.explore(block, x, compiled=True)` adds lesson 18's compiled program of the same forward and backward
 # (`tb.jit`'s) as a third pane. Two more buttons appear, *compiled* and *all*. The pane draws the program's
-# **kernels** inside the same module frames: each kernel runs one primitive, or a **fused** chain of
+# **kernels** inside the same module frames: each kernel runs one primitive, or a **fused** group of
 # elementwise ones in one pass over the data. Click a kernel and the primitives it runs light up in the
 # forward and backward panes; click a primitive and the kernel that runs it lights up. A kernel's card also says
-# what runs it: a chain that lesson 18 generates code for shows that code, its C function (a button away, the
+# what runs it: a group that lesson 18 generates code for shows that code, its C function (a button away, the
 # CUDA C one), as `program.source()` prints it; any other kernel says in a line why it runs numpy's function
-# (softmax's `sub > exp` chain, say: exp is rounded its own way by each math library). In the data, a kernel
+# (a lone matmul, say: code is generated for fused groups only). In the data, a kernel
 # lists its primitives' ids in `runs`, its `code` line and, when generated, its `source`; each primitive names
 # its `kernel`.
 #
-# Here the program is 236 kernels for 282 primitives, 24 of them fused chains. The first is RMSNorm's
+# Here the program is 211 kernels for 282 primitives, 21 of them fused groups. The first is RMSNorm's
 # `div > add > sqrt`: the sum of squares divided by $d$ (their mean), plus $\varepsilon$, then the square root,
 # the norm's three forward ops on a (1, 8, 1) tensor. Fused, it writes only its last result, so the two
 # intermediates of 8 float32 numbers, 64 bytes, are never written. Every primitive is run by exactly one kernel,
@@ -354,7 +354,7 @@ print(f"first fused kernel {chain['id']}: {chain['label']} in {chain['path']}, r
       f"{[(n['id'], n['label'], tuple(n['shape'])) for n in ran]}; {chain['flops']} FLOPs, "
       f"{chain['bytes_saved']} bytes never written")
 print(f"primitives without a kernel: {len(unrun)} ({ {n['label'] for n in unrun} }); FLOPs per pane {ctotal}")
-assert cdata["program"] == {"kernels": 236, "primitives": 282, "fused": 24} == \
+assert cdata["program"] == {"kernels": 211, "primitives": 282, "fused": 21} == \
     {"kernels": len(kernels), "primitives": len(graph.ops()), "fused": len(fused)}
 assert cdata["phases"] == ["forward", "backward", "compiled"] and cdata["show"] == ["forward", "backward"]
 assert chain["ops"] == [n["label"] for n in ran] == ["div", "add", "sqrt"] and chain["path"] == "block.norm1"

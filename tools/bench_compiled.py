@@ -6,8 +6,9 @@ fingerprint, the gradient guards, and taking a program copy of its own, so that 
 the smallest replay there is (the tiny block's forward on one token): the compiled call against `Program.run`
 alone, interleaved, median ratio and spread.
 
-Fusion: every chain of the compiled block's program that runs as generated C (cpu_kernels.py) is timed on its
-real arrays four ways: numpy op at a time, numpy in place (the chain's fallback), numexpr, and the generated C.
+Fusion: every group of the compiled block's program that runs as generated C (cpu_kernels.py) is timed on its
+real arrays: its primitives one call at a time (its fallback), and the generated loop (where groups fall back to
+numpy's in-place chains, also numpy in place and numexpr).
 
 Capture: the first two calls of a compiled forward+backward run eagerly while recorded (the second also builds
 the program); their times are set against one eager call, medians over fresh compilations. Fusion: every chain
@@ -28,8 +29,8 @@ import time
 import numpy as np
 
 import tinygrad_block as tb
-from tinygrad_block import nn
-from tinygrad_block.fuse import UFUNCS, Chain, kernel_steps
+from tinygrad_block import cpu_kernels, nn
+from tinygrad_block.fuse import Chain
 
 SIZES = {"tiny": (2, 16, 64, 4, 2, 172), "small": (4, 128, 256, 8, 4, 688), "medium": (2, 256, 512, 8, 2, 1376)}
 NUMEXPR = {"add": "({} + {})", "subtract": "({} - {})", "multiply": "({} * {})", "divide": "({} / {})",
@@ -108,8 +109,10 @@ def chain_runners(chain: Chain) -> dict:
 
 
 def fusion(size: str, rounds: int) -> dict:
-    """Summed seconds per engine over every chain of the block's compiled program that runs as generated C (those
-    of exp, log, sin or cos stay numpy's), per round."""
+    """Summed seconds per engine over every group of the block's compiled program that runs as generated C, per
+    round: its primitives one call at a time (the group's fallback, each step's own kernel, as an unfused replay
+    runs them) against the generated loop. A group whose fallback is a numpy chain (fuse.py's in-place rule, no
+    C compiler's groups) is timed as chain_runners does, with the generated C beside it."""
     block, x, step = block_case(size)
     compiled = tb.jit(step)
     for _ in range(3):
@@ -118,10 +121,15 @@ def fusion(size: str, rounds: int) -> dict:
     program = compiled.program
     for kernel in program.plain:               # fill every slot with this replay's arrays, unfused
         kernel.run()
-    chains = [(k.fallback, k) for k in program.kernels if isinstance(getattr(k, "fallback", None), Chain)
-              and all(s.op in UFUNCS for s in kernel_steps(k))]
-    runners = [chain_runners(c) | {"generated C (cpu_kernels.py)": k.run} for c, k in chains]
-    engines = list(runners[0]) if runners else []
+    runners = []
+    for k in program.kernels:
+        if not isinstance(k, cpu_kernels.Generated):
+            continue
+        if isinstance(k.fallback, Chain):
+            runners.append(chain_runners(k.fallback) | {"generated C (cpu_kernels.py)": k.run})
+        else:
+            runners.append({"numpy, op at a time": k.fallback.run, "generated C (cpu_kernels.py)": k.run})
+    engines = [e for e in runners[0] if all(e in r for r in runners)] if runners else []
     times = {e: [] for e in engines}
     for r in range(rounds):
         for e in engines[r % len(engines):] + engines[:r % len(engines)]:
@@ -130,7 +138,7 @@ def fusion(size: str, rounds: int) -> dict:
                 for _ in range(20):
                     run[e]()
             times[e].append((time.perf_counter() - t0) / 20)
-    return {"chains": len(chains), "times": times}
+    return {"chains": len(runners), "times": times}
 
 
 def dispatch(rounds: int, calls: int = 300) -> dict:
@@ -189,7 +197,7 @@ def main(argv=None):
               f"second {second * 1e3:8.2f} ms ({second / eager:.2f}x)")
     if args.only == "capture":
         return
-    print("fused chains of the block's forward+backward that run as generated C, per engine (median, ratio to op "
+    print("fused groups of the block's forward+backward that run as generated C, per engine (median, ratio to op "
           "at a time)")
     for size in args.sizes:
         result = fusion(size, args.rounds)
@@ -197,7 +205,7 @@ def main(argv=None):
         base = times["numpy, op at a time"]
         for engine, ts in times.items():
             ratios = [t / b for t, b in zip(ts, base)]
-            print(f"  {size:<7} {result['chains']:3d} chains  {engine:<30} {statistics.median(ts) * 1e6:9.1f} us  "
+            print(f"  {size:<7} {result['chains']:3d} groups  {engine:<30} {statistics.median(ts) * 1e6:9.1f} us  "
                   f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
 
 
