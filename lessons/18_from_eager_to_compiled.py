@@ -203,15 +203,16 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # %% [markdown]
 # ## 3. The program
 #
-# `print(compiled.program)` lists the kernels, one per line: what runs (a fused kernel lists its primitives in
-# program order, joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, and the module and
-# step the primitives came from. The first line sums it up. For the block's forward and backward: **211 kernels for
-# 282 primitives**, 21 of them fused. The 71 missing kernels are 56 primitives folded into fused kernels (21 groups
+# `print(compiled.program)` lists the kernels, one per line: what runs (a fused kernel lists its primitives in program
+# order, joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, the bytes it reads and writes,
+# their ratio (its **arithmetic intensity**, FLOPs per byte: lesson 16's roofline reads it), and the module and step
+# the primitives came from. The first line sums it up. For the block's forward and backward: **211 kernels for 282
+# primitives**, 21 of them fused. The 71 missing kernels are 56 primitives folded into fused kernels (21 groups
 # holding 77 primitives) and 15 `expand`s dropped. An `expand` is dropped when every op that reads it is an
-# elementwise op whose other operand already has the full shape: numpy broadcasts the small array on the fly,
-# as the expand's view would have. The compiler knows the shapes of the arrays its own ops produce, not those
-# of the arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (kernel 4 below);
-# in `norm2`, whose input comes out of the residual add, it is dropped.
+# elementwise op whose other operand already has the full shape: numpy broadcasts the small array on the fly, as the
+# expand's view would have. The compiler knows the shapes of the arrays its own ops produce, not those of the
+# arguments, so in `norm1`, where the other operand is the argument `x`, the expand stays (kernel 4 below); in
+# `norm2`, whose input comes out of the residual add, it is dropped.
 #
 # Every other primitive is one `direct` kernel: it calls its array function (`np.matmul`, `np.concatenate`,
 # `np.add.reduce` for a sum, an index for a slice) with no object of the engine in between, and a view of an
@@ -227,7 +228,7 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # %%
 program = compiled.program
 text = str(program)
-print("\n".join(text.splitlines()[:9]))
+print("\n".join(text.splitlines()[:10]))
 groups = [kernel_steps(k) for k in program.kernels if len(kernel_steps(k)) > 1]
 dropped = len(program.plain) - sum(len(kernel_steps(k)) for k in program.kernels)
 own_forward = [k for k in program.kernels if hasattr(k, "fn")]
@@ -243,8 +244,8 @@ assert own_forward == []
 assert group_phases == {"forward": 8, "backward": 13}
 assert len(patterns) == 13 and patterns["mul > mul > add"] == 5 and sorted(patterns.values()) == [1] * 8 + [2] * 4 + [5]
 assert patterns["mul > mul > neg > mul > div > div"] == 2 and patterns["add > add > add"] == 2
-assert [line.split()[1] for line in text.splitlines()[1:9]] == ["mul", "sum", "div", "reciprocal", "expand", "mul",
-                                                                "mul", "permute"]
+assert [line.split()[1] for line in text.splitlines()[2:10]] == ["mul", "sum", "div", "reciprocal", "expand", "mul",
+                                                                 "mul", "permute"]
 
 # %% [markdown]
 # ## 4. Which ops share a kernel, and why

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import cpu_kernels, cuda_kernels
 from .dtypes import as_dtype
-from .fuse import kernel_flops, kernel_steps
+from .fuse import kernel_bytes, kernel_flops, kernel_steps
 from .graph import Graph, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, finite, folded_layers, moments
@@ -289,7 +289,7 @@ def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
     for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
         if j not in inside and j not in reads:
             reads.append(j)
-    views = all(is_movement(steps[k].op.name, aliasing=True) for k in ks)       # no bytes moved
+    moved = kernel_bytes(program, program.kernels[i])                           # a kernel of views: none
     kind = "check" if last.op.name == "derived" else ("fused" if len(ks) > 1 else "kernel")
     flops = kernel_flops(program.kernels[i])
     inputs = [(tuple(shape), str(dtype)) for shape, dtype in map(program.spec, reads)]
@@ -300,8 +300,7 @@ def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
             "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
             "inputs": [[list(shape), dtype] for shape, dtype in inputs], "flops": flops,
             "matmul_flops": flops if last.op.name == "matmul" else 0,
-            "bytes_read": 0 if views else sum(_nbytes(shape, dtype) for shape, dtype in inputs),
-            "bytes_written": 0 if views else _nbytes(last.shape, last.dtype),
+            "bytes_read": moved[0], "bytes_written": moved[1],
             "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
             "runs": runs, "ops": [steps[k].op.name for k in ks]}
 

@@ -19,6 +19,8 @@ docs/compiled.md measures them each way: numpy op at a time, in place, and gener
 """
 from __future__ import annotations
 
+import math
+
 from .graph_dot import text
 from .kernels import EXPR, build, op_name
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
@@ -402,19 +404,38 @@ def kernel_flops(kernel) -> int:
     return sum(s.flops for s in kernel_steps(kernel))
 
 
+def kernel_bytes(program, kernel) -> tuple[int, int]:
+    """(bytes read, bytes written) by a kernel: each array it reads from outside itself once, its result once; a
+    kernel of views alone (permute, expand, slice: the input's own memory) moves none."""
+    steps = kernel_steps(kernel)
+    if all(getattr(s.op, "aliases", False) for s in steps):
+        return 0, 0
+    inside, alias = {s.out for s in steps}, program.alias
+    reads = {alias.get(j, j) for s in steps for j in s.ins} - inside
+    size = lambda shape, dtype: math.prod(shape) * dtype.itemsize  # noqa: E731
+    last = steps[-1]
+    return sum(size(*program.spec(j)) for j in reads), size(last.shape, last.dtype)
+
+
 def describe(program) -> str:
-    """One line per kernel: what it runs (a fused chain lists its primitives), its output, FLOPs and module."""
+    """One line per kernel: what it runs (a fused group lists its primitives), its output, FLOPs, bytes moved
+    (read and written), arithmetic intensity (FLOPs per byte) and module."""
     kernels = program.kernels
     fused = sum(1 for k in kernels if len(kernel_steps(k)) > 1)
+    moved = [sum(kernel_bytes(program, k)) for k in kernels]
+    flops = [kernel_flops(k) for k in kernels]
     lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives ({fused} fused chains, "
-             f"{len(program.plain) - len(kernels)} primitives saved); {sum(map(kernel_flops, kernels)):,} FLOPs"]
+             f"{len(program.plain) - len(kernels)} primitives saved); {sum(flops):,} FLOPs, {sum(moved):,} bytes moved",
+             f"  {'#':>4}  {'kernel':<34} {'':<6} {'shape':<16} {'dtype':<8} {'FLOPs':>10} {'bytes':>10} "
+             f"{'FLOP/B':>6}  module"]
     for i, k in enumerate(kernels):
         steps = kernel_steps(k)
         s = steps[-1]
         what = " > ".join(t.op.name for t in steps) if len(steps) > 1 else s.op.name
         kind = "fused" if len(steps) > 1 else ("" if hasattr(k, "fn") else "direct")
+        intensity = f"{flops[i] / moved[i]:6.2f}" if moved[i] else f"{'-':>6}"
         lines.append(f"  {i:4d}  {what:<34} {kind:<6} {str(s.shape):<16} {str(s.dtype):<8} "
-                     f"{kernel_flops(k):>10,}  {'.'.join(s.scope)} {s.step}".rstrip())
+                     f"{flops[i]:>10,} {moved[i]:>10,} {intensity}  {'.'.join(s.scope)} {s.step}".rstrip())
     return "\n".join(lines)
 
 

@@ -268,7 +268,7 @@ def test_the_compiled_pane_holds_the_programs_kernels_in_order(compiled_tiny):
     assert page.data["phases"] == ["forward", "backward", "compiled"]
     assert page.data["show"] == ["forward", "backward"]                    # the eager panes open first
     shown = kernels(page)
-    described = str(program).splitlines()[1:]                             # '  12  div > add > sqrt  fused ...'
+    described = str(program).splitlines()[2:]                             # '  12  div > add > sqrt  fused ...'
     assert len(shown) == len(program.kernels) == page.data["program"]["kernels"] == len(described)
     assert [n["label"] for n in shown] == [line.split()[1] if "fused" not in line else
                                            line.split("fused")[0].split(None, 1)[1].strip() for line in described]
