@@ -203,9 +203,10 @@ class CpuBackend(ArrayBackend):
         return compiler() is not None
 
     def ufunc(self, name: str):
-        """numpy's function `name`, except exp and log: MATH's, compiled, where a C compiler is found."""
+        """numpy's function `name` (ArrayBackend's), except exp and log: MATH's, compiled, where a C compiler is
+        found."""
         made = math_functions() if name in MATH_OPS else None
-        return made[name] if made else getattr(np, name)
+        return made[name] if made else super().ufunc(name)
 
     def exp(self, a):
         return self.ufunc("exp")(a)

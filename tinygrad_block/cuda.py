@@ -96,7 +96,7 @@ class CudaBackend(ArrayBackend):
         from .cuda_kernels import math_functions
         if name == "matmul":
             return lambda a, b, out=None: self.matmul(a, b)
-        return math_functions(self.xp)[name] if name in ("exp", "log") else getattr(self.xp, name)
+        return math_functions(self.xp)[name] if name in ("exp", "log") else super().ufunc(name)
 
     def reducer(self, name: str):
         return None                        # CuPy's add.reduce is not cupy.sum's kernel: sums stay eager's call
