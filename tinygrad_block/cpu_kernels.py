@@ -54,9 +54,15 @@ def source(kernels: list[Kernel]) -> str:
 
 
 def function(k: Kernel) -> str:
-    """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside."""
+    """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside;
+    a row sum: a loop per row, each row summed by the kernel's pairwise function (Kernel.row)."""
     note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
+    if k.reduce:
+        at, pairwise = k.row()
+        loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape[:-1])]
+        return "\n".join([note, *at, *pairwise, f"void {k.name}({params}) {{", *loops,
+                          f"    {k.row_sum(index[:-1])}", "}", ""])
     head = [note, f"void {k.name}({params}) {{"]
     loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape)]
     loops[-1:] = ["  #pragma omp simd", loops[-1] + " {"]

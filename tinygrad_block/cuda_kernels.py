@@ -54,9 +54,18 @@ def source(kernels: list[Kernel]) -> str:
 
 
 def function(k: Kernel) -> str:
-    """One kernel as a CUDA function: one thread per element, its index unravelled over the kernel's axes."""
+    """One kernel as a CUDA function: one thread per element, its index unravelled over the kernel's axes; a row
+    sum: one thread per row, summing it with the kernel's pairwise function (the C's text; CuPy's own sums run on
+    a GPU, whose order it is not: cuda.CudaBackend.generated runs these kernels' fallback)."""
     note, params = k.head(STORED, "__restrict__")
     index = [f"i{a}" for a in range(len(k.shape))]
+    if k.reduce:
+        at, pairwise = k.row()
+        rows = index[:-1]
+        return "\n".join([note, *at, *pairwise, f'extern "C" __global__ void {k.name}({params}) {{',
+                          "  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;",
+                          f"  if (i >= {math.prod(k.shape[:-1])}) return;", f"  {unravel(rows, k.shape[:-1])}",
+                          f"  {k.row_sum(rows)}", "}", ""])
     head = [note, f'extern "C" __global__ void {k.name}({params}) {{',
             "  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;",
             f"  if (i >= {math.prod(k.shape)}) return;"]
@@ -128,7 +137,8 @@ class CudaGenerated:
 def load(kernels: list[Kernel], runs: list, cupy) -> list:
     """The launchable steps of `kernels`: one module compiled by NVRTC through CuPy (which caches it on disk)."""
     module = cupy.RawModule(code=source(kernels), options=OPTIONS, name_expressions=None)
-    return [CudaGenerated(k, module.get_function(k.name), *run, cupy) for k, run in zip(kernels, runs)]
+    return [run[5] if k.reduce else CudaGenerated(k, module.get_function(k.name), *run, cupy)
+            for k, run in zip(kernels, runs)]
 
 
 # ---------------------------------------------------------------- exp and log, eagerly

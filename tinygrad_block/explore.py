@@ -323,6 +323,9 @@ def _code(program, i: int, plan) -> dict:
     source = {"c": cpu_kernels.function(plan), "cuda": cuda_kernels.function(plan)}
     if getattr(program.kernels[i], "kernel", None) is plan:       # the replay's step runs the compiled function
         return {"code": f"generated {'CUDA C' if gpu else 'C'}, compiled once, run at every replay", "source": source}
+    if plan.reduce and gpu:
+        return {"code": "generated, but CuPy's functions run it: CuPy sums a row in another order than the "
+                        "generated kernel would, and a replay computes what eager does", "source": source}
     return {"code": f"generated, but {lib}'s functions run it: the compiler was missing or refused this program",
             "source": source}
 

@@ -134,6 +134,7 @@ class Kernel:
     loads: dict = field(default_factory=dict)          # input name -> the variable its element is loaded into
     reads: tuple = ()                                  # the program's index of each input's array, in order
     numbers: list = field(default_factory=list)        # (variable, value) of each constant, written as a literal
+    reduce: bool = False             # a row sum: `shape`'s last axis is summed in numpy's pairwise order
 
     def body(self, index: list[str]) -> list[str]:
         """The loop's body, one line per load, primitive and store, given the names of the loop's index variables
@@ -162,7 +163,50 @@ class Kernel:
 
     def describe(self) -> str:
         """What it computes, in a line: its primitives joined by >, the output's shape and dtype."""
-        return f"{' > '.join(ln.op for ln in self.lines)}   {self.out.shape} {self.dtype}"
+        ops = [ln.op for ln in self.lines] + ["sum"] * self.reduce
+        return f"{' > '.join(ops)}   {self.out.shape} {self.dtype}"
+
+    def row(self) -> tuple[list[str], list[str]]:
+        """A row sum's element: (the lines computing element i of a row from inputs that point at the row's start,
+        the pairwise sum of n of them): the same text in C and CUDA C (TB_FN). numpy's order exactly: below 8
+        elements one by one from 0; up to 128, eight running sums over every eighth element, added in pairs, then
+        the rest; above, the two halves (split at a multiple of 8) summed apart and added."""
+        t, zero = TYPES[self.dtype], "0.0" if self.dtype == "float64" else "0.0f"
+        params = ", ".join(f"const {t} *{op.name}" for op in self.inputs)
+        names = ", ".join(op.name for op in self.inputs)
+        one = Kernel(self.name, (self.shape[-1],), self.dtype,
+                     [Operand(op.name, op.shape, op.dtype, op.strides[-1:]) for op in self.inputs],
+                     Operand("out", (self.shape[-1],), self.dtype, (1,)), self.lines, self.steps, loads=self.loads,
+                     numbers=self.numbers)
+        body = one.body(["i"])[:-1]
+        result = self.lines[-1].var if self.lines else self.loads[self.inputs[0].name]
+        at = [f"TB_FN {t} {self.name}_at({params}, long i) {{", *[f"  {line}" for line in body],
+              f"  return {result};", "}"]
+        step = ", ".join(f"{op.name} + h * {op.strides[-1]}" for op in self.inputs)
+        r = f"{self.name}_at({names}, "
+        pairwise = [f"TB_FN {t} {self.name}_pairwise({params}, long n) {{",
+                    f"  if (n < 8) {{ {t} s = {zero}; for (long i = 0; i < n; i++) s += {r}i); return s; }}",
+                    "  if (n <= 128) {",
+                    f"    {t} p[8]; long i;",
+                    f"    for (int j = 0; j < 8; j++) p[j] = {r}j);",
+                    f"    for (i = 8; i < n - n % 8; i += 8) for (int j = 0; j < 8; j++) p[j] += {r}i + j);",
+                    f"    {t} s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));",
+                    f"    for (; i < n; i++) s += {r}i);",
+                    "    return s;",
+                    "  }",
+                    "  long h = n / 2;",
+                    "  h -= h % 8;",
+                    f"  return {self.name}_pairwise({names}, h) + {self.name}_pairwise({step}, n - h);",
+                    "}"]
+        return at, pairwise
+
+    def row_sum(self, index: list[str]) -> str:
+        """The statement that writes one row's sum, given the row's index variables (its axes but the last)."""
+        zero = "0.0" if self.dtype == "float64" else "0.0f"
+        starts = ", ".join(f"{op.name} + {offset(Operand(op.name, op.shape, op.dtype, op.strides[:-1]), index)}"
+                           for op in self.inputs)
+        out = offset(Operand("out", self.out.shape, self.dtype, self.out.strides[:-1]), index)
+        return f"out[{out}] = {zero} + {self.name}_pairwise({starts}, {self.shape[-1]});"
 
     def head(self, stored: dict, restrict: str) -> tuple[str, str]:
         """(the comment above the function, its parameters): each input read-only, the output written, typed as a
@@ -291,6 +335,12 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
     `out_strides`: the layout (bytes) the result must have, the one eager gives it."""
     last = steps[-1]
     dtype = str(last.dtype)
+    summed = sums_last_axis(last)
+    if summed:
+        if dtype not in ("float32", "float64") or not steps[:-1] or last.ins[0] != steps[-2].out:
+            return None
+        steps, total = steps[:-1], last
+        last = steps[-1]
     if dtype not in TYPES or any(op_name(s) not in EXPR or str(s.dtype) not in (dtype, "bool") for s in steps):
         return None
     made, outside, lines, numbers = {}, {}, [], {}    # step slot -> its variable; outside index -> input number
@@ -312,12 +362,28 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
     if any(str(sp[1]) not in (dtype, "bool") for sp in specs.values()):
         return None
     strides = [element_strides(sp[0], sp[2], sp[3], loop) for sp in specs.values()]
-    out_elem = element_strides(loop, out_strides, last.dtype.itemsize, loop)
-    shape, merged = merge_axes(loop, strides + [out_elem])
+    if summed:                       # the sum's output, read along the loop's axes: 0 along the summed one
+        out_elem = element_strides(loop[:-1], out_strides[:len(loop) - 1], last.dtype.itemsize, loop[:-1]) + (0,)
+        rows, merged = merge_axes(loop[:-1], [st[:-1] for st in strides + [out_elem]])
+        shape, merged = rows + loop[-1:], [m + (st[-1],) for m, st in zip(merged, strides + [out_elem])]
+    else:
+        out_elem = element_strides(loop, out_strides, last.dtype.itemsize, loop)
+        shape, merged = merge_axes(loop, strides + [out_elem])
     inputs = [Operand(f"in{i}", tuple(sp[0]), str(sp[1]), merged[i]) for i, sp in enumerate(specs.values())]
-    kernel = Kernel(name, shape, dtype, inputs, Operand("out", loop, dtype, merged[-1]), lines, list(steps))
+    out_shape = tuple(total.shape) if summed else loop
+    kernel = Kernel(name, shape, dtype, inputs, Operand("out", out_shape, dtype, merged[-1]), lines,
+                    list(steps) + ([total] if summed else []), reduce=summed)
     kernel.loads = {f"in{i}": f"x{i}" for i in range(len(inputs))}
     kernel.reads, kernel.numbers = tuple(outside), list(numbers.values())
-    kernel.flops = sum(s.flops for s in steps)
-    kernel.bytes = sum(math.prod(sp[0]) * sp[3] for sp in specs.values()) + math.prod(loop) * last.dtype.itemsize
+    kernel.flops = sum(s.flops for s in kernel.steps)
+    kernel.bytes = sum(math.prod(sp[0]) * sp[3] for sp in specs.values()) + \
+        math.prod(out_shape) * last.dtype.itemsize
     return kernel
+
+
+def sums_last_axis(step) -> bool:
+    """Whether `step` is a sum over its input's last axis alone (a row sum), which a kernel may end with."""
+    if step.op.name != "sum" or len(step.params.get("axes", ())) != 1:
+        return False
+    rank = len(step.shape) + (0 if step.params["keepdims"] else 1)
+    return step.params["axes"][0] % rank == rank - 1

@@ -106,7 +106,8 @@ def test_the_source_is_one_function_per_kernel_named_as_the_program_lists_it():
     listed = {int(line.split()[0]) for line in str(program).splitlines()[2:] if " fused " in line}
     named = {int(n) for n in re.findall(r"^void k(\d+)\(", text, re.M)}
     assert named == {program.kernels.index(k) for k in generated(program)} <= listed
-    first = text[text.index("void k2("):text.index("}\n", text.index("void k2("))]
+    start = text.index("void ", text.index(": div > add > sqrt"))                  # RMSNorm's statistics
+    first = text[start:text.index("}\n", start)]
     assert "x0 / c0" in first and "sqrtf(" in first and "// div (2, 8, 1)   block.norm1" in first
     assert "float c1 = 9.999999747378752e-06;   // the constant 1e-05" in first      # RMSNorm's eps, exactly
     assert all(len(line) <= 160 for line in text.splitlines())
@@ -358,3 +359,39 @@ def test_finite_differences_through_a_float64_compiled_program_match_its_replaye
     analytic = [t.grad.numpy()[e] for e in elements]
     numeric = central_difference(lambda x: replayed(x)[0].item(), x0, elements=elements)
     assert rel_err(analytic, [numeric[e] for e in elements]) <= 1e-8
+
+
+# ---------------------------------------------------------------- row sums: a kernel that ends by summing its rows
+@pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_a_row_sum_ends_a_generated_kernel_and_sums_as_numpy_does_bit_for_bit(dtype, keepdims):
+    """((x - m) * w) summed over the last axis, for row lengths around every branch of numpy's pairwise order (below
+    8, up to 128, and split in halves above), values spanning 12 orders of magnitude (where the order of additions
+    shows), a broadcast operand among the inputs: one generated kernel, each row's sum bit for bit eager's."""
+    r = np.random.default_rng(8)
+    for n in (5, 8, 100, 135, 4099):
+        x = tb.tensor(r.standard_normal((3, 2, n)) * 10.0 ** r.uniform(-6, 6, (3, 2, n)), dtype=dtype)
+        m = tb.tensor(r.standard_normal((3, 2, 1)), dtype=dtype)
+        w = tb.tensor(r.standard_normal(n), dtype=dtype)
+
+        def f(x, m, w):
+            return ((x - m) * w).sum(-1, keepdims=keepdims)
+        out, compiled = replay(f, x, m, w)
+        [kernel] = generated(compiled.program)
+        assert kernel.kernel.reduce and kernel.kernel.describe().startswith("sub > mul > sum"), n
+        with tb.no_grad():
+            want = f(x, m, w).numpy()
+        assert out.shape == want.shape
+        np.testing.assert_array_equal(bits(out.numpy()), bits(want))
+
+
+def test_a_sum_of_columns_or_of_values_laid_out_otherwise_stays_numpys():
+    """A sum over another axis than the last, or of a result eager lays out in columns, is not a row sum of memory
+    (numpy adds those in another order): no generated kernel ends with it, and the replay is still eager's."""
+    r = np.random.default_rng(9)
+    x = tb.tensor(r.standard_normal((40, 30)), dtype=tb.float64)
+    for f in (lambda x: (x * 3.0).sum(0), lambda x: (x.mT * 3.0).sum(-1)):
+        out, compiled = replay(f, x)
+        assert not any(k.kernel.reduce for k in generated(compiled.program))
+        with tb.no_grad():
+            np.testing.assert_array_equal(bits(out.numpy()), bits(f(x).numpy()))
