@@ -368,10 +368,7 @@ def _lowered(s, plain, backend, name, shape, program_steps, reuse: bool):
     if s.op in (Reshape, Permute, Expand) and shape(s.ins[0]) != ():   # (a 0-d result would be a scalar)
         f = {Reshape: f("reshape"), Permute: f("transpose"), Expand: f("broadcast_to")}[s.op]
         arg = s.params["order" if s.op is Permute else "shape"]
-        if s.ins[0] >= len(program_steps):                        # an array from outside: a weight, an argument
-            return Viewed(f, name(s.ins[0]), arg, name(s.out), [s])
-        if s.op is not Expand:
-            return direct(f, [name(s.ins[0])], name(s.out), [s], (arg,))
+        return Viewed(f, name(s.ins[0]), arg, name(s.out), [s])   # made again only for another array
     if s.op is Concat:
         return direct(_joiner(backend.ufunc("concatenate"), s.params["axis"]), [name(k) for k in s.ins],
                       name(s.out), [s], reuse=reuse)
