@@ -327,12 +327,12 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 # lists its primitives' ids in `runs`, its `code` line and, when generated, its `source`; each primitive names
 # its `kernel`.
 #
-# Here the program is 211 kernels for 282 primitives, 21 of them fused groups. The first is RMSNorm's
-# `div > add > sqrt`: the sum of squares divided by $d$ (their mean), plus $\varepsilon$, then the square root,
-# the norm's three forward ops on a (1, 8, 1) tensor. Fused, it writes only its last result, so the two
-# intermediates of 8 float32 numbers, 64 bytes, are never written. Every primitive is run by exactly one kernel,
-# except 15 expands, which the program broadcasts on the fly. So the compiled pane's FLOPs are the forward's plus
-# the backward's: 2,288,608.
+# Here the program is 206 kernels for 282 primitives, 25 of them fused groups. The first is RMSNorm's
+# `mul > sum`: each token's 64 numbers squared, x·x, and added up, a row sum that lesson 18 generates as one loop
+# adding each row in numpy's order. Its `mul` makes a (1, 8, 64) tensor and its `sum` one of (1, 8, 1). Fused, it
+# writes only the 8 sums, so the 512 float32 squares, 2,048 bytes, are never written. Every primitive is run by
+# exactly one kernel, except 15 expands, which the program broadcasts on the fly. So the compiled pane's FLOPs are
+# the forward's plus the backward's: 2,288,608.
 #
 # The same pages come from the command line, without writing any code: `python -m tinygrad_block graph --preset
 # tiny --out block.html` (add `--compiled` for the third pane, or use `--preset llama2-70b --model` for a whole
@@ -354,12 +354,13 @@ print(f"first fused kernel {chain['id']}: {chain['label']} in {chain['path']}, r
       f"{[(n['id'], n['label'], tuple(n['shape'])) for n in ran]}; {chain['flops']} FLOPs, "
       f"{chain['bytes_saved']} bytes never written")
 print(f"primitives without a kernel: {len(unrun)} ({ {n['label'] for n in unrun} }); FLOPs per pane {ctotal}")
-assert cdata["program"] == {"kernels": 211, "primitives": 282, "fused": 21} == \
+assert cdata["program"] == {"kernels": 206, "primitives": 282, "fused": 25} == \
     {"kernels": len(kernels), "primitives": len(graph.ops()), "fused": len(fused)}
 assert cdata["phases"] == ["forward", "backward", "compiled"] and cdata["show"] == ["forward", "backward"]
-assert chain["ops"] == [n["label"] for n in ran] == ["div", "add", "sqrt"] and chain["path"] == "block.norm1"
-assert all(n["phase"] == "forward" and n["kernel"] == chain["id"] and n["shape"] == [B, L, 1] for n in ran)
-assert chain["bytes_saved"] == 2 * math.prod(chain["shape"]) * 4 == 64
+assert chain["ops"] == [n["label"] for n in ran] == ["mul", "sum"] and chain["path"] == "block.norm1"
+assert all(n["phase"] == "forward" and n["kernel"] == chain["id"] for n in ran)
+assert [n["shape"] for n in ran] == [[B, L, CFG.d_model], [B, L, 1]]
+assert chain["bytes_saved"] == math.prod(ran[0]["shape"]) * 4 == B * L * CFG.d_model * 4 == 2048
 runs = [i for k in kernels for i in k["runs"]]
 assert len(runs) == len(set(runs)) == len(calls) - len(unrun) == 282 - 15
 assert {n["label"] for n in unrun} == {"expand"}

@@ -12,7 +12,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.compiled import Compiled
 from tinygrad_block.fuse import kernel_steps, layout
-from tinygrad_block.kernels import op_name
+from tinygrad_block.kernels import op_name, sums_last_axis
 
 from .common import CheckFailed, tensor_result
 
@@ -20,6 +20,17 @@ from .common import CheckFailed, tensor_result
 LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", "exp", "log", "where",
             "less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}
 ELEMENTWISE = LANGUAGE | {"sin", "cos", "pow", "erf", "cast"}
+
+
+def in_rows(shape: tuple) -> bool:
+    """Whether a step's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
+    program the check hands over is float64: 8 bytes a number)."""
+    dims, layout = shape
+    strides, stride = [], 8
+    for n in reversed(dims):
+        strides.insert(0, stride)
+        stride *= n
+    return tuple(st for n, st in zip(dims, strides) if n > 1) == tuple(layout)
 
 
 # ---------------------------------------------------------------- 1. the grouping rule
@@ -63,6 +74,16 @@ def _outside(x, y):
     return (x.sin() * y).exp()                              # sin is not in the kernel language
 
 
+def _sums(x, y):
+    rows = ((x - y).exp() * y).sum(axis=-1)                 # a row sum: sub > exp > mul > row_sum
+    return rows, (x * y).sum(axis=0)                        # a sum over the first axis: the mul stays alone
+
+
+def _not_in_rows(x, y):
+    t = x.permute(1, 0).exp() * 2.0                         # (8, 4), laid out as x is: not in rows
+    return t.sum(axis=-1), (y * y).sum(axis=-1)             # only y * y joins its row sum
+
+
 _NORM = nn.RMSNorm(8, dtype=tb.float64)
 
 
@@ -86,7 +107,7 @@ def _cases() -> list:
     r = np.random.default_rng(0)
     x, y = (tb.tensor(r.standard_normal((4, 8))) for _ in range(2))                     # float64
     small = (_one_chain, _two_branches, _in_between, _read_twice, _two_readers, _kept, _shape_change, _outside,
-             _two_modules)
+             _two_modules, _sums, _not_in_rows)
     cases = [(fn.__name__.strip("_").replace("_", " "), _program(fn, (x, y))) for fn in small]
     norm = nn.RMSNorm(8, dtype=tb.float64)
     xg, dout = x.detach().requires_grad_(), tb.tensor(r.standard_normal((4, 8)))
@@ -116,7 +137,8 @@ def _cases() -> list:
 def _steps(program) -> tuple[list, set, list]:
     """(steps, kept, groups) as the exercise sees a program: elided expands left out (their readers read the
     expand's input), steps renumbered, each (op, ins, (shape, layout), module); the groups are the library's
-    kernels of more than one step, each sorted, in sorted order."""
+    kernels of more than one step, each sorted, in sorted order. A sum over its input's last axis alone is named
+    'row_sum'."""
     steps, n = program.steps, len(program.steps)
     escapes = program.escaping()
     in_kernels = {s.out for k in program.kernels for s in kernel_steps(k)}
@@ -128,7 +150,8 @@ def _steps(program) -> tuple[list, set, list]:
         while k in alias:
             k = alias[k]
         return index[k] if k < n else f"in{k - n}"
-    seen = [(op_name(s) or s.op.name, tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
+    seen = [("row_sum" if sums_last_axis(s) else op_name(s) or s.op.name,
+             tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
              (tuple(s.shape), layout(s.shape, s.strides)), ".".join(s.scope))
             for i, s in enumerate(steps) if i not in alias]
     groups = sorted(sorted(index[s.out] for s in kernel_steps(k)) for k in program.kernels
@@ -155,7 +178,8 @@ def _chains(steps: list, kept: set, readers: dict) -> list:
 
 def rule(steps: list, kept: set, *, one_reader: bool = True, reads_are_readers: bool = False, not_kept: bool = True,
          same_shape: bool = True, same_module: bool = True, language: bool = True, chains: bool = False,
-         lone: bool = False) -> list:
+         lone: bool = False, row_sums: bool = True, rows: bool = True, any_sum: bool = False,
+         sum_joins: bool = False) -> list:
     """The grouping rule, with one part changed for each usual slip (the defaults: fuse.py's rule)."""
     readers = {}
     for i, (_, ins, _, _) in enumerate(steps):
@@ -163,14 +187,19 @@ def rule(steps: list, kept: set, *, one_reader: bool = True, reads_are_readers: 
             readers.setdefault(k, []).append(i)
     if chains:
         return _chains(steps, kept, readers)
-    ops, into = LANGUAGE if language else ELEMENTWISE, {}
+    ops, into = (LANGUAGE if language else ELEMENTWISE) | ({"row_sum"} if sum_joins else set()), {}
+    ends = {"row_sum", "sum"} if any_sum else {"row_sum"}
     for i, (op, _, shape, module) in enumerate(steps):
         found = readers.get(i, [])
         if op not in ops or not found or (one_reader and len(found) > 1) or (not_kept and i in kept):
             continue
         r_op, _, r_shape, r_module = steps[found[0]]
-        if r_op in ops and (r_shape == shape or not same_shape) and (r_module == module or not same_module):
+        if r_module != module and same_module:
+            continue
+        if r_op in ops and (r_shape == shape or not same_shape):
             into[i] = found[0]
+        elif row_sums and r_op in ends and (in_rows(shape) or not rows):
+            into[i] = found[0]                              # a row sum ends the group
     groups = {}
     for i in sorted(into):
         root = i
@@ -195,6 +224,16 @@ SLIPS = [(dict(one_reader=False), "a step joins its reader's kernel only if it h
           "maximum exp log where and the comparisons): sin, cos, pow, erf and cast stay the array library's calls"),
          (dict(lone=True), "return only groups of two or more steps: a lone op is the array library's call, not a "
           "generated kernel"),
+         (dict(row_sums=False), "a step whose one reader is a row sum ('row_sum': a sum over its input's last axis "
+          "alone) joins it, in the same module, when the step's result lies in rows (in_rows): the kernel adds each "
+          "row up as it computes it"),
+         (dict(rows=False), "a row sum takes in a step only if the step's result lies in rows (in_rows, C order): "
+          "numpy sums numbers that lie side by side pairwise, the kernel adds in that order, and over another layout "
+          "numpy adds in another"),
+         (dict(any_sum=True), "only a row sum ends a group: numpy adds a sum over other axes ('sum') in another "
+          "order (whole rows one after another), so it stays numpy's call and its input is written"),
+         (dict(sum_joins=True), "a row sum ends its group: it is not in the kernel language, so it joins no reader "
+          "(its result, one number a row, is written)"),
          (dict(chains=True), "a group is a tree, not a chain: a step joins its one reader's kernel wherever that "
           "reader comes in the program (past a reshape or a matmul) and whatever else it reads (two branches may "
           "meet in an add)")]

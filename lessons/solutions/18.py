@@ -6,10 +6,22 @@ LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", 
             "less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}
 
 
+def in_rows(shape: tuple) -> bool:
+    """Whether a step's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
+    program the check hands over is float64: 8 bytes a number)."""
+    dims, layout = shape
+    strides, stride = [], 8
+    for n in reversed(dims):
+        strides.insert(0, stride)
+        stride *= n
+    return tuple(st for n, st in zip(dims, strides) if n > 1) == tuple(layout)
+
+
 def fused_groups(steps: list, kept: set) -> list:
     """Each step of the language joins its reader's kernel when it has exactly one reader (which may read it
     twice), that reader is of the language too, with the same shape (and layout) and module, and the step's result
-    is not kept. A group is a reader with everything that joined it, following joins to the end."""
+    is not kept; or when that one reader is a row sum of the same module and the step's result lies in rows (the
+    sum ends the group). A group is a reader with everything that joined it, following joins to the end."""
     readers = {}
     for i, (_, ins, _, _) in enumerate(steps):
         for k in set(ins):
@@ -17,9 +29,9 @@ def fused_groups(steps: list, kept: set) -> list:
     into = {}
     for i, (op, _, shape, module) in enumerate(steps):
         if op in LANGUAGE and len(readers.get(i, [])) == 1 and i not in kept:
-            r = readers[i][0]
-            if steps[r][0] in LANGUAGE and steps[r][2] == shape and steps[r][3] == module:
-                into[i] = r
+            r_op, _, r_shape, r_module = steps[readers[i][0]]
+            if r_module == module and (r_op in LANGUAGE and r_shape == shape or r_op == "row_sum" and in_rows(shape)):
+                into[i] = readers[i][0]
     groups = {}
     for i in into:
         root = i

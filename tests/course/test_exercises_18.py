@@ -19,14 +19,25 @@ def test_the_graders_rule_with_nothing_switched_off_is_the_librarys():
         assert grader.rule(steps, kept) == groups
 
 
-def test_the_cases_hold_the_groups_they_are_named_for_and_the_block_the_lessons_21():
+def test_the_cases_hold_the_groups_they_are_named_for_and_the_block_the_lessons_25():
     grader = _exercises()
     found = {name: [len(g) for g in grader._steps(program)[2]] for name, program in grader._cases()}
-    assert found == {"one chain": [6], "read twice": [3], "two readers": [2, 2], "kept": [2], "shape change": [2, 2],
-                     "in between": [2], "two branches": [4], "outside": [2], "two modules": [4, 2, 2],
-                     "RMSNorm forward": [4, 2], "RMSNorm forward and backward": [3, 5, 6],
+    assert found == {"one chain": [6], "read twice": [3], "two readers": [2, 2], "kept": [2],
+                     "shape change": [2, 2, 2], "in between": [2], "two branches": [4], "outside": [2],
+                     "two modules": [2, 4, 2, 2], "sums": [4], "not in rows": [2, 2], "RMSNorm forward": [2, 4, 2],
+                     "RMSNorm forward and backward": [2, 3, 5, 2, 6],
                      "the tiny block, forward and backward": found["the tiny block, forward and backward"]}
-    assert len(found["the tiny block, forward and backward"]) == 21
+    assert len(found["the tiny block, forward and backward"]) == 25
+
+
+def test_row_sums_reach_the_learner_as_row_sum_and_in_rows_tells_the_layouts_apart():
+    grader = _exercises()
+    cases = dict(grader._cases())
+    steps = grader._steps(cases["sums"])[0]
+    assert [op for op, *_ in steps] == ["sub", "exp", "mul", "row_sum", "mul", "sum"]
+    steps = grader._steps(cases["not in rows"])[0]
+    assert [grader.in_rows(shape) for op, _, shape, _ in steps if op == "mul"] == [False, True]
+    assert solution(18).in_rows(((4, 8), (64, 8))) and not solution(18).in_rows(((8, 4), (8, 64)))
 
 
 @pytest.mark.parametrize("switches, fragment", [
@@ -38,6 +49,10 @@ def test_the_cases_hold_the_groups_they_are_named_for_and_the_block_the_lessons_
     (dict(same_module=False), "only a reader in its own module"),
     (dict(language=False), "only the ops the kernel language computes"),
     (dict(lone=True), "return only groups of two or more steps"),
+    (dict(row_sums=False), "a step whose one reader is a row sum"),
+    (dict(rows=False), "a row sum takes in a step only if the step's result lies in rows"),
+    (dict(any_sum=True), "only a row sum ends a group"),
+    (dict(sum_joins=True), "a row sum ends its group"),
 ])
 def test_each_slip_in_the_grouping_rule_gets_its_hint(switches, fragment):
     rule = _exercises().rule
