@@ -2,8 +2,9 @@
 from the inputs' elements with elementwise primitives, one line per primitive, named after it, with its shape in
 a comment. An input is read through its strides, so a broadcast input (stride 0 along an axis) costs nothing.
 
-This file is the language, and nothing else: which primitives share a kernel is the plan's (fuse.py), and how a
-kernel runs is a backend's (cpu_kernels.py renders it as C for the CPU). The body is the same text in every
+This file is the language (and Ufunc, the one piece both backends share to lay out an eager exp or log): which
+primitives share a kernel is the plan's (fuse.py), and how a kernel runs is a backend's (cpu_kernels.py renders it
+as C for the CPU, cuda_kernels.py as CUDA C). The body is the same text in every
 language that has C's expressions (C, CUDA C); only the loop around it, which finds the index, differs.
 
     float x0 = in0[i0 * 172 + i1];          // in0 (16, 172) float32
