@@ -47,8 +47,8 @@ def composite_flops(name: str, part: str, elements: int, rows: int = 0) -> int:
 # ---------------------------------------------------------------- parameters
 def _shapes(cfg: BlockConfig) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each projection of a block, in the order the block builds them."""
-    d, d_kv, d_ff = cfg.d_model, cfg.n_kv_heads * cfg.d_head, cfg.d_ff
-    shapes = {"q_proj": (d, d), "k_proj": (d, d_kv), "v_proj": (d, d_kv), "o_proj": (d, d)}
+    d, d_q, d_kv, d_ff = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head, cfg.d_ff
+    shapes = {"q_proj": (d, d_q), "k_proj": (d, d_kv), "v_proj": (d, d_kv), "o_proj": (d_q, d)}
     if cfg.ffn == "swiglu":
         shapes["gate_proj"] = (d, d_ff)
     return shapes | {"up_proj": (d, d_ff), "down_proj": (d_ff, d)}
@@ -85,7 +85,8 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
     """Rows W_Q, W_K, W_V, W_O, [W_gate], W_up, W_down, [biases: all, or q/k/v's alone with qkv_bias], norms,
     [qk_norms], [lora]; they sum to params_per_block.
 
-    Llama: W_Q = W_O = d_model^2, W_K = W_V = d_model * n_kv_heads * d_head, each FFN matrix d_model * d_ff,
+    Llama: W_Q = W_O = d_model * n_heads * d_head (d_model^2 when d_head = d_model / n_heads, the default),
+    W_K = W_V = d_model * n_kv_heads * d_head, each FFN matrix d_model * d_ff,
     norms 2 d_model (the block's two, norm1 and norm2). qk_norms: QK-norm's gains, q_norm and k_norm, 2 d_head
     (Qwen3); they live in the attention sublayer, so attention_ffn_shares counts them as attention. LoRA of
     rank r adds r * (d_in + d_out) per targeted projection."""
@@ -106,9 +107,10 @@ def block_param_breakdown(cfg: BlockConfig) -> dict[str, int]:
 
 
 def params_per_block(cfg: BlockConfig) -> int:
-    """Llama family: 2 d_model^2 + 2 d_model n_kv_heads d_head + 3 d_model d_ff + 2 d_model; GPT-2 and BERT
-    add a bias per projection output and a LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d; Qwen2
-    adds q, k and v's biases to Llama's: d_model + 2 n_kv_heads d_head; QK-norm (Qwen3) 2 d_head."""
+    """Llama family: 2 d_model n_heads d_head + 2 d_model n_kv_heads d_head + 3 d_model d_ff + 2 d_model (the first
+    term 2 d_model^2 unless head_dim sets the heads' width); GPT-2 and BERT add a bias per projection output and a
+    LayerNorm shift: 4 d^2 + 2 d d_ff + (4 d + d_ff + d) + 4 d; Qwen2 adds q, k and v's biases to Llama's:
+    (n_heads + 2 n_kv_heads) d_head; QK-norm (Qwen3) 2 d_head."""
     return sum(block_param_breakdown(cfg).values())
 
 
@@ -247,13 +249,13 @@ def _softmax(T: int, R: int, wanted: bool) -> Cost:
 
 def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     """Projections; with qk_norm, RMSNorm on each head of q and k (N n_heads and N n_kv_heads rows of d_head,
-    gains trained unless LoRA freezes them); RoPE on q and k; q / sqrt(d_head) (N d_model, backward N d_model);
+    gains trained unless LoRA freezes them); RoPE on q and k; q / sqrt(d_head) (N n_heads d_head each way);
     GQA's expand of k and v (0 forward; backward sums each group: B L d_head (n_heads - n_kv_heads) each); scores
     q k^T and weights @ v (2 B n_heads L^2 d_head each); the causal mask, a constant of the length alone (0 on
     and below the diagonal, -inf above), added to the scores: T, its gradient g itself; softmax; o_proj. x feeds
     q, k, v. RoPE's tables, scaled or not, are constants: they cost nothing."""
     N, d, H, d_head = B * L, cfg.d_model, cfg.n_heads, cfg.d_head
-    T, R, d_kv = B * H * L * L, B * H * L, cfg.n_kv_heads * d_head
+    T, R, d_q, d_kv = B * H * L * L, B * H * L, H * d_head, cfg.n_kv_heads * d_head
     q, q_grad = _projection(cfg, "q_proj", N, dx)
     k, k_grad = _projection(cfg, "k_proj", N, dx)
     v, v_grad = _projection(cfg, "v_proj", N, dx)
@@ -263,8 +265,8 @@ def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
         k_norm, k_grad = _norm(cfg, N * cfg.n_kv_heads, dx=k_grad, train=not cfg.lora_rank, d=d_head)
         cost += q_norm + k_norm
     if cfg.rope:
-        cost += _rope(N * d, q_grad) + _rope(N * d_kv, k_grad)
-    cost += Cost(fwd_other=N * d, bwd_other=N * d if q_grad else 0)                       # q / sqrt(d_head)
+        cost += _rope(N * d_q, q_grad) + _rope(N * d_kv, k_grad)
+    cost += Cost(fwd_other=N * d_q, bwd_other=N * d_q if q_grad else 0)                   # q / sqrt(d_head)
     repeat = B * L * d_head * (H - cfg.n_kv_heads)
     cost += Cost(bwd_other=repeat * k_grad + repeat * v_grad)                             # GQA expand
     cost += _matmul(B * H * L, d_head, L, da=q_grad, db=k_grad)                           # q k^T

@@ -22,6 +22,8 @@ from .explore import MissingAsset
 from .graph import PNG_DPI
 from .measure import DTYPES, inspect_text, record_bytes
 from .nn import PRESETS, BlockConfig, preset
+from .nn.config import check_heads
+from .nn.pretrained import read_config
 from .tables import human_bytes
 
 PROG = "python -m tinygrad_block"
@@ -112,11 +114,14 @@ def _token_ids(text: str) -> list[int]:
 
 
 def _preset(name: str) -> BlockConfig:
-    """argparse type: a preset's config, or an error that lists the presets."""
+    """argparse type: a preset's config, or the config of a checkpoint's config.json (the file, or a folder holding
+    it: no weights needed), or an error that lists the presets or says what is wrong with the file."""
     try:
-        return preset(name)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        if name in PRESETS or not Path(name).exists():
+            return preset(name)
+        return read_config(name, "--preset")[1]
+    except (ValueError, OSError) as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--preset: ")) from None
 
 
 def device_arg(name: str) -> str:
@@ -133,7 +138,8 @@ def device_arg(name: str) -> str:
 
 # ---------------------------------------------------------------- arguments, added to a command's parser
 def preset_option(p) -> None:
-    p.add_argument("--preset", type=_preset, required=True, metavar="NAME", help=f"one of: {', '.join(PRESETS)}")
+    p.add_argument("--preset", type=_preset, required=True, metavar="NAME",
+                   help=f"one of: {', '.join(PRESETS)}; or a checkpoint's config.json (the file, or its folder)")
 
 
 def size_options(p) -> None:
@@ -190,16 +196,19 @@ def graph_options(p) -> None:
 
 
 SHAPE_OPTIONS = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads",
-                 "n_kv_heads": "--n-kv-heads", "d_ff": "--d-ff", "vocab_size": "--vocab"}
+                 "n_kv_heads": "--n-kv-heads", "head_dim": "--head-dim", "d_ff": "--d-ff", "vocab_size": "--vocab"}
 SHAPE_HELP = {"d_model": "the residual stream's width", "n_layers": "blocks", "n_heads": "query heads",
-              "n_kv_heads": "key/value heads (GQA; default: --n-heads)", "d_ff": "the FFN's hidden width",
-              "vocab_size": "tokens in the vocabulary"}
+              "n_kv_heads": "key/value heads (GQA; default: --n-heads)",
+              "head_dim": "each head's width (default: the preset's, else --d-model / --n-heads)",
+              "d_ff": "the FFN's hidden width", "vocab_size": "tokens in the vocabulary"}
+OPTIONAL_SHAPE = ("n_kv_heads", "head_dim")          # calc's shape options that have a default without a preset
 
 
 def calc_options(p) -> None:
     """The architecture, field by field (over a preset, or over Llama's defaults), and the training run."""
     p.add_argument("--preset", type=_preset, default=None, metavar="NAME",
-                   help=f"start from a preset and change the fields given (one of: {', '.join(PRESETS)}); without "
+                   help=f"start from a preset and change the fields given (one of: {', '.join(PRESETS)}; or a "
+                        "checkpoint's config.json, the file or its folder); without "
                         "it: RMSNorm, pre-norm, SwiGLU, RoPE, no biases (the Llama family)")
     for key, flag in SHAPE_OPTIONS.items():
         p.add_argument(flag, dest=key, type=_positive, default=None, metavar="N", help=SHAPE_HELP[key])
@@ -345,22 +354,18 @@ def calc_config(args: argparse.Namespace) -> BlockConfig:
     if args.tied is not None:
         fields["tie_embeddings"] = args.tied
     if base is None:
-        missing = [flag for k, flag in SHAPE_OPTIONS.items() if k not in fields and k != "n_kv_heads"]
+        missing = [flag for k, flag in SHAPE_OPTIONS.items() if k not in fields and k not in OPTIONAL_SHAPE]
         if missing:
             raise CommandError(f"give the architecture ({', '.join(missing)} missing), or start from --preset NAME")
         fields.setdefault("n_kv_heads", fields["n_heads"])
     shape = ({k: getattr(base, k) for k in SHAPE_OPTIONS} if base else {}) | fields
-    d, H, H_kv = shape["d_model"], shape["n_heads"], shape["n_kv_heads"]
-    if d % H:
-        raise CommandError(f"--n-heads {H} does not divide --d-model {d}: each head takes d_model / n_heads dimensions")
-    if H % H_kv:
-        raise CommandError(f"--n-kv-heads {H_kv} does not divide --n-heads {H}: each key/value head serves an equal "
-                           "group of query heads")
-    if (base is None or base.rope) and (d // H) % 2:
-        raise CommandError(f"d_head = --d-model {d} / --n-heads {H} = {d // H} is odd, but RoPE rotates pairs of "
-                           "dimensions")
+    try:
+        check_heads(shape["d_model"], shape["n_heads"], shape["n_kv_heads"], shape.get("head_dim"),
+                    base is None or base.rope, SHAPE_OPTIONS, sep=" ")
+    except ValueError as e:
+        raise CommandError(str(e)) from None
     context = max(args.seq_len, base.max_seq_len if base else 0)
-    changed = base is None or any(v != getattr(base, k) for k, v in fields.items())
+    changed = base is None or base.with_(**fields) != base       # a field given as the preset has it changes nothing
     name = "custom" if changed else base.name
     return base.with_(**fields, max_seq_len=context, name=name) if base else \
         BlockConfig(**fields, max_seq_len=context, name=name)

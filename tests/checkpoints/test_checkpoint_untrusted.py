@@ -217,7 +217,10 @@ def test_config_that_is_not_a_json_object(ckpt, text, fragments):
     (dict(architectures="LlamaForCausalLM"), ["'architectures' is 'LlamaForCausalLM'", "a list of class names"]),
     (dict(architectures=[["LlamaForCausalLM"]]), ["'architectures'", "a list of class names"]),
     (dict(hidden_size=66, head_dim=None), ["hidden_size=66 is not divisible by num_attention_heads=4"]),
-    (dict(hidden_size=60, head_dim=None), ["config.json describes a model the engine cannot build", "is odd"]),
+    (dict(hidden_size=60, head_dim=None), ["d_head = 60 / 4 = 15 (config.json's hidden_size / num_attention_heads) "
+                                           "is odd"]),
+    (dict(head_dim=15), ["head_dim=15 is odd", "RoPE rotates pairs"]),
+    (dict(head_dim=0), ["'head_dim' is 0 (int); expected an integer >= 1"]),
     (dict(num_key_value_heads=3), ["num_attention_heads=4 is not divisible by num_key_value_heads=3"]),
     (dict(rms_norm_eps="1e-5"), ["'rms_norm_eps' is '1e-5' (str); expected a finite number > 0"]),
     (dict(rms_norm_eps=1e308), ["'rms_norm_eps' is 1e+308 (float); expected a finite number > 0 and < 1"]),

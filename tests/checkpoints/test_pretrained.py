@@ -43,13 +43,15 @@ CONFIGS = {   # GQA where it exists; non-default RoPE bases and scalings; Qwen2 
     "linear": ("LlamaConfig", SIZES | dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
                                                             "factor": 4.0})),
     "qwen3": ("Qwen3Config", SIZES | dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "qwen3_wide": ("Qwen3Config", SIZES | dict(head_dim=24, tie_word_embeddings=True)),   # heads wider than 64 / 4
+    "llama_narrow": ("LlamaConfig", SIZES | dict(head_dim=8)),                           # and narrower
     "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
                                 eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
 }
 ARCHS = list(CONFIGS)
 SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",   # our
             "llama3": "LlamaForCausalLM", "linear": "LlamaForCausalLM",           # save_pretrained's layout:
-            "qwen3": "Qwen3ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "qwen3_wide": "Qwen3ForCausalLM", "llama_narrow": "LlamaForCausalLM",
             "gpt2": "GPT2LMHeadModel"}                                  # Mistral without its window is Llama
 
 
@@ -312,11 +314,40 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
     assert sum(info["components"].values()) == n and abs(sum(info["shares"].values()) - 1) < 1e-12
     d, gpt2 = 64, arch == "gpt2"
     assert info["components"]["embedding"] == V * d + gpt2 * P * d
-    assert info["components"].get("lm_head", 0) == (0 if gpt2 or arch == "qwen2" else V * d)
+    assert info["components"].get("lm_head", 0) == (0 if gpt2 or arch in ("qwen2", "qwen3_wide") else V * d)
     ffn = sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n)
     assert info["components"]["ffn"] == ffn
     text = "\n".join(measure.inspect_text(info))
     assert f"{n:,} parameters" in text and "matches accounting.total_params" in text
+
+
+@pytest.mark.parametrize("arch", ["qwen3_wide", "llama_narrow", "gpt2"])
+def test_params_flops_and_inspect_read_a_config_json_alone(arch, saved, tmp_path, command_line):
+    """A folder holding config.json alone (or the file itself): params and inspect count transformers' own
+    parameters, flops counts the model it describes equal to the closed forms."""
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    shutil.copy(saved[arch, "single"] / "config.json", folder / "config.json")
+    n = sum(p.numel() for p in hf_model(arch).parameters())
+    params = command_line.json("params", "--preset", folder)
+    assert params["total"] == params["closed_form"]["total"] == n
+    assert command_line.json("params", "--preset", folder / "config.json")["total"] == n
+    flops = command_line.json("flops", "--preset", folder, "--seq-len", 5, "--batch", 2)
+    assert set(flops["difference"]["model"].values()) == {0} and set(flops["difference"]["per_block"].values()) == {0}
+    cfg = pretrained.read_config(folder, "test")[1]
+    assert flops["model"]["forward_all"] == accounting.model_forward_flops(cfg, 5, 2, matmul_only=False)
+    info = command_line.json("inspect", folder)
+    assert info["files"] == [] and info["parameters"] == info["closed_form"] == n and info["matches"]
+    assert info["components"] == measure.inspect_checkpoint(saved[arch, "single"])["components"]
+    assert "config.json alone, no weights" in command_line.out("inspect", folder)
+
+
+def test_a_config_json_that_cannot_be_read_is_one_line(tmp_path, command_line):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64}))
+    err = command_line.mistake("params", "--preset", tmp_path)
+    assert "config.json has no 'num_attention_heads'" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match=msg("inspect", "num_attention_heads")):
+        measure.inspect_checkpoint(tmp_path)
 
 
 def test_inspect_names_a_matching_preset_and_explains_a_missing_closed_form(tmp_path):
@@ -406,7 +437,7 @@ def test_pickle_checkpoints_are_refused_unread(tmp_path):
     ("llama", dict(rope_scaling={"type": "dynamic", "factor": 2.0}),
      ["RoPE scaling 'dynamic'", "'linear' and 'llama3'"]),
     ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0}), ["RoPE scaling 'yarn'"]),
-    ("llama", dict(head_dim=32), ["head_dim=32", "d_head is d_model / n_heads"]),
+    ("llama", dict(head_dim=31), ["head_dim=31 is odd", "RoPE rotates pairs"]),
     ("llama", dict(hidden_act="gelu"), ["hidden_act='gelu'", "SwiGLU"]),
     ("llama", dict(attention_bias=True), ["attention_bias=True with mlp_bias=False"]),
     ("llama", dict(hidden_size=None), ["config.json has no 'hidden_size'"]),

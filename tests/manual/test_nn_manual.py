@@ -33,6 +33,8 @@ CONFIGS = {
     "bert_like": BASE.with_(norm="layer", layout="post", ffn="gelu", bias=True, rope=False, causal=False,
                             n_kv_heads=4),
     "layernorm_gelu_bias_theta_5e5": BASE.with_(norm="layer", ffn="gelu", bias=True, rope_theta=500000.0),
+    "head_dim_wide": BASE.with_(head_dim=6),            # q: 16 -> 24, o: 24 -> 16 (Qwen3, Gemma: heads wider)
+    "head_dim_narrow_bias": BASE.with_(head_dim=2, bias=True, layout="parallel"),
 }
 
 
@@ -198,7 +200,7 @@ def test_ffn(name, device):
             close(p.grad.numpy(), g[proj][leaf])
 
 
-@pytest.mark.parametrize("name", ["mha", "gqa2", "gqa4", "mqa", "bert_like", "lora_all"])
+@pytest.mark.parametrize("name", ["mha", "gqa2", "gqa4", "mqa", "bert_like", "lora_all", "head_dim_wide"])
 def test_attention(name, device):
     cfg = CONFIGS[name]
     block = random_block(cfg, device=device)

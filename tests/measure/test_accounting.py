@@ -61,13 +61,15 @@ SCALINGS = [(), ("linear", 4.0), ("llama3", 8.0, 1.0, 4.0, 16)]   # RoPE scaling
 @st.composite
 def configs(draw, max_layers: int = 1):
     """Small configs over every variant field: norms, placements, FFNs, biases, RoPE (scaled or not), masks,
-    GQA, LoRA, QK-norm (RMSNorm configs)."""
+    GQA, LoRA, QK-norm (RMSNorm configs), heads of d_model / n_heads or of their own head_dim."""
     n_kv, group, rope = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.booleans())
     d_head = draw(st.integers(1, 3)) * 2 if rope else draw(st.integers(1, 5))
+    head_dim = draw(st.sampled_from([None, d_head]))                 # given: d_model is drawn on its own
     targets = draw(st.lists(st.sampled_from(PROJECTIONS), unique=True, max_size=4))
     norm = draw(st.sampled_from(["rms", "layer"]))
     return nn.BlockConfig(
-        d_model=n_kv * group * d_head, n_heads=n_kv * group, n_kv_heads=n_kv, d_ff=draw(st.integers(1, 20)),
+        d_model=draw(st.integers(1, 12)) if head_dim else n_kv * group * d_head, head_dim=head_dim,
+        n_heads=n_kv * group, n_kv_heads=n_kv, d_ff=draw(st.integers(1, 20)),
         norm=norm, layout=draw(st.sampled_from(["pre", "post", "parallel"])),
         ffn=draw(st.sampled_from(["swiglu", "gelu", "gelu_tanh", "relu"])), bias=draw(st.booleans()),
         rope=rope, causal=draw(st.booleans()), max_seq_len=8,

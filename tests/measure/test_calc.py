@@ -67,6 +67,24 @@ def test_a_non_preset_architecture_counts_equal_the_closed_forms_and_the_hand_de
     assert data["memory"]["kv_cache"] == 2 * layers * L * H_kv * (d // H) * 2
 
 
+def test_head_dim_of_its_own_counts_by_hand(command_line):
+    """Qwen3-0.6B's shape without its QK-norm: 16 heads of 128 in a d_model of 1024, so W_Q and W_O are
+    1024 x 2048, not 1024^2; per token the attention term is 4 L H d_head, the KV cache 2 n_layers L H_kv d_head."""
+    d, layers, H, H_kv, d_head, d_ff, V, L = 1024, 28, 16, 8, 128, 3072, 151936, 64
+    data = command_line.json("calc", "--d-model", d, "--n-layers", layers, "--n-heads", H, "--n-kv-heads", H_kv,
+                             "--head-dim", d_head, "--d-ff", d_ff, "--vocab", V, "--tied", "--seq-len", L)
+    weights = 2 * d * H * d_head + 2 * d * H_kv * d_head + 3 * d * d_ff
+    assert data["parameters"]["total"] == data["parameters"]["closed_form"]["total"] == \
+        V * d + layers * (weights + 2 * d) + d == 596_049_920 - layers * 2 * d_head     # published, less QK-norm
+    assert data["config"]["d_head"] == d_head and data["flops"]["difference"] == dict.fromkeys(PHASES, 0)
+    assert data["per_token"]["forward_matmul"] == layers * (2 * weights + 4 * L * H * d_head) + 2 * d * V
+    assert data["memory"]["kv_cache"] == 2 * layers * L * H_kv * d_head * 2
+    preset = command_line.json("calc", "--preset", "llama2-7b", "--head-dim", 128, "--seq-len", L)
+    assert preset["preset"] == "llama2-7b"                      # 4096 / 32 already: nothing changed
+    wider = command_line.json("calc", "--preset", "llama2-7b", "--head-dim", 256, "--seq-len", L)
+    assert wider["preset"] == "custom" and wider["config"]["d_head"] == 256
+
+
 def test_calc_changes_fields_of_a_preset(command_line):
     data = command_line.json("calc", "--preset", "llama2-70b", "--n-kv-heads", "64", "--seq-len", "64")
     mha = nn.preset("llama2-70b").with_(n_kv_heads=64)
@@ -158,11 +176,12 @@ def test_bad_arguments_are_one_line_pointing_to_the_usage_and_exit_2(command_lin
 @pytest.mark.parametrize("argv, message", [
     (["--d-model", "4096", "--n-layers", "2", "--d-ff", "8", "--vocab", "8"],
      "give the architecture (--n-heads missing), or start from --preset NAME"),
-    ([*LLAMA2_7B, "--n-heads", "30"], "--n-heads 30 does not divide --d-model 4096"),
-    ([*LLAMA2_7B, "--n-kv-heads", "5"], "--n-kv-heads 5 does not divide --n-heads 32"),
+    ([*LLAMA2_7B, "--n-heads", "30"], "--d-model 4096 is not divisible by --n-heads 30"),
+    ([*LLAMA2_7B, "--n-kv-heads", "5"], "--n-heads 32 is not divisible by --n-kv-heads 5"),
     ([*LLAMA2_7B, "--n-heads", "4096", "--n-kv-heads", "4096"],
-     "d_head = --d-model 4096 / --n-heads 4096 = 1 is odd, but RoPE rotates pairs"),
-    (["--preset", "llama2-70b", "--n-kv-heads", "128"], "--n-kv-heads 128 does not divide --n-heads 64"),
+     "d_head = 4096 / 4096 = 1 (--d-model / --n-heads) is odd, but RoPE rotates pairs"),
+    ([*LLAMA2_7B, "--head-dim", "65"], "--head-dim 65 is odd, but RoPE rotates pairs"),
+    (["--preset", "llama2-70b", "--n-kv-heads", "128"], "--n-heads 64 is not divisible by --n-kv-heads 128"),
 ])
 def test_shapes_that_cannot_be_built_are_one_line_and_exit_2(command_line, argv, message):
     err = command_line.mistake("calc", *argv, "--seq-len", "64")

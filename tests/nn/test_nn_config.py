@@ -31,6 +31,11 @@ from tinygrad_block import manual, nn
     (dict(d_model=16.0, n_heads=4, n_kv_heads=4, d_ff=8), ["d_model", "int", "16.0"]),
     (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, lora_rank=-1), ["lora_rank", "-1"]),
     (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, lora_rank=2, lora_targets=("w_q",)), ["lora_targets", "w_q"]),
+    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, head_dim=5), ["head_dim=5 is odd", "RoPE"]),
+    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, head_dim=0), ["head_dim=0", "positive int"]),
+    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, head_dim=8.0), ["head_dim=8.0", "positive int"]),
+    (dict(d_model=16, n_heads=4, n_kv_heads=4, d_ff=8, head_dim=True), ["head_dim=True", "positive int"]),
+    (dict(d_model=10, n_heads=3, n_kv_heads=2, d_ff=8, head_dim=4), ["n_heads=3", "n_kv_heads=2", "divisible"]),
 ])
 def test_bad_block_config_raises_naming_the_field_and_values(kwargs, fragments):
     with pytest.raises(ValueError, match=msg(None, "BlockConfig", *fragments)):
@@ -46,6 +51,17 @@ def test_with_revalidates_and_odd_d_head_is_fine_without_rope():
     p = randomize(blk, seed=42)
     x = rng(43).standard_normal((1, 4, 12))
     np.testing.assert_allclose(blk(t64(x)).numpy(), manual.block_forward(x, p, cfg)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_head_dim_is_a_field_of_its_own():
+    """head_dim sets d_head whatever d_model / n_heads is (it need not divide); spelt as the default it is kept as
+    None, so the two configs are equal and with_(d_model=...) rescales the heads as before."""
+    wide = nn.BlockConfig(10, 3, 1, 8, head_dim=6)                 # 10 / 3 is no width at all
+    assert (wide.d_head, wide.head_dim) == (6, 6)
+    assert nn.BlockConfig(16, 4, 2, 8, head_dim=4) == nn.BlockConfig(16, 4, 2, 8)
+    assert nn.BlockConfig(16, 4, 2, 8, head_dim=4).head_dim is None
+    assert LLAMA.with_(d_model=32).d_head == 8 and LLAMA.with_(head_dim=12).with_(d_model=32).d_head == 12
+    assert nn.BlockConfig(12, 4, 4, 8, head_dim=3, rope=False).d_head == 3
 
 
 def test_unknown_preset_lists_the_presets():

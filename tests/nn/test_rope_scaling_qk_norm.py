@@ -225,6 +225,8 @@ QWEN3_BLOCKS = [   # (name, BlockConfig fields, offset)
     ("mqa-offset-eps", dict(d_model=24, n_heads=4, n_kv_heads=1, d_ff=36, norm_eps=1e-3, rope_theta=1e6), 29),
     ("mha-llama3", dict(d_model=32, n_heads=2, n_kv_heads=2, d_ff=24, rope_scaling=("llama3", 8.0, 1.0, 4.0, 64)),
      7),
+    ("wide-heads", dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, head_dim=12), 5),    # head_dim != 16 / 4
+    ("narrow-heads", dict(d_model=24, n_heads=3, n_kv_heads=1, d_ff=20, head_dim=4), 0),
 ]
 
 

@@ -69,9 +69,11 @@ def attention_forward(x, q_proj: Linear, k_proj: Linear, v_proj: Linear, o_proj:
                       n_kv_heads: int, causal: bool = True, rope_theta: float | None = 10000.0, offset: int = 0,
                       frozen: bool = False):
     """out = o_proj(merge(sdpa(rope(q), rope(k), v, mask)))  with q = split(x Wq^T), k = split(x Wk^T),
-    v = split(x Wv^T);  x: (B, L, d_model); mask: causal_mask if causal; rope_theta None: no rotary embedding
-    (GPT-2, BERT); offset: position of token 0; frozen: as in linear_forward, for each projection."""
-    check_heads(x, n_heads, n_kv_heads)
+    v = split(x Wv^T);  x: (B, L, d_model); Wq: (n_heads d_head, d_model), Wk, Wv: (n_kv_heads d_head, d_model),
+    Wo: (d_model, n_heads d_head), d_head read from their shapes (d_model / n_heads unless head_dim differs);
+    mask: causal_mask if causal; rope_theta None: no rotary embedding (GPT-2, BERT); offset: position of token 0;
+    frozen: as in linear_forward, for each projection."""
+    check_heads(x, n_heads, n_kv_heads, q_proj, k_proj)
     G = n_heads // n_kv_heads
     q, c_q = linear_forward(x, *q_proj, frozen=frozen)                 # (B, L, n_heads * d_head)
     k, c_k = linear_forward(x, *k_proj, frozen=frozen)                 # (B, L, n_kv_heads * d_head)
@@ -111,9 +113,15 @@ def qkv_backward(dq, dk, dv, cache):
     return dx, grads
 
 
-def check_heads(x, n_heads: int, n_kv_heads: int):
-    """Raise ValueError unless x is (B, L, d_model) with n_heads | d_model and n_kv_heads | n_heads."""
+def check_heads(x, n_heads: int, n_kv_heads: int, q_proj: Linear | None = None, k_proj: Linear | None = None):
+    """Raise ValueError unless x is (B, L, d_model), n_kv_heads | n_heads, and the heads have one width d_head:
+    q_proj's n_heads d_head rows and k_proj's n_kv_heads d_head (d_head may differ from d_model / n_heads, as a
+    config's head_dim says); without the projections, d_head = d_model / n_heads."""
     d_model = x.shape[-1]
-    if x.ndim != 3 or d_model % n_heads or n_heads % n_kv_heads:
-        raise ValueError(f"attention: x of shape {x.shape} with n_heads={n_heads}, n_kv_heads={n_kv_heads}; "
-                         "expected x: (B, L, d_model) with d_model divisible by n_heads and n_heads by n_kv_heads")
+    q_rows = d_model if q_proj is None else q_proj.weight.shape[0]
+    kv_rows = q_rows // n_heads * n_kv_heads if k_proj is None else k_proj.weight.shape[0]
+    if x.ndim != 3 or q_rows % n_heads or n_heads % n_kv_heads or kv_rows * n_heads != q_rows * n_kv_heads:
+        raise ValueError(f"attention: x of shape {x.shape} with n_heads={n_heads}, n_kv_heads={n_kv_heads}, "
+                         f"q_proj of {q_rows} rows, k_proj of {kv_rows}; expected x: (B, L, d_model), n_heads dividing "
+                         "q_proj's rows (n_heads d_head), n_kv_heads dividing n_heads, and k_proj's rows n_kv_heads "
+                         "d_head")

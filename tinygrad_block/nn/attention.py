@@ -104,17 +104,18 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
 
 
 class Attention(Module):
-    """softmax(Q K^T / sqrt(d_head) + causal mask) V, with Q, K, V, O projections, RoPE on Q and K after the
-    head split, and n_kv_heads key/value heads shared by groups of query heads (MHA, GQA, MQA). With
-    cfg.qk_norm (Qwen3), each head's q and k pass an RMSNorm over d_head (q_norm, k_norm: one gain each, shared
-    by every head) between the head split and RoPE."""
+    """softmax(Q K^T / sqrt(d_head) + causal mask) V, with Q, K, V, O projections (Q: d_model -> n_heads d_head,
+    K, V: d_model -> n_kv_heads d_head, O: n_heads d_head -> d_model; n_heads d_head = d_model unless the config's
+    head_dim says otherwise), RoPE on Q and K after the head split, and n_kv_heads key/value heads shared by
+    groups of query heads (MHA, GQA, MQA). With cfg.qk_norm (Qwen3), each head's q and k pass an RMSNorm over
+    d_head (q_norm, k_norm: one gain each, shared by every head) between the head split and RoPE."""
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         self.cfg = cfg
-        d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
+        d, d_q, d_kv = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head   # d_q = d unless head_dim
         make = dict(generator=generator, dtype=dtype, device=device)
-        self.q_proj, self.k_proj = projection(cfg, "q_proj", d, d, **make), projection(cfg, "k_proj", d, d_kv, **make)
-        self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d, d, **make)
+        self.q_proj, self.k_proj = projection(cfg, "q_proj", d, d_q, **make), projection(cfg, "k_proj", d, d_kv, **make)
+        self.v_proj, self.o_proj = projection(cfg, "v_proj", d, d_kv, **make), projection(cfg, "o_proj", d_q, d, **make)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
             self.k_norm = RMSNorm(cfg.d_head, cfg.norm_eps, dtype=dtype, device=device)
@@ -161,22 +162,22 @@ class Attention(Module):
             k, v = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)       # (B, H, n, d_head), n keys
         mask = self.mask(L, q, k.shape[2] - L) if cfg.causal else None   # (L, n): -inf where a key is in the future
         out = sdpa(q, k, v, mask)                                         # (B, H, L, d_head)
-        out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, d_model): heads merged
+        out = out.transpose(1, 2).reshape(B, L, H * d_head)               # (B, L, H d_head): heads merged
         return self.o_proj(out)
 
     def attend_static(self, q: Tensor, k: Tensor, v: Tensor, cache: StaticLayerCache) -> Tensor:
         """Attention over a static cache's buffers, once k and v (B, H_kv, L, d_head) are written into their slots.
         The queries are grouped by KV head instead of the keys repeated per query head, so the max_len slots are never
         copied: q (B, H, L, d_head) -> (B, H_kv, n_rep L, d_head) (query heads g n_rep .. g n_rep + n_rep - 1 use
-        KV head g). Returns (B, L, d_model), heads merged."""
+        KV head g). Returns (B, L, H d_head), heads merged."""
         B, H, L, d_head = q.shape
         H_kv = self.cfg.n_kv_heads
         k, v = cache.write(k, v)                                           # (B, H_kv, max_len, d_head)
         grouped = q.reshape(B, H_kv, H // H_kv * L, d_head)                # (B, H_kv, n_rep L, d_head)
         out = sdpa(grouped, k, v, cache.mask)                              # (B, H_kv, n_rep L, d_head)
         if L == 1:                                                         # one token: the heads are in order
-            return out.reshape(B, 1, H * d_head)                           # (B, 1, d_model)
-        return out.reshape(B, H, L, d_head).transpose(1, 2).reshape(B, L, H * d_head)   # (B, L, d_model)
+            return out.reshape(B, 1, H * d_head)                           # (B, 1, H d_head)
+        return out.reshape(B, H, L, d_head).transpose(1, 2).reshape(B, L, H * d_head)   # (B, L, H d_head)
 
     def split_heads(self, t: Tensor, n_heads: int, norm: RMSNorm | None = None) -> Tensor:
         """(B, L, n_heads * d_head) -> (B, n_heads, L, d_head); `norm` (q_norm or k_norm, Qwen3's QK-norm)

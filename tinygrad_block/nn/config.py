@@ -23,6 +23,7 @@ class BlockConfig:
     n_heads: int
     n_kv_heads: int
     d_ff: int
+    head_dim: int | None = None       # each head's width d_head; None: d_model / n_heads (Qwen3, Gemma: wider)
     norm: str = "rms"                 # 'rms' (RMSNorm) or 'layer' (LayerNorm)
     layout: str = "pre"               # 'pre': x + f(norm(x)); 'post': norm(x + f(x)); 'deep': norm(alpha x + f(x));
                                       # 'parallel': x + attn(norm1(x)) + ffn(norm2(x))
@@ -49,7 +50,8 @@ class BlockConfig:
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        """Each head's width: head_dim, or d_model / n_heads when the config leaves it out."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     def __post_init__(self):
         for key in ("d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size", "n_layers"):
@@ -67,14 +69,12 @@ class BlockConfig:
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"BlockConfig: {key} must be one of {allowed}, got {getattr(self, key)!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"BlockConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"BlockConfig: n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} "
-                             "(each key/value head serves an equal group of query heads)")
-        if self.rope and self.d_head % 2:
-            raise ValueError(f"BlockConfig: RoPE rotates pairs of dimensions, but d_head = {self.d_model} / "
-                             f"{self.n_heads} = {self.d_head} is odd")
+        try:
+            check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.head_dim, self.rope)
+        except ValueError as e:
+            raise ValueError(f"BlockConfig: {e}") from None
+        if self.head_dim == self.d_model / self.n_heads:     # the default spelt out: kept as None, so equal models
+            object.__setattr__(self, "head_dim", None)        # have equal configs, and with_(d_model=...) rescales
         if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
             raise ValueError(f"BlockConfig: lora_rank must be an int >= 0 (0: no LoRA), got {self.lora_rank!r}")
         if self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
@@ -134,6 +134,35 @@ class BlockConfig:
     def with_(self, **changes) -> BlockConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+HEAD_NAMES = {key: key for key in ("d_model", "n_heads", "n_kv_heads", "head_dim")}   # how check_heads names them
+
+
+def check_heads(d_model: int, n_heads: int, n_kv_heads: int, head_dim: int | None = None, rope: bool = True,
+                names: dict = HEAD_NAMES, sep: str = "=") -> int:
+    """d_head of a config's heads: head_dim when given (a positive int), else d_model / n_heads, which must then
+    divide evenly; n_heads a multiple of n_kv_heads (each key/value head serves an equal group of query heads);
+    d_head even with RoPE (it rotates pairs). The one check of the heads: BlockConfig, config.json's reader and the
+    command line call it, each with `names` for the fields as its user writes them (and `sep` between a name and
+    its value); a ValueError otherwise, without a prefix (the caller adds its own)."""
+    def shown(key: str, value) -> str:
+        return f"{names[key]}{sep}{value}"
+
+    if head_dim is not None and (not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1):
+        raise ValueError(f"{shown('head_dim', repr(head_dim))}: expected a positive int (None: d_model / n_heads)")
+    if head_dim is None and d_model % n_heads:
+        raise ValueError(f"{shown('d_model', d_model)} is not divisible by {shown('n_heads', n_heads)}: each head "
+                         "takes d_model / n_heads dimensions unless head_dim gives its width")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"{shown('n_heads', n_heads)} is not divisible by {shown('n_kv_heads', n_kv_heads)}: each "
+                         "key/value head serves an equal group of query heads")
+    d_head = d_model // n_heads if head_dim is None else head_dim
+    if rope and d_head % 2:
+        why = shown("head_dim", head_dim) if head_dim is not None else \
+            f"d_head = {d_model} / {n_heads} = {d_head} ({names['d_model']} / {names['n_heads']})"
+        raise ValueError(f"{why} is odd, but RoPE rotates pairs of dimensions")
+    return d_head
 
 
 ROPE_SCALING = {"linear": ("factor",),          # the numbers after the kind in BlockConfig.rope_scaling

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .config import BlockConfig
+from .config import BlockConfig, check_heads
 from ..hf_folder import is_int, shown, shown_list
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
@@ -22,6 +22,8 @@ NOT_IMPLEMENTED = {   # config fields that change what a model computes, and why
     "embedding_multiplier": "scaled embeddings (Granite)", "logits_scaling": "scaled logits (Granite)",
     "residual_multiplier": "scaled residuals (Granite)", "attention_multiplier": "another attention scale"}
 WINDOWED = ("MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")   # transformers' classes with a window
+LLAMA_HEADS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")   # config.json's names
+GPT2_HEADS = ("n_embd", "n_head", None, None)                                            # of the heads' fields
 WINDOW = 4096                  # transformers' sliding_window when these configs omit it
 WINDOW_LAYERS = 28             # transformers' max_window_layers for Qwen: the layers from this index on are windowed
 
@@ -141,19 +143,22 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
             "scalings are implemented")
 
 
-def _heads(f: Fields, d: int, d_head_default) -> tuple[int, int]:
-    """(n_heads, n_kv_heads), checked to split d_model evenly into heads of d_model / n_heads."""
-    H = f.int("num_attention_heads")
-    H_kv = f.int("num_key_value_heads", H)
-    if d % H:
-        raise ValueError(f"{f.op}: config.json's hidden_size={d} is not divisible by num_attention_heads={H}")
-    if H % H_kv:
-        raise ValueError(f"{f.op}: config.json's num_attention_heads={H} is not divisible by num_key_value_heads="
-                         f"{H_kv} (each key/value head serves an equal group of query heads)")
-    d_head = f.int("head_dim", d_head_default or d // H)
-    if d_head != d // H:
-        _refuse(f.op, f"head_dim={d_head} with hidden_size={d}, heads={H}", "d_head is d_model / n_heads")
-    return H, H_kv
+def _heads(f: Fields, keys: tuple = LLAMA_HEADS, head_dim_default: int | None = None,
+           rope: bool = True) -> tuple[int, int, int | None]:
+    """(n_heads, n_kv_heads, head_dim) read from config.json's `keys` (its names of d_model, n_heads, n_kv_heads
+    and head_dim; None: the class has no such field) and checked by config.check_heads, the one check of the heads.
+    head_dim None: hidden_size / num_attention_heads."""
+    d_key, h_key, kv_key, hd_key = keys
+    d, H = f.int(d_key), f.int(h_key)
+    H_kv = f.int(kv_key, H) if kv_key else H
+    head_dim = f.int(hd_key, head_dim_default) if hd_key and (f.hf.get(hd_key) is not None or head_dim_default) \
+        else None
+    names = dict(zip(("d_model", "n_heads", "n_kv_heads", "head_dim"), keys)) | {"d_model": f"config.json's {d_key}"}
+    try:
+        check_heads(d, H, H_kv, head_dim, rope, names)
+    except ValueError as e:
+        raise ValueError(f"{f.op}: {e}") from None
+    return H, H_kv, head_dim
 
 
 def _sliding_window(f: Fields, arch: str) -> int | None:
@@ -182,7 +187,7 @@ def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
     """Llama, Mistral, Qwen2 (biases on q, k, v) and Qwen3 (RMSNorm on each head's q and k)."""
     f = Fields(hf, op)
     d = f.int("hidden_size")
-    H, H_kv = _heads(f, d, 128 if arch == "Qwen3ForCausalLM" else None)   # transformers' Qwen3 default head_dim
+    H, H_kv, head_dim = _heads(f, head_dim_default=128 if arch == "Qwen3ForCausalLM" else None)   # transformers' Qwen3
     if f.str("hidden_act", "silu") != "silu":
         _refuse(op, f"hidden_act={shown(hf['hidden_act'], quote=True, limit=60)}", "a Llama-style FFN here is "
                 "SwiGLU, with SiLU")
@@ -193,7 +198,8 @@ def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
         _refuse(op, "attention_bias=true in Qwen3", "Qwen3's attention biases are on q, k, v and o but not the FFN")
     theta, scaling = rope(hf, op)
     positions, window = f.int("max_position_embeddings"), _sliding_window(f, arch)
-    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=f.int("intermediate_size"), bias=bias[0],
+    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=f.int("intermediate_size"), head_dim=head_dim,
+                       bias=bias[0],
                        qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
                        norm_eps=f.number("rms_norm_eps", 1e-6, below=1.0), rope_theta=theta, rope_scaling=scaling,
                        max_seq_len=min(positions, window or positions), vocab_size=f.int("vocab_size"),
@@ -211,9 +217,7 @@ def _gpt2_config(hf: dict, op: str) -> BlockConfig:
         _refuse(op, "attention scores not scaled by 1/sqrt(d_head) alone", "scores are q k^T / sqrt(d_head)")
     if f.bool("add_cross_attention", False):
         _refuse(op, "cross-attention", "a decoder-only LM attends to its own tokens")
-    d, H = f.int("n_embd"), f.int("n_head")
-    if d % H:
-        raise ValueError(f"{op}: config.json's n_embd={d} is not divisible by n_head={H}")
+    d, (H, _, _) = f.int("n_embd"), _heads(f, GPT2_HEADS, rope=False)
     return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H, d_ff=f.int("n_inner", 4 * d), norm="layer",
                        ffn=GPT2_ACTIVATIONS[act], bias=True, norm_eps=f.number("layer_norm_epsilon", 1e-5, below=1.0),
                        rope=False, max_seq_len=f.int("n_positions"), vocab_size=f.int("vocab_size"),

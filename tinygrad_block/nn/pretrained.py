@@ -25,7 +25,7 @@ from ..hf_folder import (FLOATS, TensorEntry, inside, is_int, read_array, read_h
                          shown, shown_list, sync_folder, write_safetensors, write_text)
 
 __all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
-           "save_pretrained", "checkpoint_files", "read_headers", "hf_layout"]
+           "save_pretrained", "checkpoint_files", "read_config", "read_headers", "hf_layout", "layout_shapes"]
 
 # Constants some checkpoints store beside the weights (GPT-2's causal mask, old Llama's RoPE frequencies); every
 # implementation rebuilds them from the config, so they are skipped, never loaded.
@@ -50,10 +50,11 @@ def checkpoint_folder(path) -> Path:
     return run if run.is_dir() and (run / "config.json").is_file() else folder
 
 
-def checkpoint_files(path, op: str) -> tuple[Path, dict, list[Path], dict | None]:
+def checkpoint_files(path, op: str, weights: bool = True) -> tuple[Path, dict, list[Path], dict | None]:
     """(folder, config.json's object, the safetensors files, the index's weight_map or None) of a checkpoint
     folder; or one clear error: no folder, no config.json, both a single file and an index (ambiguous), a shard
-    missing or outside the folder, or only a pickle checkpoint (refused, unread)."""
+    missing or outside the folder, or only a pickle checkpoint (refused, unread). weights=False: a folder of
+    config.json alone is fine too (no files)."""
     try:
         folder = checkpoint_folder(path)
     except FileNotFoundError as e:
@@ -77,7 +78,24 @@ def checkpoint_files(path, op: str) -> tuple[Path, dict, list[Path], dict | None
         raise ValueError(f"{op}: {folder} holds only {shown(pickles[0])}, a pickle: unpickling runs whatever code "
                          "the file contains, so tinygrad_block never loads one. Convert it to safetensors where you "
                          "trust it (transformers: AutoModelForCausalLM.from_pretrained(folder).save_pretrained(out))")
+    if not weights:
+        return folder, hf, [], None
     raise FileNotFoundError(f"{op}: {folder} has no {SINGLE} and no {INDEX}")
+
+
+def read_config(path, op: str) -> tuple[str, BlockConfig]:
+    """(architecture, BlockConfig) of a checkpoint's config.json alone, no weights needed: `path` is the file
+    itself (any name ending .json), a checkpoint folder holding config.json, or a train run."""
+    file = Path(path)
+    if not (file.suffix == ".json" and file.is_file()):
+        try:
+            folder = checkpoint_folder(path)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{op}: {e}") from None
+        file = inside(folder, "config.json", op, "the checkpoint")
+        if not readable(file, op):
+            raise FileNotFoundError(f"{op}: {folder} has no config.json (the architecture and its sizes)")
+    return config_from_hf(read_json_object(file, op), op)
 
 
 def read_weight_map(folder: Path, op: str) -> dict[str, str]:
@@ -243,6 +261,15 @@ def hf_layout(model, arch: str) -> dict[str, tuple[bool, list[str]]]:
         conv1d = gpt2 and ours.startswith("layers.") and p.ndim == 2
         layout.setdefault(hf, (conv1d, []))[1].append(ours)
     return layout
+
+
+def layout_shapes(arch: str, cfg: BlockConfig, op: str) -> dict[str, tuple]:
+    """{HF tensor name: shape} that a checkpoint of `cfg` in `arch`'s layout holds (a tied head not stored), from
+    the shape-only model: no array is made."""
+    from .model import LM
+    model = shape_model(LM, cfg, float32, op)
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    return {hf: hf_shape(conv1d, [shapes[o] for o in ours]) for hf, (conv1d, ours) in hf_layout(model, arch).items()}
 
 
 def to_hf(conv1d: bool, arrays: list[np.ndarray]) -> np.ndarray:
