@@ -213,10 +213,10 @@ class ArrayBackend:
         return self.xp.negative(a)
 
     def exp(self, a):
-        return self.xp.exp(a)
+        return self.ufunc("exp")(a)      # a backend with exp of its own (kernels.MATH) answers ufunc with it
 
     def log(self, a):
-        return self.xp.log(a)
+        return self.ufunc("log")(a)
 
     def sqrt(self, a):
         return self.xp.sqrt(a)
@@ -333,6 +333,11 @@ class ArrayBackend:
     def generates(self) -> bool:
         """Whether this backend makes generated kernels (`generated`): then tb.jit plans groups of them."""
         return False
+
+    def graph(self, program) -> tuple[object | None, str]:
+        """(a graph of `program`'s kernels whose `run()` replays them in one launch, '') or (None, why there is
+        none): the GPU's backend captures a CUDA graph (cuda_kernels.ReplayGraph); a CPU runs kernel by kernel."""
+        return None, "kernels run one by one on this device"
 
     def generated(self, kernels: list, runs: list) -> list | None:
         """Runnable steps for a program's generated kernels (kernels.py), or None where this backend generates none

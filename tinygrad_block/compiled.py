@@ -22,6 +22,9 @@ the gradients it would set start empty. Never a stale replay that gives a wrong 
 Any number of threads may call a compiled function at once: each replay runs a program copy of its own (Replays),
 and captures are taken one at a time.
 
+On a GPU a replay is one launch: the backend captures the kernels as a CUDA graph at the second replay
+(cuda_kernels.ReplayGraph: the inputs copied in, the results copied out, bit for bit the kernels' own results).
+
 Fusion (fuse.py) then turns each chain of elementwise primitives whose intermediate results nothing else reads
 into one kernel. Under an observer (a FLOP count, a graph) a replay runs the unfused kernels and tells the
 observer of each primitive, so a count of a replay equals eager's.
@@ -34,13 +37,14 @@ import weakref
 from dataclasses import dataclass, field
 
 from . import trace
-from .function import is_tensor
+from .function import SetRows, is_tensor
 from .fuse import describe, fuse_program, layout, to_dot
 from .fuse import kernel_steps as fuse_steps
 from .tensor import Tensor
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
 MAX_CAPTURES = 3          # eager captures tried before two in a row must agree
+MAX_GRAPHS = 8            # graphs captured for one program before it runs kernel by kernel for good
 
 
 class JitError(RuntimeError):
@@ -290,6 +294,8 @@ class Program:
         self.kernels = fuse_program(self) if fuse else self.plain
         self.runs = [kernel.run for kernel in self.kernels]
         self.checked = self.kernels is self.plain
+        self.graph, self.why = None, None      # the replay as one launch (a CUDA graph), or why there is none
+        self.graphs = 0                        # graphs captured so far
 
     def run(self, arg_tensors: list):
         for i, slot in self.args:
@@ -303,7 +309,7 @@ class Program:
             slot.data = t.data
         if trace.STATE.get().observers:
             self._run_observed()
-        else:
+        elif not self._launched():
             for run in self.runs:
                 run()
             if not self.checked:
@@ -316,6 +322,19 @@ class Program:
                 t.grad = Tensor._make(slot.data, self.backend)
         spec, slots = self.outputs
         return _unflatten(spec, [Tensor._make(s.data, self.backend) for s in slots])
+
+    def _launched(self) -> bool:
+        """Whether this replay ran as one launch of the backend's graph of the kernels (a CUDA graph, captured
+        at the first replay whose layouts are checked), rather than kernel by kernel."""
+        if self.graph is None and self.why is None and self.checked and self.backend.lowers:
+            self.graph, self.why = self.backend.graph(self)
+            self.graphs += 1
+        if self.graph is None or self.graph.run():
+            return self.graph is not None
+        self.graph = None             # an array written in place is another one now (a new KV cache): capture again,
+        if self.graphs >= MAX_GRAPHS:  # unless that happens at every call
+            self.why = f"the arrays it writes in place changed {MAX_GRAPHS} times"
+        return False
 
     def _check_layouts(self):
         """After the first fused replay: every kernel's array has the layout (strides) eager gave it. Values equal
@@ -340,6 +359,19 @@ class Program:
                 trace.emit(kernel.fn, kernel.ins, kernel.out,
                            dataclasses.replace(state, phase=s.phase, scope=s.scope, step=s.step, origin=s.origin),
                            kernel.params)
+
+    def varying(self) -> list:
+        """The source slots each replay fills afresh: the arguments' and the live tensors' arrays."""
+        return [slot for _, slot in self.args] + [slot for _, slot, *_ in self.live]
+
+    def written_in_place(self) -> list:
+        """The source slots a step writes into (setrows: a static KV cache's buffers)."""
+        return [self.all[s.ins[0]] for s in self.steps if s.op is SetRows]
+
+    @staticmethod
+    def reads_back(kernel) -> bool:
+        """Whether `kernel` may read values back to the host: a derived step (an index's bounds check)."""
+        return any(s.op is Derived for s in fuse_steps(kernel))
 
     def spec(self, k: int) -> tuple:
         """(shape, dtype) of what index k names: step k's result as captured, or a source array as it is now."""

@@ -214,12 +214,6 @@ class CpuBackend(ArrayBackend):
         made = math_functions() if name in MATH_OPS else None
         return made[name] if made else super().ufunc(name)
 
-    def exp(self, a):
-        return self.ufunc("exp")(a)
-
-    def log(self, a):
-        return self.ufunc("log")(a)
-
     def generated(self, kernels: list, runs: list) -> list | None:
         """Generated steps (Generated) for `kernels`, compiled into one library; None without a C compiler, or
         when it refuses the source (a compiler that takes other flags: said in one line, numpy's functions run)."""

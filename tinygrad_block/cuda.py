@@ -11,6 +11,7 @@ import numpy as np
 
 from .backend import ArrayBackend
 
+from .cuda_kernels import strided_gemm
 from .dtypes import float16, float32, float64
 
 INSTALL = ("install the 'gpu' extra: pip install -e '.[gpu]' from the repository's root (cupy-cuda13x, for a "
@@ -90,6 +91,12 @@ class CudaBackend(ArrayBackend):
         with self.active:
             return load(kernels, runs, self.xp) if kernels else None
 
+    def graph(self, program):
+        """The replay as one CUDA graph (cuda_kernels.ReplayGraph), or None and why CUDA could not capture it."""
+        from .cuda_kernels import ReplayGraph
+        with self.active:
+            return ReplayGraph.make(program, self.xp)
+
     def ufunc(self, name: str):
         """CuPy's function `name`, except exp and log (kernels.MATH's, as a generated kernel computes them) and
         matmul (this backend's cuBLAS call, as eager's)."""
@@ -100,12 +107,6 @@ class CudaBackend(ArrayBackend):
 
     def reducer(self, name: str):
         return None                        # CuPy's add.reduce is not cupy.sum's kernel: sums stay eager's call
-
-    def exp(self, a):
-        return self.ufunc("exp")(a)
-
-    def log(self, a):
-        return self.ufunc("log")(a)
 
     def erf(self, a):
         return self._erf(a).astype(a.dtype, copy=False)
@@ -126,8 +127,8 @@ class CudaBackend(ArrayBackend):
         dtype, compute, one, zero = self._gemm_types[a.dtype]
         # cuBLAS is column-major: a row-major (R, C) matrix is its (C, R) transpose, so out = a @ b is
         # computed as out^T = b^T a^T, with b first
-        self._cublas.gemmStridedBatchedEx(
-            self._cublas_handle(), op_b, op_a, N, M, K, one.ctypes.data,
+        strided_gemm(self._cublas_handle())(      # cuBLAS straight, so a CUDA graph can capture it (cuda_kernels)
+            op_b, op_a, N, M, K, one.ctypes.data,
             b3.data.ptr, dtype, ld_b, stride_b, a3.data.ptr, dtype, ld_a, stride_a,
             zero.ctypes.data, out.data.ptr, dtype, N, M * N, math.prod(batch), compute,
             self._cublas.CUBLAS_GEMM_DEFAULT)

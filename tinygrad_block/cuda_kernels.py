@@ -167,3 +167,161 @@ def math_functions(cupy) -> dict:
                                                             (a, out, np.int64(n)))
         return run
     return {op: Ufunc(op, launcher(op), cupy) for op in MATH_OPS}
+
+
+# ---------------------------------------------------------------- a whole replay as one CUDA graph
+class ReplayGraph:
+    """A program's kernels captured once as CUDA graphs and launched as such: a replay costs a launch per graph
+    instead of one per kernel (each a few microseconds of Python and driver time: most of a small model's step).
+
+    A graph replays fixed addresses, so around it:
+      - each input that changes from call to call (an argument, a parameter, an optimizer's state) has a buffer
+        of the graph's own, and each replay first copies the current array into it (one device-to-device copy);
+        a buffer the program writes into in place (a static KV cache's, through setrows), or a number rather than
+        an array, is the graph's input itself, so a replay needs the very same one there (a new cache: the program
+        captures again);
+      - each array that outlives a replay (returned, or written back into a tensor) is copied out of the graph's
+        memory into an array of its own, so nothing a caller holds is overwritten by the next replay;
+      - the graph's intermediate arrays come from a memory pool of its own, kept as long as the graph: nothing
+        else can be handed memory the graph still writes;
+      - a step that reads values back to the host (an index's bounds check) cannot be captured: it runs between
+        two graphs, as eagerly, and its result is copied into a buffer of the graph's own.
+    The kernels and their order are the program's, so a graph replay equals a kernel-by-kernel one bit for bit.
+    Where CUDA cannot capture a kernel, `ReplayGraph.make` answers None with the reason, and the program runs
+    kernel by kernel."""
+
+    def __init__(self, program, cupy):
+        self.xp, self.pool, self.stream = cupy, cupy.cuda.MemoryPool(), cupy.cuda.Stream()   # ordered with default
+        written = {id(slot) for slot in program.written_in_place()}
+        varying = list({id(slot): slot for slot in program.varying()}.values())
+        as_is = [id(slot) in written or not isinstance(slot.data, cupy.ndarray) for slot in varying]
+        self.fixed = [(slot, slot.data) for slot, same in zip(varying, as_is) if same]   # a number, or written in place
+        self.copied = [(slot, slot.data.strides) for slot, same in zip(varying, as_is) if not same]
+        self.kept = [program.slots[k] for k in sorted(program.escaping())]
+        self.parts, self.statics, self.out, self.memory = [], [], [], []
+
+    @classmethod
+    def make(cls, program, cupy) -> tuple[ReplayGraph | None, str]:
+        """(the graph of `program`, '') after capturing it from its current arrays, or (None, why not)."""
+        g = cls(program, cupy)
+        if not all(isinstance(slot.data, cupy.ndarray) for slot in g.kept):
+            return None, "a result is not a GPU array"
+        if not all(slot.data.flags.c_contiguous or slot.data.flags.f_contiguous for slot, _ in g.copied):
+            return None, "an input is a strided view"
+        try:
+            g.capture(program)
+        except Exception as e:  # a kernel CUDA cannot capture (a synchronisation, a library that refuses)
+            return None, f"CUDA could not capture it ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        return g, ""
+
+    def capture(self, program) -> None:
+        """Run the kernels once in the graph's own memory (compiling what still needs it, filling its pool), then
+        record each stretch between host steps as a graph and run it, so that the host step after it reads real
+        values; the inputs' current arrays are put back after."""
+        xp, now = self.xp, [(slot, slot.data) for slot, _ in self.copied]
+        with xp.cuda.using_allocator(self.pool.malloc), self.stream:
+            self.statics = [xp.empty_like(a) for _, a in now]
+            self._copy_in()
+            for (slot, _), static in zip(self.copied, self.statics):
+                slot.data = static
+            for run in program.runs:
+                run()
+            self.stream.synchronize()
+            stretch = []
+            for kernel, run in [*zip(program.kernels, program.runs), (None, None)]:
+                if kernel is not None and not program.reads_back(kernel):
+                    stretch.append(run)
+                    continue
+                if stretch:
+                    self.parts.append(self._graph(stretch))
+                    self.parts[-1].launch()
+                    stretch = []
+                if kernel is not None:
+                    run()
+                    buffer = xp.empty_like(kernel.out.data)
+                    xp.copyto(buffer, kernel.out.data)
+                    kernel.out.data = buffer
+                    self.parts.append((kernel, buffer))
+            self.stream.synchronize()
+        self.out = [(slot, slot.data) for slot in self.kept]
+        self.memory = [s.data for s in program.all]              # every array the graphs read or write, kept
+        for slot, a in now:
+            slot.data = a
+
+    def _graph(self, runs: list):
+        self.stream.begin_capture()
+        try:
+            for run in runs:
+                run()
+        finally:
+            graph = self.stream.end_capture()
+        return graph
+
+    def _copy_in(self) -> None:
+        for (slot, _), static in zip(self.copied, self.statics):
+            static.data.copy_from_device_async(slot.data.data, static.nbytes)
+
+    def run(self) -> bool:
+        """One replay from the program's current inputs: True when the graphs ran (the program's kept slots then
+        hold arrays of their own), False when an input is not what the graphs were captured with."""
+        if any(slot.data is not a for slot, a in self.fixed) or any(
+                getattr(slot.data, "strides", None) != strides or not isinstance(slot.data, self.xp.ndarray)
+                for slot, strides in self.copied):
+            return False
+        self._copy_in()
+        for part in self.parts:
+            if isinstance(part, tuple):              # a host step: run as eagerly, its result put where graphs read
+                kernel, buffer = part
+                kernel.run()
+                if kernel.out.data is not buffer:
+                    self.xp.copyto(buffer, kernel.out.data)
+                    kernel.out.data = buffer
+            else:
+                part.launch()
+        fixed, mine = {id(a) for _, a in self.fixed}, {}
+        for slot, a in self.out:
+            if id(a) not in fixed:
+                if id(a) not in mine:
+                    mine[id(a)] = copy = self.xp.empty_like(a)
+                    if a.flags.c_contiguous or a.flags.f_contiguous:
+                        copy.data.copy_from_device_async(a.data, a.nbytes)
+                    else:
+                        self.xp.copyto(copy, a)
+                a = mine[id(a)]
+            slot.data = a
+        return True
+
+
+# ---------------------------------------------------------------- cuBLAS, called straight
+def loaded_library(stem: str) -> str | None:
+    """The path of the shared library `stem` (libcublas.so) this process has already loaded, or None."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "/" in path and path.rsplit("/", 1)[-1].startswith(stem):
+                return path
+    return None
+
+
+@functools.cache
+def strided_gemm(handle: int):
+    """cublasGemmStridedBatchedEx on cuBLAS handle `handle`, called through ctypes on the current CuPy stream,
+    with cuBLAS's argument order less the handle. CuPy's own binding refuses to run while a stream is being
+    captured into a CUDA graph; this one is the same library call (eager and a graph run one GEMM alike)."""
+    import ctypes
+
+    import cupy
+    path = loaded_library("libcublas.so")
+    if path is None:
+        raise RuntimeError("cuda: cuBLAS is not loaded in this process (CuPy loads it when it makes its handle)")
+    lib = ctypes.CDLL(path)
+    p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    gemm, set_stream = lib.cublasGemmStridedBatchedEx, lib.cublasSetStream_v2
+    gemm.argtypes = [p, i, i, i, i, i, p, p, i, i, i64, p, i, i, i64, p, p, i, i, i64, i, i, i]
+    set_stream.argtypes, gemm.restype, set_stream.restype = [p, p], i, i
+
+    def call(*args) -> None:
+        status = set_stream(handle, cupy.cuda.get_current_stream().ptr) or gemm(handle, *args)
+        if status:
+            raise RuntimeError(f"matmul: cuBLAS's strided batched GEMM failed with status {status}")
+    return call

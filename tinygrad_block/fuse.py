@@ -435,7 +435,8 @@ def describe(program) -> str:
     moved = [sum(kernel_bytes(program, k)) for k in kernels]
     flops = [kernel_flops(k) for k in kernels]
     lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives ({fused} fused chains, "
-             f"{len(program.plain) - len(kernels)} primitives saved); {sum(flops):,} FLOPs, {sum(moved):,} bytes moved",
+             f"{len(program.plain) - len(kernels)} primitives saved); {sum(flops):,} FLOPs, {sum(moved):,} bytes moved"
+             + ("; replayed as one CUDA graph" if program.graph else ""),
              f"  {'#':>4}  {'kernel':<34} {'':<6} {'shape':<16} {'dtype':<8} {'FLOPs':>10} {'bytes':>10} "
              f"{'FLOP/B':>6}  module"]
     for i, k in enumerate(kernels):

@@ -47,7 +47,7 @@ class Case:
         self.x = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.dout = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.params = {name: p.data for name, p in self.block.named_parameters()}   # the device's own arrays
-        self.programs = {}                                                          # phase -> tb.jit
+        self.programs = {}                                              # (phase, graph) -> tb.jit
 
     def autograd(self, backward: bool):
         x = self.x.detach().requires_grad_()
@@ -56,19 +56,26 @@ class Case:
             out.backward(self.dout)
             self.block.zero_grad()
 
-    def compiled(self, backward: bool):
-        """The autograd run through tb.jit: captured on the first calls, replayed after (one program per phase)."""
-        if backward not in self.programs:
+    def compiled(self, backward: bool, graph: bool = True):
+        """The autograd run through tb.jit: captured on the first calls, replayed after (one program per phase);
+        on a GPU each replay is one CUDA graph, unless `graph` is False (then its kernels launch one by one)."""
+        if (backward, graph) not in self.programs:
             def run(x):
                 out = self.block(x)
                 if backward:
                     out.backward(self.dout)
                 return out
-            self.programs[backward] = tb.jit(run)
-        x = self.x.detach().requires_grad_()
-        self.programs[backward](x)
+            self.programs[backward, graph] = tb.jit(run)
+        f = self.programs[backward, graph]
+        if not graph and f.program is not None and f.program.graph is None:
+            f.program.why = "held to its kernels one by one"
+        f(self.x.detach().requires_grad_())
         if backward:
             self.block.zero_grad()
+
+    def kernels(self, backward: bool):
+        """tb.jit with its kernels launched one by one on a GPU (no CUDA graph): what the graph saves."""
+        self.compiled(backward, graph=False)
 
     def manual(self, backward: bool):
         out, cache = manual.block_forward(self.x.data, self.params, self.cfg)
@@ -192,13 +199,14 @@ def main(argv=None):
     p.add_argument("--sizes", nargs="+", choices=list(SIZES))
     p.add_argument("--dtypes", nargs="+", choices=["float32", "float64", "float16"])
     p.add_argument("--phases", nargs="+", default=["forward", "both"], choices=["forward", "both"])
-    p.add_argument("--engines", nargs="+", default=["autograd", "compiled", "manual", "pytorch"],
-                   choices=["autograd", "compiled", "manual", "pytorch"])
+    p.add_argument("--engines", nargs="+", choices=["autograd", "compiled", "kernels", "manual", "pytorch"],
+                   help="default: all but kernels (compiled without a CUDA graph), which only a GPU tells apart")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     gpu = args.device.startswith("cuda")
     sizes = args.sizes or (list(SIZES) if gpu else ["tiny", "small", "medium", "large"])
     dtypes = args.dtypes or (["float32", "float16"] if gpu else ["float32", "float64"])
+    engines = args.engines or ["autograd", "compiled", "manual", "pytorch"]
     sync = synchronizer(args.device)
     peaks = {dt: matmul_peak(dt) for dt in dtypes} if gpu else {}
     print(f"device {tb.get_backend(args.device).name}; {args.rounds} rounds, engines in rotating order; "
@@ -211,10 +219,11 @@ def main(argv=None):
         for dtype in dtypes:
             case = Case(size, dtype, args.device)
             flops = case.flops()
-            runners = {"autograd": case.autograd, "compiled": case.compiled, "manual": case.manual}
+            runners = {"autograd": case.autograd, "compiled": case.compiled, "kernels": case.kernels,
+                       "manual": case.manual}
             if (run := torch_runner(case)) is not None:
                 runners["pytorch"] = run
-            runners = {k: v for k, v in runners.items() if k in args.engines}
+            runners = {k: v for k, v in runners.items() if k in engines}
             for phase in args.phases:
                 times = rounds(runners, phase == "both", args.rounds, sync)
                 for name, ts in times.items():

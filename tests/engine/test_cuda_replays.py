@@ -153,3 +153,49 @@ def test_eager_exp_and_log_on_the_gpu_are_the_cpus_bit_for_bit(op, dtype):
     square = x[:10_000].reshape(100, 100).T
     np.testing.assert_array_equal(getattr(tb.tensor(square, device="cuda"), op)().numpy(),
                                   getattr(tb.tensor(np.ascontiguousarray(square), device="cuda"), op)().numpy())
+
+
+# ---------------------------------------------------------------- a replay as one CUDA graph
+
+
+def test_a_replay_on_the_gpu_is_one_cuda_graph_equal_to_its_kernels_one_by_one():
+    """The tiny block's forward and backward plus an AdamW step (no embedding, so no atomic adds: every kernel is
+    deterministic), compiled twice from the same start: replayed as one CUDA graph and kernel by kernel, the loss
+    of every step and the final weights equal bit for bit; each step's loss is an array of its own (the next replay
+    does not overwrite a result the caller kept); the graph's program says so when printed."""
+    def run(graph: bool):
+        blk, _ = _block(tb.float32, "cuda")
+        opt = optim.AdamW(blk.parameters(), lr=1e-2)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (blk(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        f, g, losses = tb.jit(step, modules=[blk, opt]), tb.Generator(3), []
+        for _ in range(7):
+            if f.program is not None and not graph:
+                f.program.why = "held to kernel by kernel"
+            losses.append(f(tb.randn(2, 8, 64, generator=g, device="cuda")))
+        return f, [loss.numpy() for loss in losses], [p.numpy() for p in blk.parameters()]
+    (f, l1, w1), (h, l2, w2) = run(True), run(False)
+    assert isinstance(f.program.graph, cuda_kernels.ReplayGraph) and f.program.why == ""
+    assert h.program.graph is None and f.replays == h.replays >= 4
+    assert "replayed as one CUDA graph" in str(f.program).splitlines()[0]
+    assert np.array_equal(np.array(l1), np.array(l2)) and len(set(map(float, l1))) == len(l1)
+    assert all(np.array_equal(a, b) for a, b in zip(w1, w2))
+
+
+def test_decoding_on_the_gpu_replays_one_graph_per_cache_and_generates_eagers_tokens():
+    """Greedy decoding with the static KV cache, compiled: its decode steps run as a CUDA graph that writes the
+    cache in place (the cache's arrays are the graph's own inputs), the tokens equal eager's; a second generation
+    (a new cache, other arrays) captures a graph again and still equals eager."""
+    cfg = nn.preset("tiny").with_(n_layers=2, vocab_size=48, max_seq_len=32)
+    model = nn.LM(cfg, generator=tb.Generator(0), device="cuda")
+    for seed in (1, 2):
+        prompt = tb.randint(0, 48, (1, 4), generator=tb.Generator(seed), device="cuda")
+        got = model.generate(prompt, 12, jit=True).numpy()
+        program = model.last_decoder.compiled.program
+        assert isinstance(program.graph, cuda_kernels.ReplayGraph) and program.graph.fixed, program.why
+        assert np.array_equal(got, model.generate(prompt, 12, jit=False).numpy())
