@@ -49,7 +49,7 @@ def _shapes(cfg: BlockConfig) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each projection of a block, in the order the block builds them."""
     d, d_q, d_kv, d_ff = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head, cfg.d_ff
     shapes = {"q_proj": (d, d_q), "k_proj": (d, d_kv), "v_proj": (d, d_kv), "o_proj": (d_q, d)}
-    if cfg.ffn == "swiglu":
+    if cfg.gated:                                           # SwiGLU, GeGLU: a gate beside up
         shapes["gate_proj"] = (d, d_ff)
     return shapes | {"up_proj": (d, d_ff), "down_proj": (d_ff, d)}
 
@@ -211,20 +211,26 @@ def _projection(cfg: BlockConfig, name: str, N: int, dx: bool) -> tuple[Cost, bo
     return _linear(N, d_in, d_out, dx=dx, train=not cfg.lora_rank, bias=_has_bias(cfg, name), rank=_rank(cfg, name))
 
 
-def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool, d: int = 0) -> tuple[Cost, bool]:
-    """N rows of d (d = d_model unless given: QK-norm's rows are heads of d_head).
+NORM_FLOPS = {"rms": "rmsnorm", "rms1p": "rmsnorm", "layer": "layernorm"}   # cfg.norm -> its COMPOSITE_FLOPS row
+
+
+def _norm(cfg: BlockConfig, N: int, *, dx: bool, train: bool, d: int = 0, kind: str = "") -> tuple[Cost, bool]:
+    """N rows of d of the norm `kind` (cfg.norm unless given; d = d_model unless given: QK-norm's rows are heads
+    of d_head, normed by plain RMSNorm).
     RMSNorm  x * rsqrt(mean(x*x) + eps) * g:  forward x*x d, sum d - 1, /d, +eps, sqrt, 1/ (4), x * rstd d,
     * g d: 4 N d + 3 N.  Backward to x 8 N d + 5 N: g * gain d; g * rstd and g * x d each, the latter summed
     d - 1; back through 1/ 3 (-g out^2), sqrt 2 (g / 2 out), /d 1; x*x's two products 2 d; x read three times,
     2 d of adds.  To g: g * x_hat, summed over the rows: 2 N d - d.
     LayerNorm  c = x - mean(x);  c * rsqrt(mean(c*c) + eps) * g (+ b):  forward mean d, x - mean d, then RMSNorm's
     4 d + 3 on c (+ b d): 6 N d + 3 N (+ N d).  Backward to x 11 N d + 5 N: RMSNorm's 8 d + 5 on c, and 3 d for
-    the mean: -g d (the subtrahend's gradient), summed d - 1, /d 1, x read twice d.  To g 2 N d - d, b N d - d."""
-    d = d or cfg.d_model
-    name = "rmsnorm" if cfg.norm == "rms" else "layernorm"
+    the mean: -g d (the subtrahend's gradient), summed d - 1, /d 1, x read twice d.  To g 2 N d - d, b N d - d.
+    RMSNorm by 1 + w (Gemma): RMSNorm's, and d forward for 1 + w (its gradient passes the add unchanged)."""
+    d, kind = d or cfg.d_model, kind or cfg.norm
+    name = NORM_FLOPS[kind]
     fwd, to_x = composite_flops(name, "forward", N * d, N), composite_flops(name, "backward", N * d, N)
     to_params = composite_flops(name, "gain backward", N * d) - d                 # summed over the N rows
-    if cfg.norm == "layer" and cfg.bias:
+    fwd += d if kind == "rms1p" else 0
+    if kind == "layer" and cfg.bias:
         fwd += composite_flops(name, "shift forward", N * d)
         to_params += composite_flops(name, "shift backward", N * d) - d
     return Cost(fwd_other=fwd, bwd_other=to_x * dx + to_params * train), dx or train
@@ -261,8 +267,8 @@ def _attention(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
     v, v_grad = _projection(cfg, "v_proj", N, dx)
     cost = q + k + v + _fan_out(N * d, 3, dx)
     if cfg.qk_norm:
-        q_norm, q_grad = _norm(cfg, N * H, dx=q_grad, train=not cfg.lora_rank, d=d_head)
-        k_norm, k_grad = _norm(cfg, N * cfg.n_kv_heads, dx=k_grad, train=not cfg.lora_rank, d=d_head)
+        q_norm, q_grad = _norm(cfg, N * H, dx=q_grad, train=not cfg.lora_rank, d=d_head, kind="rms")
+        k_norm, k_grad = _norm(cfg, N * cfg.n_kv_heads, dx=k_grad, train=not cfg.lora_rank, d=d_head, kind="rms")
         cost += q_norm + k_norm
     if cfg.rope:
         cost += _rope(N * d_q, q_grad) + _rope(N * d_kv, k_grad)
@@ -289,25 +295,24 @@ def _activation(kind: str, n: int, wanted: bool) -> Cost:
     *0.044715, x +, *sqrt(2/pi)), tanh 10 (2z, sigmoid 7, *2, -1), x/2, +1, product 3: 18.  Backward 27: the
     product 2, x/2 1, *2 1, sigmoid 12, 2z 1, z 6 (*sqrt(2/pi) 1, *0.044715 1, x*x*x's two products 4), x read
     five times 4; the sums (x +, -1, +1) pass g on."""
-    name = "silu" if kind == "swiglu" else kind
-    return Cost(fwd_other=composite_flops(name, "forward", n),
-                bwd_other=composite_flops(name, "backward", n) if wanted else 0)
+    return Cost(fwd_other=composite_flops(kind, "forward", n),
+                bwd_other=composite_flops(kind, "backward", n) if wanted else 0)
 
 
 def _ffn(cfg: BlockConfig, N: int, dx: bool) -> tuple[Cost, bool]:
-    """SwiGLU down(silu(gate(x)) * up(x)): x feeds gate and up; the product is N d_ff forward and N d_ff
-    per wanted factor backward. MLP down(act(up(x)))."""
+    """Gated (SwiGLU, GeGLU) down(act(gate(x)) * up(x)): x feeds gate and up; the product is N d_ff forward and
+    N d_ff per wanted factor backward. MLP down(act(up(x)))."""
     if cfg.n_experts > 1:
         return _moe(cfg, N, dx)
     n = N * cfg.d_ff
     up, up_grad = _projection(cfg, "up_proj", N, dx)
-    if cfg.ffn == "swiglu":
+    if cfg.gated:
         gate, gate_grad = _projection(cfg, "gate_proj", N, dx)
-        cost = gate + up + _fan_out(N * cfg.d_model, 2, dx) + _activation("swiglu", n, gate_grad)
+        cost = gate + up + _fan_out(N * cfg.d_model, 2, dx) + _activation(cfg.activation, n, gate_grad)
         cost += Cost(fwd_other=n, bwd_other=n * gate_grad + n * up_grad)
         hidden_grad = gate_grad or up_grad
     else:
-        cost, hidden_grad = up + _activation(cfg.ffn, n, up_grad), up_grad
+        cost, hidden_grad = up + _activation(cfg.activation, n, up_grad), up_grad
     down, out_grad = _projection(cfg, "down_proj", N, hidden_grad)
     return cost + down, out_grad
 
@@ -368,9 +373,10 @@ def _block(cfg: BlockConfig, B: int, L: int, dx: bool) -> tuple[Cost, bool]:
 def _model(cfg: BlockConfig, B: int, L: int) -> Cost:
     """nn.LM: the embedding gather (0; backward scatter-adds N d_model); without RoPE, + position embeddings
     (N d forward; backward sums over the batch, (B - 1) L d, and scatter-adds L d); n_layers blocks; the final
-    norm; the head, 2 N d_model V each way. A tied head's gradient adds into the embedding's (V d_model)."""
+    norm; the head, 2 N d_model V each way. A tied head's gradient adds into the embedding's (V d_model).
+    Scaled embeddings (Gemma): times sqrt(d_model), N d each way."""
     N, d, V = B * L, cfg.d_model, cfg.vocab_size
-    cost = Cost(bwd_other=N * d)
+    cost = Cost(bwd_other=N * d) + Cost(fwd_other=N * d, bwd_other=N * d) * cfg.scale_embeddings
     if not cfg.rope:
         cost += Cost(fwd_other=N * d, bwd_other=(B - 1) * L * d + L * d)
     cost += _block(cfg, B, L, True)[0] * cfg.n_layers + _norm(cfg, N, dx=True, train=True)[0]

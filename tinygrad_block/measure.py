@@ -226,12 +226,12 @@ def record_bytes(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backwar
 PROJECTIONS = {"q_proj": "Q projection", "k_proj": "K projection", "v_proj": "V projection",
                "o_proj": "O projection", "gate_proj": "gate projection", "up_proj": "up projection",
                "down_proj": "down projection"}
-NORMS = {"rms": "RMSNorm", "layer": "LayerNorm"}
-ACTIVATIONS = {"swiglu": "SiLU(gate)", "relu": "ReLU", "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
+NORMS = {"rms": "RMSNorm", "layer": "LayerNorm", "rms1p": "RMSNorm (1 + w)"}
+ACTIVATIONS = {"swiglu": "SiLU(gate)", "geglu_tanh": "GELU-tanh(gate)", "relu": "ReLU", "gelu": "GELU (erf)",
+               "gelu_tanh": "GELU (tanh)"}
 STEPS = {("", "residual"): "residual add", ("attn", "rope"): "RoPE on q, k",
          ("attn", "repeat kv"): "repeat K, V heads (GQA)", ("attn", "scores"): "scores q k^T / sqrt(d_head)",
-         ("attn", "mask"): "causal mask", ("attn", "softmax"): "softmax", ("attn", "weighted sum"): "weights @ V",
-         ("ffn", "gate"): "SiLU(gate) * up"}
+         ("attn", "mask"): "causal mask", ("attn", "softmax"): "softmax", ("attn", "weighted sum"): "weights @ V"}
 
 
 @dataclass
@@ -258,6 +258,8 @@ def step_label(cfg: BlockConfig, scope: tuple, step: str, op: str) -> str | None
     module = where[0] if where else ""
     if (module, step) == ("ffn", "activation"):
         return ACTIVATIONS[cfg.ffn]
+    if (module, step) == ("ffn", "gate"):
+        return f"{ACTIVATIONS[cfg.ffn]} * up"
     if (module, step) in STEPS:
         return STEPS[module, step]
     return None if is_movement(op) else f"{'.'.join(scope)} {step or op}"

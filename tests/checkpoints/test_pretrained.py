@@ -20,6 +20,8 @@ from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers import modeling_rope_utils
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.gemma import modeling_gemma
+from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen3 import modeling_qwen3
 
 import tinygrad_block as tb
@@ -45,6 +47,11 @@ CONFIGS = {   # GQA where it exists; non-default RoPE bases and scalings; Qwen2 
     "qwen3": ("Qwen3Config", SIZES | dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
     "qwen3_wide": ("Qwen3Config", SIZES | dict(head_dim=24, tie_word_embeddings=True)),   # heads wider than 64 / 4
     "llama_narrow": ("LlamaConfig", SIZES | dict(head_dim=8)),                           # and narrower
+    "gemma": ("GemmaConfig", SIZES | dict(head_dim=32, rms_norm_eps=1e-5)),     # tied, 1 + w, GeGLU, x sqrt(64)
+    "gemma_256": ("GemmaConfig", SIZES | dict(hidden_size=48, num_attention_heads=2, num_key_value_heads=1)),  # the
+    # default head_dim, 256: q is 48 -> 512; and x sqrt(48), not a float32 number
+    "phi3": ("Phi3Config", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                         "partial_rotary_factor": 1.0})),   # qkv, gate_up fused
     "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
                                 eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
 }
@@ -52,6 +59,8 @@ ARCHS = list(CONFIGS)
 SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",   # our
             "llama3": "LlamaForCausalLM", "linear": "LlamaForCausalLM",           # save_pretrained's layout:
             "qwen3": "Qwen3ForCausalLM", "qwen3_wide": "Qwen3ForCausalLM", "llama_narrow": "LlamaForCausalLM",
+            "gemma": "GemmaForCausalLM", "gemma_256": "GemmaForCausalLM",
+            "phi3": "Phi3ForCausalLM",                                           # Phi-3 saved fused again
             "gpt2": "GPT2LMHeadModel"}                                  # Mistral without its window is Llama
 
 
@@ -98,6 +107,10 @@ def rms_norm64(self, hidden_states):          # LlamaRMSNorm.forward (and Mistra
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+def gemma_rms_norm64(self, x):                # GemmaRMSNorm.forward without float32: x / rms(x) * (1 + w)
+    return self._norm(x) * (1.0 + self.weight)
+
+
 def rotary64(self, x, position_ids):          # LlamaRotaryEmbedding.forward (Qwen's, Mistral's) in float64
     angles = position_ids[..., None].double() * self.inv_freq.double()      # (B, L, d/2): inv_freq as transformers
     emb = torch.cat([angles, angles], dim=-1)                                # computed it (in float64, below)
@@ -111,9 +124,10 @@ def oracle(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(modeling_rope_utils, "torch", Float64Torch())
     for module, prefix in [(modeling_llama, "Llama"), (modeling_mistral, "Mistral"), (modeling_qwen2, "Qwen2"),
-                           (modeling_qwen3, "Qwen3")]:
+                           (modeling_qwen3, "Qwen3"), (modeling_gemma, "Gemma"), (modeling_phi3, "Phi3")]:
         monkeypatch.setattr(module, "torch", Float64Torch())
-        monkeypatch.setattr(getattr(module, f"{prefix}RMSNorm"), "forward", rms_norm64)
+        monkeypatch.setattr(getattr(module, f"{prefix}RMSNorm"), "forward",
+                            gemma_rms_norm64 if prefix == "Gemma" else rms_norm64)
         monkeypatch.setattr(getattr(module, f"{prefix}RotaryEmbedding"), "forward", rotary64)
     return lambda folder: transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
 
@@ -312,16 +326,17 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
     n = sum(p.numel() for p in model.parameters())       # tied weights counted once
     assert info["parameters"] == info["closed_form"] == n and info["matches"]
     assert sum(info["components"].values()) == n and abs(sum(info["shares"].values()) - 1) < 1e-12
-    d, gpt2 = 64, arch == "gpt2"
+    d, gpt2 = CONFIGS[arch][1].get("hidden_size", 64), arch == "gpt2"
     assert info["components"]["embedding"] == V * d + gpt2 * P * d
-    assert info["components"].get("lm_head", 0) == (0 if gpt2 or arch in ("qwen2", "qwen3_wide") else V * d)
+    tied = gpt2 or arch in ("qwen2", "qwen3_wide", "gemma", "gemma_256")
+    assert info["components"].get("lm_head", 0) == (0 if tied else V * d)
     ffn = sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n)
     assert info["components"]["ffn"] == ffn
     text = "\n".join(measure.inspect_text(info))
     assert f"{n:,} parameters" in text and "matches accounting.total_params" in text
 
 
-@pytest.mark.parametrize("arch", ["qwen3_wide", "llama_narrow", "gpt2"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_params_flops_and_inspect_read_a_config_json_alone(arch, saved, tmp_path, command_line):
     """A folder holding config.json alone (or the file itself): params and inspect count transformers' own
     parameters, flops counts the model it describes equal to the closed forms."""
@@ -345,8 +360,8 @@ def test_params_flops_and_inspect_read_a_config_json_alone(arch, saved, tmp_path
 def test_a_config_json_that_cannot_be_read_is_one_line(tmp_path, command_line):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64}))
     err = command_line.mistake("params", "--preset", tmp_path)
-    assert "config.json has no 'num_attention_heads'" in err and err.count("\n") == 1
-    with pytest.raises(ValueError, match=msg("inspect", "num_attention_heads")):
+    assert "config.json has no 'intermediate_size'" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match=msg("inspect", "intermediate_size")):
         measure.inspect_checkpoint(tmp_path)
 
 
@@ -438,11 +453,12 @@ def test_pickle_checkpoints_are_refused_unread(tmp_path):
      ["RoPE scaling 'dynamic'", "'linear' and 'llama3'"]),
     ("llama", dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e5, "factor": 4.0}), ["RoPE scaling 'yarn'"]),
     ("llama", dict(head_dim=31), ["head_dim=31 is odd", "RoPE rotates pairs"]),
-    ("llama", dict(hidden_act="gelu"), ["hidden_act='gelu'", "SwiGLU"]),
+    ("llama", dict(hidden_act="gelu"), ["hidden_act='gelu'", "Llama's feed-forward here uses one of ['silu']"]),
     ("llama", dict(attention_bias=True), ["attention_bias=True with mlp_bias=False"]),
     ("llama", dict(hidden_size=None), ["config.json has no 'hidden_size'"]),
     ("gpt2", dict(activation_function="swish"), ["activation_function='swish'"]),
-    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), ["not scaled by 1/sqrt(d_head) alone"]),
+    ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), ["scale_attn_by_inverse_layer_idx=True",
+                                                          "q k^T / sqrt(d_head) alone"]),
     ("gpt2", dict(layer_norm_epsilon=2.0), ["'layer_norm_epsilon' is 2.0 (float); expected a finite number > 0 "
                                             "and < 1"]),
     ("gpt2", dict(model_type="llama"), ["architectures ['GPT2LMHeadModel'] and model_type 'llama'", "ambiguous"]),
@@ -450,6 +466,19 @@ def test_pickle_checkpoints_are_refused_unread(tmp_path):
      ["'layer_types' is ['full_attention']; expected a list of 2 (num_hidden_layers) entries"]),
     ("qwen3", dict(use_sliding_window=True, sliding_window=4, layer_types=["full_attention", "chunked_attention"]),
      ["'layer_types'", "each 'full_attention' or 'sliding_attention'"]),
+    ("gemma", dict(attn_logit_softcapping=50.0), ["attn_logit_softcapping=50.0", "capped attention scores (Gemma 2)"]),
+    ("gemma", dict(final_logit_softcapping=30.0), ["final_logit_softcapping=30.0", "capped logits (Gemma 2)"]),
+    ("gemma", dict(query_pre_attn_scalar=256), ["query_pre_attn_scalar=256", "Gemma 2"]),
+    ("gemma", dict(sliding_window_pattern=2), ["sliding_window_pattern=2", "alternating layers"]),
+    ("gemma", dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2"),
+     ["unsupported architecture ['Gemma2ForCausalLM']", "GemmaForCausalLM", "Phi3ForCausalLM"]),
+    ("gemma", dict(use_bidirectional_attention=True), ["use_bidirectional_attention=True", "earlier tokens"]),
+    ("gemma", dict(hidden_act="relu"), ["hidden_act='relu'", "Gemma's feed-forward", "gelu_pytorch_tanh"]),
+    ("gemma", dict(attention_bias=True), ["attention_bias=True in Gemma"]),
+    ("phi3", dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+     ["partial_rotary_factor=0.5", "RoPE on part of each head"]),
+    ("phi3", dict(rope_parameters={"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 8}),
+     ["RoPE settings ['short_factor']"]),
 ])
 def test_unsupported_configs_are_refused_saying_what(arch, change, fragments, saved, tmp_path):
     folder = copy_of(saved, arch, tmp_path)

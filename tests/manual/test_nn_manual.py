@@ -35,6 +35,8 @@ CONFIGS = {
     "layernorm_gelu_bias_theta_5e5": BASE.with_(norm="layer", ffn="gelu", bias=True, rope_theta=500000.0),
     "head_dim_wide": BASE.with_(head_dim=6),            # q: 16 -> 24, o: 24 -> 16 (Qwen3, Gemma: heads wider)
     "head_dim_narrow_bias": BASE.with_(head_dim=2, bias=True, layout="parallel"),
+    "gemma_like": BASE.with_(norm="rms1p", ffn="geglu_tanh", head_dim=8),    # RMSNorm by 1 + w, GeGLU (tanh)
+    "gemma_like_post": BASE.with_(norm="rms1p", ffn="geglu_tanh", layout="post", n_kv_heads=1),
 }
 
 

@@ -11,7 +11,7 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import measure, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.nn.config import PROJECTIONS
+from tinygrad_block.nn.config import FFNS, NORMS, PROJECTIONS
 
 P = nn.PRESETS
 GiB, KiB = 2 ** 30, 2 ** 10
@@ -60,18 +60,19 @@ SCALINGS = [(), ("linear", 4.0), ("llama3", 8.0, 1.0, 4.0, 16)]   # RoPE scaling
 
 @st.composite
 def configs(draw, max_layers: int = 1):
-    """Small configs over every variant field: norms, placements, FFNs, biases, RoPE (scaled or not), masks,
-    GQA, LoRA, QK-norm (RMSNorm configs), heads of d_model / n_heads or of their own head_dim."""
+    """Small configs over every variant field: norms (RMSNorm by 1 + w too), placements, FFNs (GeGLU too), biases,
+    RoPE (scaled or not), masks, GQA, LoRA, QK-norm (RMSNorm configs), heads of d_model / n_heads or of their own
+    head_dim, scaled embeddings."""
     n_kv, group, rope = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.booleans())
     d_head = draw(st.integers(1, 3)) * 2 if rope else draw(st.integers(1, 5))
     head_dim = draw(st.sampled_from([None, d_head]))                 # given: d_model is drawn on its own
     targets = draw(st.lists(st.sampled_from(PROJECTIONS), unique=True, max_size=4))
-    norm = draw(st.sampled_from(["rms", "layer"]))
+    norm = draw(st.sampled_from(list(NORMS)))
     return nn.BlockConfig(
         d_model=draw(st.integers(1, 12)) if head_dim else n_kv * group * d_head, head_dim=head_dim,
         n_heads=n_kv * group, n_kv_heads=n_kv, d_ff=draw(st.integers(1, 20)),
         norm=norm, layout=draw(st.sampled_from(["pre", "post", "parallel"])),
-        ffn=draw(st.sampled_from(["swiglu", "gelu", "gelu_tanh", "relu"])), bias=draw(st.booleans()),
+        ffn=draw(st.sampled_from(list(FFNS))), bias=draw(st.booleans()), scale_embeddings=draw(st.booleans()),
         rope=rope, causal=draw(st.booleans()), max_seq_len=8,
         vocab_size=draw(st.integers(1, 11)), n_layers=draw(st.integers(1, max_layers)),
         tie_embeddings=draw(st.booleans()), lora_rank=draw(st.integers(0, 3)) * bool(targets),

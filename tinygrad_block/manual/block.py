@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..nn.config import FFNS
 from .attention import attention_backward, attention_forward
 from .common import flatten
 from .ffn import ffn_backward, ffn_forward, swiglu_backward, swiglu_forward
@@ -49,13 +50,16 @@ def block_backward(dout, cache):
     return dx, grads
 
 
+LAYOUTS = ("pre", "post", "parallel")
+
+
 def check_config(cfg) -> None:
     """Refuse a config this block does not know: layouts other than 'pre', 'post', 'parallel' (DeepNorm is the
-    autograd block's), norms other than 'rms', 'layer', and QK-norm or RoPE scaling (the autograd block has
+    autograd block's), norms other than those of NORMS, and QK-norm or RoPE scaling (the autograd block has
     those)."""
-    if cfg.layout not in ("pre", "post", "parallel") or cfg.norm not in ("rms", "layer"):
+    if cfg.layout not in LAYOUTS or cfg.norm not in NORMS:
         raise ValueError(f"block: norm={cfg.norm!r}, layout={cfg.layout!r}; "
-                         "expected norm 'rms' or 'layer' and layout 'pre', 'post' or 'parallel'")
+                         f"expected norm {' or '.join(map(repr, NORMS))} and layout 'pre', 'post' or 'parallel'")
     if getattr(cfg, "qk_norm", False) or getattr(cfg, "rope_scaling", ()):
         raise ValueError(f"block: the hand-derived block has neither QK-norm nor RoPE scaling; got qk_norm="
                          f"{getattr(cfg, 'qk_norm', False)}, rope_scaling={getattr(cfg, 'rope_scaling', ())!r}")
@@ -83,7 +87,7 @@ def block_weights(params: dict, cfg) -> BlockWeights:
             adapter = Adapter(params[f"{name}.lora_A"], params[f"{name}.lora_B"], cfg.lora_alpha / cfg.lora_rank)
         return Linear(params[f"{name}.weight"], params.get(f"{name}.bias"), adapter)
 
-    ffn = ("gate_proj", "up_proj", "down_proj") if cfg.ffn == "swiglu" else ("up_proj", "down_proj")
+    ffn = ("gate_proj", "up_proj", "down_proj") if FFNS[cfg.ffn][1] else ("up_proj", "down_proj")
     return BlockWeights(norm1=(params["norm1.weight"], params.get("norm1.bias")),
                         attn=tuple(linear(f"attn.{name}") for name in ("q_proj", "k_proj", "v_proj", "o_proj")),
                         norm2=(params["norm2.weight"], params.get("norm2.bias")),
@@ -154,19 +158,22 @@ def parallel_backward(dout, cache):
 
 
 # ---- the three sublayers, as cfg configures them ----
+NORMS = {  # cfg.norm -> (forward(x, weight, bias, eps), backward(dout, cache), the gain's offset)
+    "rms": (lambda x, w, b, eps: rmsnorm_forward(x, w, eps), rmsnorm_backward, 0.0),
+    "rms1p": (lambda x, w, b, eps: rmsnorm_forward(x, 1.0 + w, eps), rmsnorm_backward, 1.0),   # d(1 + w) = dw
+    "layer": (layernorm_forward, layernorm_backward, 0.0)}
+
+
 def norm_forward(x, weights: tuple, cfg):
-    """RMSNorm or LayerNorm (cfg.norm) with weights = (weight, bias or None); RMSNorm has no bias."""
+    """The norm cfg.norm names (NORMS) with weights = (weight, bias or None): RMSNorm (its gain w, or 1 + w) or
+    LayerNorm; RMSNorm has no bias."""
     weight, bias = weights
-    if cfg.norm == "rms":
-        return rmsnorm_forward(x, weight, cfg.norm_eps)
-    return layernorm_forward(x, weight, bias, cfg.norm_eps)
+    return NORMS[cfg.norm][0](x, weight, bias, cfg.norm_eps)
 
 
 def norm_backward(dout, cache, cfg):
     """(dx, {'weight': .., 'bias': ..}) through the norm norm_forward ran."""
-    if cfg.norm == "rms":
-        return rmsnorm_backward(dout, cache)
-    return layernorm_backward(dout, cache)
+    return NORMS[cfg.norm][1](dout, cache)
 
 
 def attn_forward(x, projections: tuple, cfg, offset: int):
@@ -178,15 +185,16 @@ def attn_forward(x, projections: tuple, cfg, offset: int):
 
 
 def ffn_sublayer_forward(x, projections: tuple, cfg):
-    """SwiGLU (cfg.ffn == 'swiglu', projections = (gate_proj, up_proj, down_proj)) or the classic FFN with
-    activation cfg.ffn (projections = (up_proj, down_proj)); with LoRA the base weights are frozen."""
-    if cfg.ffn == "swiglu":
-        return swiglu_forward(x, *projections, frozen=bool(cfg.lora_rank))
-    return ffn_forward(x, *projections, cfg.ffn, frozen=bool(cfg.lora_rank))
+    """Gated (SwiGLU, GeGLU: projections = (gate_proj, up_proj, down_proj)) or the classic FFN (projections =
+    (up_proj, down_proj)), as config.FFNS says of cfg.ffn; with LoRA the base weights are frozen."""
+    act, gated = FFNS[cfg.ffn]
+    if gated:
+        return swiglu_forward(x, *projections, frozen=bool(cfg.lora_rank), act=act)
+    return ffn_forward(x, *projections, act, frozen=bool(cfg.lora_rank))
 
 
 def ffn_sublayer_backward(dout, cache, cfg):
     """(dx, one gradient dict per projection) through the FFN ffn_sublayer_forward ran."""
-    if cfg.ffn == "swiglu":
+    if FFNS[cfg.ffn][1]:
         return swiglu_backward(dout, cache)
     return ffn_backward(dout, cache)

@@ -13,18 +13,24 @@ from .moe import MoE
 from .module import Module
 
 
+ACTIVATIONS = {"silu": Tensor.silu, "relu": Tensor.relu, "gelu": Tensor.gelu,      # cfg.activation -> the op
+               "gelu_tanh": lambda h: h.gelu(approximate="tanh")}
+
+
 class SwiGLU(Module):
-    """down( silu(gate(x)) * up(x) ): the gate decides, per hidden unit, how much of up(x) passes."""
+    """down( act(gate(x)) * up(x) ): the gate decides, per hidden unit, how much of up(x) passes. act = SiLU
+    (SwiGLU, Llama) or the tanh GELU (GeGLU, Gemma), as cfg.ffn says (config.FFNS)."""
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
         d, d_ff, make = cfg.d_model, cfg.d_ff, dict(generator=generator, dtype=dtype, device=device)
+        self.activation = cfg.activation
         self.gate_proj = projection(cfg, "gate_proj", d, d_ff, **make)
         self.up_proj = projection(cfg, "up_proj", d, d_ff, **make)
         self.down_proj = projection(cfg, "down_proj", d_ff, d, **make)
 
     def forward(self, x: Tensor) -> Tensor:                          # x: (B, L, d_model)
         with step("activation"):
-            act = self.gate_proj(x).silu()                           # (B, L, d_ff)
+            act = ACTIVATIONS[self.activation](self.gate_proj(x))   # (B, L, d_ff)
         with step("gate"):
             hidden = act * self.up_proj(x)                           # (B, L, d_ff)
         return self.down_proj(hidden)                                # (B, L, d_model)
@@ -34,17 +40,14 @@ class MLP(Module):
     """down( act(up(x)) ): the classic expand-and-contract FFN, act = GELU (erf or tanh form) or ReLU."""
 
     def __init__(self, cfg: BlockConfig, *, generator, dtype=float32, device="cpu"):
-        self.activation, make = cfg.ffn, dict(generator=generator, dtype=dtype, device=device)
+        self.activation, make = cfg.activation, dict(generator=generator, dtype=dtype, device=device)
         self.up_proj = projection(cfg, "up_proj", cfg.d_model, cfg.d_ff, **make)
         self.down_proj = projection(cfg, "down_proj", cfg.d_ff, cfg.d_model, **make)
 
     def forward(self, x: Tensor) -> Tensor:                          # x: (B, L, d_model)
         h = self.up_proj(x)                                          # (B, L, d_ff)
         with step("activation"):
-            if self.activation == "relu":
-                h = h.relu()
-            else:
-                h = h.gelu(approximate="tanh" if self.activation == "gelu_tanh" else "none")
+            h = ACTIVATIONS[self.activation](h)
         return self.down_proj(h)
 
 
@@ -60,7 +63,7 @@ class Block(Module):
         self.norm1 = norm(cfg, dtype=dtype, device=device)
         self.attn = Attention(cfg, generator=generator, dtype=dtype, device=device)
         self.norm2 = norm(cfg, dtype=dtype, device=device)
-        ffn = MoE if cfg.n_experts > 1 else SwiGLU if cfg.ffn == "swiglu" else MLP
+        ffn = MoE if cfg.n_experts > 1 else SwiGLU if cfg.gated else MLP
         self.ffn = ffn(cfg, generator=generator, dtype=dtype, device=device)
         if cfg.lora_rank:
             for name, p in self.named_parameters():
@@ -118,17 +121,11 @@ class DeepNormBlock(Block):
 
 
 def make_block(cfg: BlockConfig, *, generator, dtype=float32, device="cpu") -> Block:
-    """The block in the layout the config names: cfg.layout 'pre', 'post', 'parallel' or 'deep'."""
-    make = dict(generator=generator, dtype=dtype, device=device)
-    if cfg.layout == "parallel":
-        return ParallelBlock(cfg, **make)
-    if cfg.layout == "post":
-        return PostNormBlock(cfg, **make)
-    if cfg.layout == "deep":
-        return DeepNormBlock(cfg, **make)
-    return PreNormBlock(cfg, **make)
+    """The block in the layout the config names: cfg.layout 'pre', 'post', 'parallel' or 'deep' (LAYOUTS)."""
+    return LAYOUTS[cfg.layout](cfg, generator=generator, dtype=dtype, device=device)
 
 
+LAYOUTS = {"pre": PreNormBlock, "post": PostNormBlock, "parallel": ParallelBlock, "deep": DeepNormBlock}
 TransformerBlock = make_block   # the name the lessons build blocks by: nn.TransformerBlock(cfg, generator=g)
 
 

@@ -7,8 +7,14 @@ import math
 import numbers
 from dataclasses import dataclass, field, replace
 
-CHOICES = {"norm": ("rms", "layer"), "layout": ("pre", "post", "parallel", "deep"),
-           "ffn": ("swiglu", "gelu", "gelu_tanh", "relu")}
+NORMS = {"rms": "RMSNorm  x / rms(x) * w",                        # the norms a config can name, what each is
+         "layer": "LayerNorm  (x - mean(x)) / std(x) * w (+ b)",
+         "rms1p": "RMSNorm  x / rms(x) * (1 + w), w starting at 0 (Gemma)"}
+FFNS = {"swiglu": ("silu", True), "geglu_tanh": ("gelu_tanh", True),   # ffn -> (activation, gated): gated is
+        "gelu": ("gelu", False), "gelu_tanh": ("gelu_tanh", False),      # down(act(gate(x)) * up(x)), else
+        "relu": ("relu", False)}                                         # down(act(up(x)))
+LAYOUTS = ("pre", "post", "parallel", "deep")
+CHOICES = {"norm": tuple(NORMS), "layout": LAYOUTS, "ffn": tuple(FFNS)}
 NUMBERS = {"norm_eps": ("a finite number >= 0", lambda v: v >= 0),      # what each float field must be
            "rope_theta": ("a finite number > 0", lambda v: v > 0),
            "lora_alpha": ("a finite number", lambda v: True)}
@@ -24,10 +30,10 @@ class BlockConfig:
     n_kv_heads: int
     d_ff: int
     head_dim: int | None = None       # each head's width d_head; None: d_model / n_heads (Qwen3, Gemma: wider)
-    norm: str = "rms"                 # 'rms' (RMSNorm) or 'layer' (LayerNorm)
+    norm: str = "rms"                 # 'rms' (RMSNorm), 'layer' (LayerNorm), 'rms1p' (RMSNorm by 1 + w): NORMS
     layout: str = "pre"               # 'pre': x + f(norm(x)); 'post': norm(x + f(x)); 'deep': norm(alpha x + f(x));
                                       # 'parallel': x + attn(norm1(x)) + ffn(norm2(x))
-    ffn: str = "swiglu"               # 'swiglu', 'gelu' (erf form), 'gelu_tanh', 'relu'
+    ffn: str = "swiglu"               # 'swiglu', 'geglu_tanh' (gated), 'gelu' (erf form), 'gelu_tanh', 'relu': FFNS
     bias: bool = False                # biases on every projection (and LayerNorm shifts)
     qkv_bias: bool = False            # biases on q_proj, k_proj and v_proj only (Qwen2)
     qk_norm: bool = False             # RMSNorm of each head's q and k (a d_head gain each) before RoPE (Qwen3)
@@ -41,6 +47,7 @@ class BlockConfig:
     vocab_size: int = 32000
     n_layers: int = 1
     tie_embeddings: bool = False
+    scale_embeddings: bool = False    # the embeddings times sqrt(d_model) before the first block (Gemma)
     lora_rank: int = 0                # 0: no LoRA
     lora_alpha: float = 16.0
     lora_targets: tuple = ("q_proj", "v_proj")
@@ -53,6 +60,16 @@ class BlockConfig:
         """Each head's width: head_dim, or d_model / n_heads when the config leaves it out."""
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
+    @property
+    def gated(self) -> bool:
+        """Whether the FFN is gated, down(act(gate(x)) * up(x)) with three matrices (SwiGLU, GeGLU): FFNS."""
+        return FFNS[self.ffn][1]
+
+    @property
+    def activation(self) -> str:
+        """The FFN's activation: 'silu', 'gelu', 'gelu_tanh' or 'relu' (FFNS)."""
+        return FFNS[self.ffn][0]
+
     def __post_init__(self):
         for key in ("d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size", "n_layers"):
             value = getattr(self, key)
@@ -63,7 +80,7 @@ class BlockConfig:
             real = isinstance(value, numbers.Real) and not isinstance(value, bool)
             if not (real and math.isfinite(value) and ok(value)):
                 raise ValueError(f"BlockConfig: {key} must be {expected}, got {value!r}")
-        for key in ("bias", "qkv_bias", "qk_norm"):
+        for key in ("bias", "qkv_bias", "qk_norm", "scale_embeddings"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"BlockConfig: {key} must be True or False, got {getattr(self, key)!r}")
         for key, allowed in CHOICES.items():

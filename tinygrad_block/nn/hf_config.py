@@ -1,30 +1,30 @@
-"""config.json <-> BlockConfig for the Hugging Face classes the engine computes exactly: Llama (with Llama 3's
-and linear RoPE scaling), Mistral, Qwen2, Qwen3 and GPT-2. config.json is untrusted input: every field is checked
-for its type and range, named when wrong, and a field that would change the math and is not implemented is refused
-by name, never ignored."""
+"""config.json <-> BlockConfig for the Hugging Face classes the engine computes exactly, one record each in
+families.py: Llama (with Llama 3's and linear RoPE scaling), Mistral, Qwen2, Qwen3, Gemma, Phi-3 and GPT-2.
+config.json is untrusted input: every field is checked for its type and range, named when wrong, and a field that
+would change the math and is not implemented is refused by name, never ignored."""
 from __future__ import annotations
 
 import math
 
 from .config import BlockConfig, check_heads
+from .families import FAMILIES, MODEL_TYPES, Family, family_of
 from ..hf_folder import is_int, shown, shown_list
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
-MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM", "gpt2": "GPT2LMHeadModel"}
-GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+ARCHITECTURES = tuple(FAMILIES)
 ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
-             "original_max_position_embeddings"}
-NOT_IMPLEMENTED = {   # config fields that change what a model computes, and why the engine cannot follow them
-    "quantization_config": "quantized weights (the engine reads F64, F32, F16 and BF16 tensors)",
-    "attn_logit_softcapping": "capped attention scores (Gemma 2)",
-    "final_logit_softcapping": "capped logits (Gemma 2)",
-    "embedding_multiplier": "scaled embeddings (Granite)", "logits_scaling": "scaled logits (Granite)",
-    "residual_multiplier": "scaled residuals (Granite)", "attention_multiplier": "another attention scale"}
-WINDOWED = ("MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")   # transformers' classes with a window
-LLAMA_HEADS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")   # config.json's names
-GPT2_HEADS = ("n_embd", "n_head", None, None)                                            # of the heads' fields
-WINDOW = 4096                  # transformers' sliding_window when these configs omit it
+             "original_max_position_embeddings", "partial_rotary_factor"}
+NOT_IMPLEMENTED = {   # config fields that change what a model computes: why the engine cannot follow them, and
+    # the values that change nothing (None: the field left out)
+    "quantization_config": ("quantized weights (the engine reads F64, F32, F16 and BF16 tensors)", (None, {})),
+    "attn_logit_softcapping": ("capped attention scores (Gemma 2)", (None,)),
+    "final_logit_softcapping": ("capped logits (Gemma 2)", (None,)),
+    "query_pre_attn_scalar": ("scores scaled by another number than sqrt(head_dim) (Gemma 2)", (None,)),
+    "sliding_window_pattern": ("windows on alternating layers (Gemma 2, 3)", (None,)),
+    "partial_rotary_factor": ("RoPE on part of each head (Phi-2, some Phi-3)", (None, 1, 1.0)),
+    "embedding_multiplier": ("scaled embeddings (Granite)", (None, 1, 1.0)),
+    "logits_scaling": ("scaled logits (Granite)", (None, 1, 1.0)),
+    "residual_multiplier": ("scaled residuals (Granite)", (None, 1, 1.0)),
+    "attention_multiplier": ("another attention scale", (None, 1, 1.0))}
 WINDOW_LAYERS = 28             # transformers' max_window_layers for Qwen: the layers from this index on are windowed
 
 
@@ -110,11 +110,12 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
     f, params, kinds = Fields(hf, op), {}, set()
     for key in ("rope_scaling", "rope_parameters"):
         table = hf.get(key) or {}
-        if not isinstance(table, dict) or not all(isinstance(v, str | int | float) for v in table.values()):
+        kind = table.get("rope_type", table.get("type", "default")) if isinstance(table, dict) else None
+        if not isinstance(kind, str) or not all(isinstance(v, str | int | float | list) for v in table.values()):
             raise ValueError(f"{op}: config.json's {key!r} is {shown(table, limit=80)}; expected an object of "
-                             "numbers and a rope_type")
+                             "numbers and a rope_type")               # lists (longrope's factors): refused by name
         params |= table
-        kinds.add(table.get("rope_type", table.get("type", "default")))
+        kinds.add(kind)
     kinds = kinds - {"default"} or {"default"}
     if len(kinds) > 1:
         raise ValueError(f"{op}: config.json's rope_scaling and rope_parameters name different RoPE types "
@@ -124,6 +125,9 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
     if unknown:
         _refuse(op, f"RoPE settings {shown_list(unknown)}", "only RoPE's theta and the linear and llama3 scalings are "
                 "read")
+    if params.get("partial_rotary_factor", 1) not in (1, 1.0):
+        _refuse(op, f"partial_rotary_factor={shown(params['partial_rotary_factor'], limit=60)}",
+                NOT_IMPLEMENTED["partial_rotary_factor"][0])
     theta = f.number("rope_theta", f.number("rope_theta", 10000.0), table=params)
     if kind == "default":
         return theta, ()
@@ -143,33 +147,36 @@ def rope(hf: dict, op: str) -> tuple[float, tuple]:
             "scalings are implemented")
 
 
-def _heads(f: Fields, keys: tuple = LLAMA_HEADS, head_dim_default: int | None = None,
-           rope: bool = True) -> tuple[int, int, int | None]:
-    """(n_heads, n_kv_heads, head_dim) read from config.json's `keys` (its names of d_model, n_heads, n_kv_heads
-    and head_dim; None: the class has no such field) and checked by config.check_heads, the one check of the heads.
-    head_dim None: hidden_size / num_attention_heads."""
-    d_key, h_key, kv_key, hd_key = keys
+
+
+def _heads(f: Fields, fam: Family) -> tuple[int, int, int | None]:
+    """(n_heads, n_kv_heads, head_dim) read under the family's names (fam.heads: None where it has no such field)
+    and checked by config.check_heads, the one check of the heads. head_dim None: d_model / n_heads."""
+    d_key, h_key, kv_key, hd_key = fam.heads
     d, H = f.int(d_key), f.int(h_key)
     H_kv = f.int(kv_key, H) if kv_key else H
-    head_dim = f.int(hd_key, head_dim_default) if hd_key and (f.hf.get(hd_key) is not None or head_dim_default) \
-        else None
-    names = dict(zip(("d_model", "n_heads", "n_kv_heads", "head_dim"), keys)) | {"d_model": f"config.json's {d_key}"}
+    default = fam.defaults.get(hd_key)
+    head_dim = f.int(hd_key, default) if hd_key and (f.hf.get(hd_key) is not None or default) else None
+    names = dict(zip(("d_model", "n_heads", "n_kv_heads", "head_dim"), fam.heads))
+    names["d_model"] = f"config.json's {d_key}"
     try:
-        check_heads(d, H, H_kv, head_dim, rope, names)
+        check_heads(d, H, H_kv, head_dim, fam.fixed["rope"], names)
     except ValueError as e:
         raise ValueError(f"{f.op}: {e}") from None
     return H, H_kv, head_dim
 
 
-def _sliding_window(f: Fields, arch: str) -> int | None:
-    """The attention window, as transformers applies it. Llama has none (a sliding_window in its config is ignored).
-    Mistral's sliding_window is on every layer (4096 when config.json omits it, none when it is null; layer_types is
-    ignored). Qwen2's and Qwen3's is on only with use_sliding_window, and then on the layers that layer_types marks
-    'sliding_attention' (by default those from max_window_layers on): one windowed layer windows the model."""
-    if arch not in WINDOWED or f.hf.get("sliding_window", WINDOW) is None:
+def _sliding_window(f: Fields, fam: Family) -> int | None:
+    """The attention window, as transformers applies it. Families without one ignore a sliding_window in their
+    config (Llama). 'every' (Mistral, Phi-3): sliding_window on every layer (the family's default when config.json
+    omits it, none when it is null; layer_types is ignored). 'qwen' (Qwen2, Qwen3): only with use_sliding_window,
+    and then on the layers that layer_types marks 'sliding_attention' (by default those from max_window_layers
+    on): one windowed layer windows the model."""
+    default = fam.defaults.get("sliding_window")
+    if not fam.window or f.hf.get("sliding_window", default) is None:
         return None
-    window = f.int("sliding_window", WINDOW)
-    if arch == "MistralForCausalLM":
+    window = f.int("sliding_window", default)
+    if fam.window == "every":
         return window
     if not f.bool("use_sliding_window", False):
         return None
@@ -183,59 +190,76 @@ def _sliding_window(f: Fields, arch: str) -> int | None:
     return window if "sliding_attention" in layer_types else None
 
 
-def _llama_config(hf: dict, arch: str, op: str) -> BlockConfig:
-    """Llama, Mistral, Qwen2 (biases on q, k, v) and Qwen3 (RMSNorm on each head's q and k)."""
-    f = Fields(hf, op)
-    d = f.int("hidden_size")
-    H, H_kv, head_dim = _heads(f, head_dim_default=128 if arch == "Qwen3ForCausalLM" else None)   # transformers' Qwen3
-    if f.str("hidden_act", "silu") != "silu":
-        _refuse(op, f"hidden_act={shown(hf['hidden_act'], quote=True, limit=60)}", "a Llama-style FFN here is "
-                "SwiGLU, with SiLU")
-    bias = f.bool("attention_bias", False), f.bool("mlp_bias", False)
-    if bias[0] != bias[1]:
-        _refuse(op, f"attention_bias={bias[0]} with mlp_bias={bias[1]}", "biases are on every projection or none")
-    if arch == "Qwen3ForCausalLM" and bias[0]:
-        _refuse(op, "attention_bias=true in Qwen3", "Qwen3's attention biases are on q, k, v and o but not the FFN")
-    theta, scaling = rope(hf, op)
-    positions, window = f.int("max_position_embeddings"), _sliding_window(f, arch)
-    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H_kv, d_ff=f.int("intermediate_size"), head_dim=head_dim,
-                       bias=bias[0],
-                       qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
-                       norm_eps=f.number("rms_norm_eps", 1e-6, below=1.0), rope_theta=theta, rope_scaling=scaling,
-                       max_seq_len=min(positions, window or positions), vocab_size=f.int("vocab_size"),
-                       n_layers=f.int("num_hidden_layers"), tie_embeddings=f.bool("tie_word_embeddings", False),
-                       name=arch)
+def _sizes(f: Fields, fam: Family) -> dict:
+    """The family's size fields (fam.sizes), each a positive int, its default from fam.defaults when absent."""
+    sizes = {}
+    for name, key in fam.sizes.items():
+        default = fam.defaults.get(key)
+        sizes[name] = f.int(key, default(sizes) if callable(default) else default)
+    return sizes
 
 
-def _gpt2_config(hf: dict, op: str) -> BlockConfig:
+def _ffn(f: Fields, fam: Family) -> str:
+    """cfg.ffn from the family's activation key (its default: the first value it takes)."""
+    key, table = fam.activation
+    act = f.str(key, next(iter(table)))
+    if act not in table:
+        _refuse(f.op, f"{key}={shown(act, quote=True, limit=60)}", f"{fam.label}'s feed-forward here uses one of "
+                f"{list(table)}")
+    return table[act]
+
+
+def _bias(f: Fields, fam: Family) -> bool:
+    """cfg.bias: the family's bias keys, which must agree, and what its record fixes."""
+    values = [f.bool(key, False) for key in fam.bias_keys]
+    if len(set(values)) > 1:
+        said = " with ".join(f"{k}={v}" for k, v in zip(fam.bias_keys, values))
+        _refuse(f.op, said, "biases are on every projection or none")
+    bias = values[0] if values else fam.fixed.get("bias", False)
+    if "bias" in fam.fixed and bias != fam.fixed["bias"]:
+        _refuse(f.op, f"{fam.bias_keys[0]}={bias} in {fam.label}", f"{fam.label}'s attention biases are on q, k, v "
+                "and o but not the FFN")
+    return bias
+
+
+def _checks(f: Fields, fam: Family) -> None:
+    """The family's fields of which one value is implemented (fam.checks): any other is refused by name."""
+    for key, implemented, why in fam.checks:
+        value = f.hf.get(key)
+        if value is not None and value != implemented:
+            _refuse(f.op, f"{key}={shown(value, quote=True, limit=60)}", why)
+
+
+def _read(hf: dict, fam: Family, op: str) -> BlockConfig:
+    """The BlockConfig of a config.json of family `fam`."""
     f = Fields(hf, op)
-    act = f.str("activation_function", "gelu_new")
-    if act not in GPT2_ACTIVATIONS:
-        _refuse(op, f"activation_function={shown(act, quote=True, limit=60)}", "GPT-2's MLP here uses one of "
-                f"{list(GPT2_ACTIVATIONS)}")
-    if not f.bool("scale_attn_weights", True) or f.bool("scale_attn_by_inverse_layer_idx", False):
-        _refuse(op, "attention scores not scaled by 1/sqrt(d_head) alone", "scores are q k^T / sqrt(d_head)")
-    if f.bool("add_cross_attention", False):
-        _refuse(op, "cross-attention", "a decoder-only LM attends to its own tokens")
-    d, (H, _, _) = f.int("n_embd"), _heads(f, GPT2_HEADS, rope=False)
-    return BlockConfig(d_model=d, n_heads=H, n_kv_heads=H, d_ff=f.int("n_inner", 4 * d), norm="layer",
-                       ffn=GPT2_ACTIVATIONS[act], bias=True, norm_eps=f.number("layer_norm_epsilon", 1e-5, below=1.0),
-                       rope=False, max_seq_len=f.int("n_positions"), vocab_size=f.int("vocab_size"),
-                       n_layers=f.int("n_layer"), tie_embeddings=f.bool("tie_word_embeddings", True),
-                       name="GPT2LMHeadModel")
+    _checks(f, fam)
+    sizes = _sizes(f, fam)
+    H, H_kv, head_dim = _heads(f, fam)
+    theta, scaling = rope(hf, op) if fam.fixed["rope"] else (10000.0, ())
+    window = _sliding_window(f, fam)
+    eps_key, eps_default = fam.eps
+    fixed = {k: v for k, v in fam.fixed.items() if k != "bias"}
+    return BlockConfig(**sizes | {"max_seq_len": min(sizes["max_seq_len"], window or sizes["max_seq_len"])},
+                       n_heads=H, n_kv_heads=H_kv, head_dim=head_dim, norm=fam.norm, ffn=_ffn(f, fam),
+                       bias=_bias(f, fam), norm_eps=f.number(eps_key, eps_default, below=1.0), rope_theta=theta,
+                       rope_scaling=scaling, tie_embeddings=f.bool("tie_word_embeddings",
+                                                                   fam.defaults.get("tie_word_embeddings", False)),
+                       name=fam.hf_class, **fixed)
 
 
 def config_from_hf(hf: dict, op: str = "from_pretrained") -> tuple[str, BlockConfig]:
-    """(architecture, BlockConfig) from config.json's dict. A sliding attention window W caps max_seq_len at W:
-    up to W tokens, windowed attention is exactly full causal attention, and LM refuses longer inputs."""
+    """(architecture, BlockConfig) from config.json's dict, read as the architecture's record (families.py) says.
+    A sliding attention window W caps max_seq_len at W: up to W tokens, windowed attention is exactly full causal
+    attention, and LM refuses longer inputs."""
     if not isinstance(hf, dict):
         raise ValueError(f"{op}: config.json holds a JSON {type(hf).__name__}; expected an object")
     arch = architecture(hf, op)
-    for key, what in NOT_IMPLEMENTED.items():
-        if hf.get(key) not in (None, 1, 1.0) or (key == "quantization_config" and hf.get(key)):
+    for key, (what, harmless) in NOT_IMPLEMENTED.items():
+        if hf.get(key) not in harmless:
             _refuse(op, f"{key}={shown(hf[key], quote=True, limit=60)}", what)
     try:
-        cfg = _gpt2_config(hf, op) if arch == "GPT2LMHeadModel" else _llama_config(hf, arch, op)
+        cfg = _read(hf, FAMILIES[arch], op)
     except ValueError as e:
         if str(e).startswith(op):
             raise
@@ -244,43 +268,31 @@ def config_from_hf(hf: dict, op: str = "from_pretrained") -> tuple[str, BlockCon
 
 
 def hf_architecture(cfg: BlockConfig) -> str:
-    """The Hugging Face class whose layout a config's model is: GPT-2, Qwen2 (biases on q/k/v only), Qwen3 (QK-norm)
-    or Llama (which also holds linear and llama3 RoPE scaling)."""
+    """The Hugging Face class whose layout a config's model is saved in (families.family_of)."""
     if cfg.lora_rank:
         raise ValueError("save_pretrained: the model has LoRA adapters, which these layouts have no place for; "
                          "merge them into the weights (W + scale B A) first")
-    sequential = cfg.layout == "pre" and cfg.causal and cfg.n_experts == 1
-    if sequential and cfg.rope and cfg.norm == "rms" and cfg.ffn == "swiglu":
-        if cfg.qk_norm and not (cfg.bias or cfg.qkv_bias):
-            return "Qwen3ForCausalLM"
-        if not cfg.qk_norm:
-            return "Qwen2ForCausalLM" if cfg.qkv_bias and not cfg.bias else "LlamaForCausalLM"
-    if (sequential and not cfg.rope and cfg.norm == "layer" and cfg.bias and cfg.ffn != "swiglu"
-            and cfg.n_kv_heads == cfg.n_heads):
-        return "GPT2LMHeadModel"
-    raise ValueError(f"save_pretrained: no Hugging Face layout fits {cfg}: Llama, Qwen2 and Qwen3 need RoPE, "
-                     "RMSNorm, SwiGLU; GPT-2 needs learned positions, LayerNorm and biases, a GELU or ReLU MLP and "
-                     "n_kv_heads == n_heads; all are pre-norm, sequential, causal and dense")
+    return family_of(cfg).hf_class
 
 
 def config_to_hf(cfg: BlockConfig, arch: str, dtype) -> dict:
-    """config.json for `arch` (transformers 4 and 5 both read it). bos/eos tokens are unknown here: null."""
-    common = {"architectures": [arch], "vocab_size": cfg.vocab_size, "tie_word_embeddings": cfg.tie_embeddings,
-              "torch_dtype": str(dtype), "bos_token_id": None, "eos_token_id": None}
-    if arch == "GPT2LMHeadModel":
-        act = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}[cfg.ffn]
-        return common | {"model_type": "gpt2", "n_embd": cfg.d_model, "n_head": cfg.n_heads, "n_layer": cfg.n_layers,
-                         "n_positions": cfg.max_seq_len, "n_inner": cfg.d_ff, "activation_function": act,
-                         "layer_norm_epsilon": cfg.norm_eps}
-    model_type = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}.get(arch, "llama")
-    hf = common | {"model_type": model_type, "hidden_size": cfg.d_model, "num_attention_heads": cfg.n_heads,
-                   "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.d_head, "intermediate_size": cfg.d_ff,
-                   "num_hidden_layers": cfg.n_layers, "max_position_embeddings": cfg.max_seq_len,
-                   "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "hidden_act": "silu"}
+    """config.json for `arch` (transformers 4 and 5 both read it), every field named as its record says. bos,
+    eos and pad tokens are unknown here: null. A window is written switched off (the context is max_seq_len)."""
+    fam = FAMILIES[arch]
+    hf = {"architectures": [arch], "model_type": fam.model_type, "tie_word_embeddings": cfg.tie_embeddings,
+          "torch_dtype": str(dtype), "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+    hf |= {key: getattr(cfg, name) for name, key in fam.sizes.items()}
+    values = {"d_model": cfg.d_model, "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.d_head}
+    hf |= {key: value for key, value in zip(fam.heads, values.values()) if key}
+    hf |= {fam.eps[0]: cfg.norm_eps, fam.activation[0]: next(k for k, v in fam.activation[1].items() if v == cfg.ffn)}
+    hf |= dict.fromkeys(fam.bias_keys, cfg.bias)
+    if cfg.rope:
+        hf["rope_theta"] = cfg.rope_theta
     if cfg.rope_scaling:
         keys = ("rope_type", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
         hf["rope_scaling"] = dict(zip(keys, cfg.rope_scaling))
-    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-        qwen = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": cfg.n_layers}
-        return hf | qwen | ({"attention_bias": False} if arch == "Qwen3ForCausalLM" else {})
-    return hf | {"attention_bias": cfg.bias, "mlp_bias": cfg.bias}
+    if fam.window == "every":
+        hf["sliding_window"] = None
+    if fam.window == "qwen":
+        hf |= {"use_sliding_window": False, "sliding_window": None, "max_window_layers": cfg.n_layers}
+    return hf

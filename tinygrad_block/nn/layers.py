@@ -90,19 +90,20 @@ def _checked_ids(ids, backend, vocab_size: int):
 
 
 class RMSNorm(Module):
-    """y = x / sqrt(mean(x^2) + eps) * g over the last axis (Zhang & Sennrich 2019)."""
+    """y = x / sqrt(mean(x^2) + eps) * g over the last axis (Zhang & Sennrich 2019). unit_offset (Gemma): the gain
+    is 1 + w, w stored starting at zero, so a checkpoint's w is read as it is stored."""
 
-    def __init__(self, d: int, eps: float = 1e-5, *, dtype=float32, device="cpu"):
+    def __init__(self, d: int, eps: float = 1e-5, *, unit_offset: bool = False, dtype=float32, device="cpu"):
         check_sizes("RMSNorm", d=d)
-        self.d, self.eps = d, eps
-        self.weight = Parameter(ones(d, dtype=dtype, device=device))
+        self.d, self.eps, self.unit_offset = d, eps, unit_offset
+        self.weight = Parameter((zeros if unit_offset else ones)(d, dtype=dtype, device=device))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.d:
             raise ValueError(f"RMSNorm: expected input (..., {self.d}), got shape {x.shape}")
         xw = x.wide()                                                      # float16's statistics in float32
         rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()  # (..., 1)
-        return x * rstd.to(x.dtype) * self.weight
+        return x * rstd.to(x.dtype) * (self.weight + 1.0 if self.unit_offset else self.weight)
 
 
 class LayerNorm(Module):
@@ -124,8 +125,13 @@ class LayerNorm(Module):
         return y + self.bias if self.bias is not None else y
 
 
+NORMS = {  # cfg.norm -> the module (config.NORMS says what each computes)
+    "rms": lambda cfg, **make: RMSNorm(cfg.d_model, cfg.norm_eps, **make),
+    "rms1p": lambda cfg, **make: RMSNorm(cfg.d_model, cfg.norm_eps, unit_offset=True, **make),
+    "layer": lambda cfg, **make: LayerNorm(cfg.d_model, cfg.norm_eps, bias=cfg.bias, **make)}
+
+
 def norm(cfg, *, dtype=float32, device="cpu") -> RMSNorm | LayerNorm:
-    """The norm a config asks for: RMSNorm, or LayerNorm (with a shift when the config has biases)."""
-    if cfg.norm == "rms":
-        return RMSNorm(cfg.d_model, cfg.norm_eps, dtype=dtype, device=device)
-    return LayerNorm(cfg.d_model, cfg.norm_eps, bias=cfg.bias, dtype=dtype, device=device)
+    """The norm a config asks for (NORMS): RMSNorm, RMSNorm by 1 + w, or LayerNorm (with a shift when the config
+    has biases)."""
+    return NORMS[cfg.norm](cfg, dtype=dtype, device=device)

@@ -21,7 +21,8 @@ from .module import Module, default_generator
 
 class LM(Module):
     """logits = head(norm(blocks(embed(ids)))). The head is tied to the embedding (logits = h E^T) when
-    cfg.tie_embeddings; models without RoPE (GPT-2) add learned position embeddings to the token embeddings.
+    cfg.tie_embeddings; models without RoPE (GPT-2) add learned position embeddings to the token embeddings;
+    with cfg.scale_embeddings (Gemma) the embeddings are multiplied by sqrt(d_model) first.
     Every weight is drawn, in order, from `generator` (None: a fresh tb.Generator(0), so LM(cfg) is the same model
     every time)."""
 
@@ -53,6 +54,8 @@ class LM(Module):
             raise ValueError(f"LM: positions {offset}..{offset + L - 1} ({L} tokens after {offset} cached) exceed "
                              f"the context length max_seq_len={self.cfg.max_seq_len}")
         h = self.embed(ids)                                          # (B, L, d_model)
+        if self.cfg.scale_embeddings:
+            h = h * math.sqrt(self.cfg.d_model)                      # Gemma: rows of about unit length scaled up
         if not self.cfg.rope:
             positions = offset if isinstance(offset, Tensor) else arange(offset, offset + L, device=ids.backend)
             h = h + self.pos_embed(positions)                        # (L, d_model), broadcast over B

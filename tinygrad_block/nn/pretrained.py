@@ -3,8 +3,9 @@ model.safetensors.index.json), read into nn.LM, written back out, and counted fr
 
 The folder is untrusted input: hf_folder.py checks every path, JSON file and safetensors header, hf_config.py every
 config field, and the model's size is known from its config (on the shape-only device) before any array is made.
-Llama, Mistral and Qwen store our parameters under other names; GPT-2 also fuses q, k and v into one `c_attn` and
-stores its Conv1D weights as (in, out). Tensors are read straight into the model's arrays, never unpickled."""
+Each architecture's record (families.py) says how its checkpoints name our parameters, which they fuse (GPT-2's
+c_attn, Phi-3's qkv_proj and gate_up_proj: split on load, stacked again on save) and which they store transposed
+(GPT-2's Conv1D, (in, out)). Tensors are read straight into the model's arrays, never unpickled."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from ..device import get_backend
 from ..tensor import Tensor
 from .attention import Attention
 from .config import BlockConfig
+from .families import FAMILIES
 from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
 from ..hf_folder import (FLOATS, TensorEntry, inside, is_int, read_array, read_header, read_json_object, readable,
                          shown, shown_list, sync_folder, write_safetensors, write_text)
@@ -240,26 +242,18 @@ def too_large(model, dtype, op: str, room: str) -> ValueError:
 
 
 # ---------------------------------------------------------------- parameter names and layouts
-LLAMA_NAMES = [(r"^embed\.", "model.embed_tokens."), (r"^layers\.", "model.layers."), (r"^norm\.", "model.norm."),
-               (r"\.norm1\.", ".input_layernorm."), (r"\.norm2\.", ".post_attention_layernorm."),
-               (r"\.attn\.", ".self_attn."), (r"\.ffn\.", ".mlp.")]
-GPT2_NAMES = [(r"^embed\.", "transformer.wte."), (r"^pos_embed\.", "transformer.wpe."),
-              (r"^layers\.", "transformer.h."), (r"^norm\.", "transformer.ln_f."), (r"\.norm1\.", ".ln_1."),
-              (r"\.norm2\.", ".ln_2."), (r"\.attn\.[qkv]_proj\.", ".attn.c_attn."), (r"\.o_proj\.", ".c_proj."),
-              (r"\.ffn\.up_proj\.", ".mlp.c_fc."), (r"\.ffn\.down_proj\.", ".mlp.c_proj.")]
-
-
 def hf_layout(model, arch: str) -> dict[str, tuple[bool, list[str]]]:
-    """{HF tensor name: (conv1d, [our parameter names])}, in our order. Several names: stacked along the output
-    axis (GPT-2's c_attn = q, k, v). conv1d: a GPT-2 block weight, stored transposed, (in, out)."""
-    gpt2 = arch == "GPT2LMHeadModel"
-    layout = {}
+    """{HF tensor name: (transposed, [our parameter names])}, in our order, as the architecture's record says
+    (families.py): its names; several of ours under one name are stacked along the output axis (fused: GPT-2's
+    c_attn = q, k, v; Phi-3's qkv_proj and gate_up_proj); transposed: a block weight stored (in, out) (GPT-2's
+    Conv1D)."""
+    fam, layout = FAMILIES[arch], {}
     for ours, p in model.named_parameters():
         hf = ours
-        for pattern, new in GPT2_NAMES if gpt2 else LLAMA_NAMES:
+        for pattern, new in fam.names:
             hf = re.sub(pattern, new, hf)
-        conv1d = gpt2 and ours.startswith("layers.") and p.ndim == 2
-        layout.setdefault(hf, (conv1d, []))[1].append(ours)
+        transposed = fam.transposed and ours.startswith("layers.") and p.ndim == 2
+        layout.setdefault(hf, (transposed, []))[1].append(ours)
     return layout
 
 
@@ -269,44 +263,48 @@ def layout_shapes(arch: str, cfg: BlockConfig, op: str) -> dict[str, tuple]:
     from .model import LM
     model = shape_model(LM, cfg, float32, op)
     shapes = {n: p.shape for n, p in model.named_parameters()}
-    return {hf: hf_shape(conv1d, [shapes[o] for o in ours]) for hf, (conv1d, ours) in hf_layout(model, arch).items()}
+    layout = hf_layout(model, arch)
+    return {hf: hf_shape(transposed, [shapes[o] for o in ours]) for hf, (transposed, ours) in layout.items()}
 
 
-def to_hf(conv1d: bool, arrays: list[np.ndarray]) -> np.ndarray:
+def to_hf(transposed: bool, arrays: list[np.ndarray]) -> np.ndarray:
     """Our parameters -> one HF tensor: stacked along the output axis (axis 0 of (out, in) and of a bias)."""
     a = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-    return a.T if conv1d and a.ndim == 2 else a
+    return a.T if transposed and a.ndim == 2 else a
 
 
-def from_hf(conv1d: bool, a: np.ndarray, shapes: list[tuple]) -> list[np.ndarray]:
+def from_hf(transposed: bool, a: np.ndarray, shapes: list[tuple]) -> list[np.ndarray]:
     """One HF tensor -> our parameters of `shapes`: the inverse of to_hf."""
-    a = a.T if conv1d and a.ndim == 2 else a
+    a = a.T if transposed and a.ndim == 2 else a
     return np.split(a, np.cumsum([s[0] for s in shapes])[:-1])
 
 
-def hf_shape(conv1d: bool, shapes: list[tuple]) -> tuple:
+def hf_shape(transposed: bool, shapes: list[tuple]) -> tuple:
     """The shape to_hf gives for our `shapes`, found without any data."""
     shape = (sum(s[0] for s in shapes), *shapes[0][1:])
-    return shape[::-1] if conv1d else shape
+    return shape[::-1] if transposed else shape
 
 
 def _canonical(name: str, arch: str) -> str:
-    """GPT-2 as first published names its tensors without the `transformer.` prefix (wte.weight, h.0.ln_1.weight)."""
-    if arch == "GPT2LMHeadModel" and not name.startswith(("transformer.", "lm_head.")):
-        return "transformer." + name
+    """A tensor's name with the prefix some checkpoints of the family leave out (GPT-2 as first published names
+    its tensors without `transformer.`: wte.weight, h.0.ln_1.weight)."""
+    prefix = FAMILIES[arch].prefix
+    if prefix and not name.startswith((prefix, "lm_head.")):
+        return prefix + name
     return name
 
 
 def _by_canonical_name(headers: dict, arch: str, op: str) -> dict[str, TensorEntry]:
-    """{canonical name: entry}. A file holding one GPT-2 tensor under both its names (wte.weight and
+    """{canonical name: entry}. A file holding one tensor under both its names (GPT-2's wte.weight and
     transformer.wte.weight) loads when the two are the same bytes, and is refused, naming both, when they differ."""
     found = {}
     for name, entry in headers.items():
         other = found.setdefault(_canonical(name, arch), entry)
         if other is not entry and not _same_values(other, entry):
             raise ValueError(f"{op}: the checkpoint holds {shown(other.name)} ({other.dtype} {other.shape}) and "
-                             f"{shown(entry.name)} ({entry.dtype} {entry.shape}), two names of one GPT-2 tensor, with "
-                             "different values; which of the two is meant is unknowable")
+                             f"{shown(entry.name)} ({entry.dtype} {entry.shape}), two names of one "
+                             f"{FAMILIES[arch].label} tensor, with different values; which of the two is meant is "
+                             "unknowable")
     return found
 
 
@@ -326,7 +324,7 @@ def _misshaped(name: str, shape: tuple, expected: tuple, hf: dict) -> str:
 def _check_tensors(layout: dict, shapes: dict, headers: dict, hf_config: dict, op: str) -> None:
     """Every tensor the model needs is present with its shape; nothing else is (bar BUFFERS), each named (the first
     ten of each kind, and how many more)."""
-    expected = {hf: hf_shape(conv1d, [shapes[o] for o in ours]) for hf, (conv1d, ours) in layout.items()}
+    expected = {hf: hf_shape(transposed, [shapes[o] for o in ours]) for hf, (transposed, ours) in layout.items()}
     missing = sorted(set(expected) - set(headers))
     unexpected = sorted(n for n in set(headers) - set(expected) if not BUFFERS.search(n))
     misshaped = [_misshaped(n, headers[n].shape, expected[n], hf_config) for n in sorted(set(expected) & set(headers))
@@ -397,8 +395,8 @@ def _read_weights(model, layout: dict, found: dict, dtype, device, op: str) -> N
     """Point each parameter of the meta-built model at its values, read from the file on `device`; then make the
     RoPE tables there, once, shared by every layer."""
     params = dict(model.named_parameters())
-    for hf, (conv1d, ours) in layout.items():
-        parts = from_hf(conv1d, read_array(found[hf], np.dtype(dtype), op), [params[o].shape for o in ours])
+    for hf, (transposed, ours) in layout.items():
+        parts = from_hf(transposed, read_array(found[hf], np.dtype(dtype), op), [params[o].shape for o in ours])
         for name, a in zip(ours, parts):
             t = Tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
             params[name].data, params[name].backend = t.data, t.backend
@@ -419,7 +417,8 @@ def save_pretrained(model, path) -> Path:
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"save_pretrained: {folder} is a file; expected a folder to write into")
     params = {n: p.numpy() for n, p in model.named_parameters()}
-    tensors = {hf: to_hf(conv1d, [params[o] for o in ours]) for hf, (conv1d, ours) in hf_layout(model, arch).items()}
+    layout = hf_layout(model, arch)
+    tensors = {hf: to_hf(transposed, [params[o] for o in ours]) for hf, (transposed, ours) in layout.items()}
     folder.mkdir(parents=True, exist_ok=True)
     write_safetensors(folder / SINGLE, tensors, metadata={"format": "pt"})     # 'pt': what transformers expects
     write_text(folder / "config.json", json.dumps(config_to_hf(model.cfg, arch, model.parameters()[0].dtype),
