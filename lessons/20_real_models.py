@@ -24,7 +24,7 @@
 #   begins) in front, and decoding back;
 # - the loaded model on the prompt: the next-token probabilities, then greedy generation with the KV cache;
 # - the course's closed forms on this folder: parameters, file bytes, forward FLOPs per token, KV-cache bytes
-#   per token, and the same for Llama-3-8B's config;
+#   per token, and the same for Llama-3-8B's config, and for Qwen3-0.6B's, whose heads are wider than d / H;
 # - a damaged folder refused, with the error a learner sees.
 #
 # Run it as a script, `python -m tinygrad_block lesson 20`, or as a notebook,
@@ -364,6 +364,43 @@ assert N8 == 8_030_261_248 and round(2 * N8 / 1e9, 2) == 16.06 and kv8 == 131_07
 assert kv8 == 128 * 1024 and acc.kv_cache_bytes(cfg8.with_(n_kv_heads=32), 1, 1, 2) == 4 * kv8
 assert flops8 == 2 * weights8 + 32 * 4 * 1 * 32 * 128 and round(flops8 / 1e9, 1) == 15.0
 assert round(100 * flops8 / (2 * N8), 1) == 93.5 and round(cfg8.vocab_size * cfg8.d_model / 1e6) == 525
+
+# %% [markdown]
+# ### Heads of their own width: Qwen3-0.6B
+#
+# Llama's heads split $d$: $d_{head} = d / n_{heads}$, so $W_Q$ and $W_O$ are $d \times d$. Some families give
+# `head_dim` its own value instead. Qwen3-0.6B has $d = 1024$ and 16 query heads of $d_{head} = 128$: its queries
+# are $16 \times 128 = 2048$ wide, twice the residual stream. So $W_Q$ is $(2048, 1024)$ and $W_O$ $(1024, 2048)$,
+# and the block's attention holds $2\,d\,n_{heads}\,d_{head} + 2\,d\,n_{kv}\,d_{head}$ weights, not
+# $2d^2 + 2\,d\,n_{kv}\,d_{head}$. Each head also has an RMSNorm on its q and k (QK-norm): $2\,d_{head}$ gains
+# per block. The published count, 596,049,920 parameters, follows from its `config.json` alone (the fields below
+# are the published ones); the attention term per token and layer is $4\,L\,n_{heads}\,d_{head}$, and the KV cache
+# $2 \times n_{layers} \times n_{kv} \times d_{head}$ numbers per token.
+
+# %%
+qwen3_config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+                "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+                "num_hidden_layers": 28, "vocab_size": 151936, "max_position_embeddings": 40960,
+                "rms_norm_eps": 1e-6, "rope_theta": 1000000, "tie_word_embeddings": True}
+_, qcfg = config_from_hf(qwen3_config)
+qd, qH, qH_kv, qd_head, qd_ff, qV, qn = (qcfg.d_model, qcfg.n_heads, qcfg.n_kv_heads, qcfg.d_head, qcfg.d_ff,
+                                         qcfg.vocab_size, qcfg.n_layers)
+q_block = 2 * qd * qH * qd_head + 2 * qd * qH_kv * qd_head + 3 * qd * qd_ff + 2 * qd + 2 * qd_head
+q_by_hand = qV * qd + qn * q_block + qd                                          # tied: no head of its own
+q_model = nn.LM(qcfg, generator=tb.Generator(0), device="meta")                   # shapes only, no memory
+q_shapes = {n: p.shape for n, p in q_model.named_parameters()}
+q_kv = acc.kv_cache_bytes(qcfg, 1, 1, 2)
+print(f"Qwen3-0.6B: d_head {qd_head} x {qH} heads = {qH * qd_head} wide queries in d_model {qd}; "
+      f"W_Q {q_shapes['layers.0.attn.q_proj.weight']}, W_O {q_shapes['layers.0.attn.o_proj.weight']}")
+print(f"  parameters: closed form {acc.total_params(qcfg):,}, by hand {q_by_hand:,}, on the shape-only model "
+      f"{q_model.num_parameters():,}; per block {acc.params_per_block(qcfg):,}")
+print(f"  attention per token and layer at L = 4096: {acc.flops_per_token(qcfg, 4096)['attention']:,} FLOPs "
+      f"= 4 x 4096 x {qH} x {qd_head}; KV cache {q_kv:,} bytes per token in bfloat16")
+assert acc.total_params(qcfg) == q_by_hand == q_model.num_parameters() == 596_049_920
+assert q_shapes["layers.0.attn.q_proj.weight"] == (2048, 1024) == q_shapes["layers.0.attn.o_proj.weight"][::-1]
+assert acc.params_per_block(qcfg) == q_block == 15_730_944
+assert acc.flops_per_token(qcfg, 4096)["attention"] == 4 * 4096 * qH * qd_head == 2 * 4 * 4096 * qd
+assert q_kv == 2 * qn * qH_kv * qd_head * 2 == 114_688
 
 # %% [markdown]
 # ## 7. A folder that lies

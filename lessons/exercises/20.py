@@ -34,13 +34,16 @@ def _config(cfg: nn.BlockConfig, *drop: str) -> dict:
 DEMO = nn.preset("tiny").with_(vocab_size=512, max_seq_len=256, rope_theta=500000.0)     # the lesson's folder
 LLAMA32_1B = nn.BlockConfig(d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192, n_layers=16, vocab_size=128256,
                             max_seq_len=131072, rope_theta=500000.0, tie_embeddings=True, name="llama3.2-1b")
+WIDE_HEADS = nn.BlockConfig(d_model=1024, n_heads=16, n_kv_heads=8, head_dim=128, d_ff=3072, n_layers=28,
+                            vocab_size=151936, max_seq_len=40960, rope_theta=1e6, tie_embeddings=True)
 CONFIGS = [("the lesson's folder", _config(DEMO)),
            ("Llama-3-8B", _config(nn.preset("llama3-8b"))),
            ("Llama-3.2-1B (tied)", _config(LLAMA32_1B)),
            ("SmolLM-135M (tied, 9 heads, 3 KV heads)", _config(nn.preset("smollm-135m"))),
            ("Llama-2-7B, no num_key_value_heads, no head_dim", _config(nn.preset("llama2-7b"), "num_key_value_heads",
                                                                        "head_dim")),
-           ("TinyLlama-1.1B, no tie_word_embeddings", _config(nn.preset("tinyllama-1.1b"), "tie_word_embeddings"))]
+           ("TinyLlama-1.1B, no tie_word_embeddings", _config(nn.preset("tinyllama-1.1b"), "tie_word_embeddings")),
+           ("Qwen3-0.6B's shape as a Llama (16 heads of head_dim 128 in hidden_size 1024)", _config(WIDE_HEADS))]
 DEFAULTS = {"num_key_value_heads": "a config without num_key_value_heads has one KV head per query head "
                                    "(num_key_value_heads = num_attention_heads: no GQA)",
             "head_dim": "a config without head_dim has heads of hidden_size / num_attention_heads",
@@ -84,6 +87,10 @@ def _params_hint(config: dict, got: int, want: int) -> str:
               (DEFAULTS["tie_word_embeddings"] + ", so lm_head.weight is a matrix of its own") if untied_default
               else f"that leaves out lm_head.weight, vocab_size x hidden_size = {V * d:,} (this model does not tie "
                    "it)")]
+    wide_q = 2 * L * d * (H * cfg.d_head - d)                 # q_proj and o_proj taken as hidden_size x hidden_size
+    if wide_q:
+        slips.append((want - wide_q, f"head_dim is given: q_proj and o_proj are (num_attention_heads x head_dim) x "
+                                     f"hidden_size = {H * cfg.d_head:,} x {d:,}, not hidden_size x hidden_size"))
     if H == cfg.n_kv_heads:                                    # KV heads defaulted to 1: K and V of one head's width
         slips.append((want - 2 * L * d * (d - cfg.d_head), DEFAULTS["num_key_value_heads"]))
     return next((": " + why for value, why in slips if value is not None and value != want and got == value), "")

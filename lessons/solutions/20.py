@@ -8,11 +8,13 @@ DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2"}          # safetensors store
 
 
 def params_from_config(config: dict) -> int:
-    """Embedding, blocks of 2d^2 + 2 d d_kv + 3 d d_ff + 2d, the final norm, and the head unless tied."""
+    """Embedding, blocks of 2 d d_q + 2 d d_kv + 3 d d_ff + 2d (d_q = H d_head: d unless head_dim says otherwise),
+    the final norm, and the head unless tied."""
     d, H = config["hidden_size"], config["num_attention_heads"]
     H_kv = config.get("num_key_value_heads", H)                # absent: one KV head per query head
-    d_kv = H_kv * config.get("head_dim", d // H)
-    block = 2 * d * d + 2 * d * d_kv + 3 * d * config["intermediate_size"] + 2 * d
+    d_head = config.get("head_dim", d // H)                    # absent: hidden_size / num_attention_heads
+    d_q, d_kv = H * d_head, H_kv * d_head
+    block = 2 * d * d_q + 2 * d * d_kv + 3 * d * config["intermediate_size"] + 2 * d
     V = config["vocab_size"]
     head = 0 if config.get("tie_word_embeddings", False) else V * d
     return V * d + config["num_hidden_layers"] * block + d + head
