@@ -55,7 +55,7 @@ def source(kernels: list[Kernel]) -> str:
 
 def function(k: Kernel) -> str:
     """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside;
-    a row sum: a loop per row, each row summed by the kernel's pairwise function (Kernel.row)."""
+    a row sum or max: a loop per row, each row reduced by the kernel's pairwise sum or its max (Kernel.row)."""
     note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
     if k.reduce:

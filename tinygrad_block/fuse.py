@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from .graph_dot import text
-from .kernels import EXPR, build, op_name, sums_last_axis
+from .kernels import EXPR, build, op_name, reduces_last_axis
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
                        Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sub, Sum, Where)
 
@@ -274,9 +274,9 @@ def _groups(program, readers: dict, escapes: set) -> dict:
     """{the last step of a group: the group's steps in program order}: each elementwise step the kernel language
     computes (kernels.op_name) joins the group of its one reader when that reader is such a step too, of the same
     shape, layout and module (a kernel is one module's, as the explorer draws it), and nothing outside the program
-    keeps the step's result: a tree of primitives whose intermediate values never reach memory. A sum over the last
-    axis may end a group (float32, float64; its input laid out in rows): each row summed in numpy's order. Groups of
-    one step stay the array library's."""
+    keeps the step's result: a tree of primitives whose intermediate values never reach memory. A sum or a max over
+    the last axis may end a group (float32, float64; its input laid out in rows): each row reduced as numpy does.
+    Groups of one step stay the array library's."""
     steps, into = program.steps, {}
     for i in range(len(steps) - 1, -1, -1):
         s = steps[i]
@@ -288,8 +288,8 @@ def _groups(program, readers: dict, escapes: set) -> dict:
         if op_name(steps[r]) in EXPR and steps[r].shape == s.shape and \
                 layout(s.shape, steps[r].strides) == layout(s.shape, s.strides):
             into[i] = r
-        elif sums_last_axis(steps[r]) and str(s.dtype) in ("float32", "float64") and _rows(s):
-            into[i] = r             # a row sum's input: summed as numpy sums rows in memory, pairwise
+        elif reduces_last_axis(steps[r]) and str(s.dtype) in ("float32", "float64") and _rows(s):
+            into[i] = r             # a row sum's (max's) input: reduced as numpy reduces rows in memory
     groups = {}
     for i in sorted(into):
         root = i

@@ -135,7 +135,7 @@ class Kernel:
     loads: dict = field(default_factory=dict)          # input name -> the variable its element is loaded into
     reads: tuple = ()                                  # the program's index of each input's array, in order
     numbers: list = field(default_factory=list)        # (variable, value) of each constant, written as a literal
-    reduce: bool = False             # a row sum: `shape`'s last axis is summed in numpy's pairwise order
+    reduce: str = ""                 # a row's 'sum' (in numpy's pairwise order) or 'max' over `shape`'s last axis
 
     def body(self, index: list[str]) -> list[str]:
         """The loop's body, one line per load, primitive and store, given the names of the loop's index variables
@@ -164,14 +164,16 @@ class Kernel:
 
     def describe(self) -> str:
         """What it computes, in a line: its primitives joined by >, the output's shape and dtype."""
-        ops = [ln.op for ln in self.lines] + ["sum"] * self.reduce
+        ops = [ln.op for ln in self.lines] + ([self.reduce] if self.reduce else [])
         return f"{' > '.join(ops)}   {self.out.shape} {self.dtype}"
 
     def row(self) -> tuple[list[str], list[str]]:
-        """A row sum's element: (the lines computing element i of a row from inputs that point at the row's start,
-        the pairwise sum of n of them): the same text in C and CUDA C (TB_FN). numpy's order exactly: below 8
-        elements one by one from 0; up to 128, eight running sums over every eighth element, added in pairs, then
-        the rest; above, the two halves (split at a multiple of 8) summed apart and added."""
+        """A row reduction's element and its reduction: (the lines computing element i of a row from inputs that
+        point at the row's start, the sum or the max of n of them): the same text in C and CUDA C (TB_FN), numpy's
+        result exactly. A sum in numpy's order: below 8 elements one by one from 0; up to 128, eight running sums
+        over every eighth element, added in pairs, then the rest; above, the two halves (split at a multiple of 8)
+        summed apart and added. A max from the first element on, as numpy's maximum.reduce answers: a NaN wins, and
+        of two equal values the later (which decides the sign of a zero)."""
         t, zero = TYPES[self.dtype], "0.0" if self.dtype == "float64" else "0.0f"
         params = ", ".join(f"const {t} *{op.name}" for op in self.inputs)
         names = ", ".join(op.name for op in self.inputs)
@@ -185,6 +187,12 @@ class Kernel:
               f"  return {result};", "}"]
         step = ", ".join(f"{op.name} + h * {op.strides[-1]}" for op in self.inputs)
         r = f"{self.name}_at({names}, "
+        if self.reduce == "max":
+            return at, [f"TB_FN {t} {self.name}_max({params}, long n) {{",
+                        f"  {t} m = {r}0);",
+                        f"  for (long i = 1; i < n; i++) {{ {t} v = {r}i); m = (v >= m || v != v) ? v : m; }}",
+                        "  return m;",
+                        "}"]
         pairwise = [f"TB_FN {t} {self.name}_pairwise({params}, long n) {{",
                     f"  if (n < 8) {{ {t} s = {zero}; for (long i = 0; i < n; i++) s += {r}i); return s; }}",
                     "  if (n <= 128) {",
@@ -202,11 +210,14 @@ class Kernel:
         return at, pairwise
 
     def row_sum(self, index: list[str]) -> str:
-        """The statement that writes one row's sum, given the row's index variables (its axes but the last)."""
+        """The statement that writes one row's sum (or max), given the row's index variables (its axes but the
+        last)."""
         zero = "0.0" if self.dtype == "float64" else "0.0f"
         starts = ", ".join(f"{op.name} + {offset(Operand(op.name, op.shape, op.dtype, op.strides[:-1]), index)}"
                            for op in self.inputs)
         out = offset(Operand("out", self.out.shape, self.dtype, self.out.strides[:-1]), index)
+        if self.reduce == "max":
+            return f"out[{out}] = {self.name}_max({starts}, {self.shape[-1]});"
         return f"out[{out}] = {zero} + {self.name}_pairwise({starts}, {self.shape[-1]});"
 
     def head(self, stored: dict, restrict: str) -> tuple[str, str]:
@@ -336,7 +347,7 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
     `out_strides`: the layout (bytes) the result must have, the one eager gives it."""
     last = steps[-1]
     dtype = str(last.dtype)
-    summed = sums_last_axis(last)
+    summed = reduces_last_axis(last)
     if summed:
         if dtype not in ("float32", "float64") or not steps[:-1] or last.ins[0] != steps[-2].out:
             return None
@@ -382,9 +393,15 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
     return kernel
 
 
-def sums_last_axis(step) -> bool:
-    """Whether `step` is a sum over its input's last axis alone (a row sum), which a kernel may end with."""
-    if step.op.name != "sum" or len(step.params.get("axes", ())) != 1:
-        return False
+def reduces_last_axis(step) -> str:
+    """'sum' or 'max' when `step` reduces its input's last axis alone (a row's sum or max), which a kernel may
+    end with; '' otherwise."""
+    if step.op.name not in ("sum", "max") or len(step.params.get("axes", ())) != 1:
+        return ""
     rank = len(step.shape) + (0 if step.params["keepdims"] else 1)
-    return step.params["axes"][0] % rank == rank - 1
+    return step.op.name if step.params["axes"][0] % rank == rank - 1 else ""
+
+
+def sums_last_axis(step) -> bool:
+    """Whether `step` is a sum over its input's last axis alone (a row sum)."""
+    return reduces_last_axis(step) == "sum"

@@ -57,6 +57,21 @@ def test_every_kernel_of_the_program_compiles_to_ptx_for_hopper(name, dtype):
     assert len(re.findall(r"^\.visible \.entry ", ptx, re.M)) == len(kernels)
 
 
+@pytest.mark.parametrize("dtype", [tb.float32, tb.float64], ids=["float32", "float64"])
+def test_a_row_max_kernel_compiles_to_ptx_with_the_cs_text(dtype):
+    """A group that ends in a max over the last axis (the CPU's tests hold its C to numpy's max bit for bit): its
+    CUDA source holds the same row functions and compiles, one entry."""
+    x = tb.tensor(np.random.default_rng(0).standard_normal((6, 40)), dtype=dtype)
+    f = tb.jit(lambda x: (x * 2.0 + 1.0).max(-1))
+    while f.replays < 1:
+        f(x)
+    [plan] = f.program.plans
+    assert plan.reduce == "max"
+    text = f.program.source("cuda")
+    assert all(line in text for line in sum(plan.row(), []))
+    assert f".entry {plan.name}(" in cuda_kernels.compile_ptx(text, arch="compute_90")
+
+
 def test_eager_exp_and_log_compile_to_ptx_for_every_dtype():
     """What eager exp and log launch on a GPU (cuda_kernels.math_source: kernels.MATH, one function per op and
     dtype) compiles, each function an entry."""

@@ -385,6 +385,33 @@ def test_a_row_sum_ends_a_generated_kernel_and_sums_as_numpy_does_bit_for_bit(dt
         np.testing.assert_array_equal(bits(out.numpy()), bits(want))
 
 
+@pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
+def test_a_row_max_ends_a_generated_kernel_and_answers_as_numpy_does_bit_for_bit(dtype):
+    """(x * s + m) maxed over the last axis, rows of 1 to 300 elements full of ties, zeros of both signs, infinities
+    and NaNs (where numpy's answer depends on which of two equal values it keeps): one generated kernel ending in a
+    max, each row's result eager's bit for bit (a NaN as a NaN)."""
+    r = np.random.default_rng(11)
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan])
+    for n in (1, 2, 7, 8, 9, 64, 129, 300):
+        values = np.where(r.random((50, n)) < 0.6, special[r.integers(0, 7, (50, n))], r.standard_normal((50, n)))
+        values[:25][np.isnan(values[:25])] = 0.0                            # half the rows without a NaN
+        values[:5] = r.choice([0.0, -0.0], (5, n))                          # and some of zeros alone
+        x = tb.tensor(values, dtype=dtype)
+        s = tb.tensor(r.choice([1.0, -1.0], n), dtype=dtype)
+        m = tb.tensor(r.choice([0.0, -0.0], (50, 1)), dtype=dtype)
+
+        def f(x, s, m):
+            return (x * s + m).max(-1)
+        out, compiled = replay(f, x, s, m)
+        [kernel] = generated(compiled.program)
+        assert kernel.kernel.reduce == "max" and kernel.kernel.describe().startswith("mul > add > max"), n
+        with tb.no_grad():
+            want = f(x, s, m).numpy()
+        got = out.numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any() and (want == 0).any()
+        np.testing.assert_array_equal(bits(got[~np.isnan(got)]), bits(want[~np.isnan(want)]))
+
+
 def test_a_sum_of_columns_or_of_values_laid_out_otherwise_stays_numpys():
     """A sum over another axis than the last, or of a result eager lays out in columns, is not a row sum of memory
     (numpy adds those in another order): no generated kernel ends with it, and the replay is still eager's."""
