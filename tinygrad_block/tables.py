@@ -136,7 +136,7 @@ def walk_text(data: dict) -> list[str]:
             f"  closed form, accounting.block_forward_flops(cfg, 1): {c['matmul']:,} and {c['all']:,} "
             f"(difference {d['matmul']:,} and {d['all']:,})",
             "  at L=1 the token attends only to itself; with a context of L tokens the scores and weights @ V "
-            "steps cost 2 d_model L FLOPs each"]
+            "steps cost 2 n_heads d_head L FLOPs each (2 d_model L when d_head = d_model / n_heads)"]
 
 
 def memory_text(data: dict) -> list[str]:

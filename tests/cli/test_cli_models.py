@@ -143,3 +143,45 @@ def test_ids_beyond_the_tokenizer_are_shown_not_dropped():
     tokenizer = CharTokenizer("abc")
     assert report.shown_text(tokenizer, [0, 1, 5, 2, 2, 7]) == "ab<id 5>cc<id 7>"
     assert report.shown_text(tokenizer, [2, 1, 0]) == tokenizer.decode([2, 1, 0]) == "cba"
+
+
+FAMILY_CONFIGS = {"gemma": ("GemmaConfig", dict(head_dim=32)),              # each family a record (nn/families.py)
+                  "phi3": ("Phi3Config", {}), "qwen3_wide": ("Qwen3Config", dict(head_dim=24))}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_CONFIGS))
+def test_a_text_prompt_on_a_gemma_phi3_and_wide_qwen3_folder(family, llama_folder, tmp_path, monkeypatch,
+                                                              command_line):
+    """The Llama folder's tokenizer beside a random Gemma, Phi-3 or Qwen3 (heads of 24 in 64) written by
+    transformers: --prompt gives AutoTokenizer's ids, continued greedily as transformers' own generate continues
+    them (float32 both)."""
+    import shutil
+
+    import torch
+    import transformers
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    auto = transformers.AutoTokenizer.from_pretrained(llama_folder)
+    name, fields = FAMILY_CONFIGS[family]
+    config = getattr(transformers, name)(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=len(auto),
+                                         max_position_embeddings=64, bos_token_id=auto.bos_token_id,
+                                         eos_token_id=None, pad_token_id=None, **fields)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) / 2 if p.ndim == 2 else 1 + 0.3 * torch.randn(p.shape))
+    folder = tmp_path / family
+    model.save_pretrained(folder)
+    for file in llama_folder.iterdir():
+        if file.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(file, folder / file.name)
+    prompt = "The assert statement"
+    data = json.loads(command_line.out("generate", folder, "--prompt", prompt, "--max-new-tokens", "8", "--json"))
+    ids = auto(prompt)["input_ids"]
+    with torch.no_grad():                      # BOS is id 0 = pad_token_id: unmasked, or transformers drops it
+        theirs = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)[0].tolist()
+    assert len(set(theirs[len(ids):])) > 3                     # not one token repeated
+    assert data["ids"] == theirs and data["text"] == auto.decode(theirs, skip_special_tokens=True)
+    assert nn.LM.from_pretrained(folder).cfg.name == model.config.architectures[0]
