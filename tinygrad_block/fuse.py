@@ -136,14 +136,19 @@ class Group:
 
 
 class Indexed:
-    """A slice with its key made once: out = a[key]."""
-    __slots__ = ("a", "key", "out", "steps")
+    """A slice with its key made once: out = a[key], a view, made again only when `a` is another array than at the
+    last replay (so a generated kernel reading it finds the array it saw, and its address, again)."""
+    __slots__ = ("a", "key", "out", "steps", "seen", "view")
 
     def __init__(self, a, bounds, out, steps):
         self.a, self.key, self.out, self.steps = a, tuple(slice(lo, hi) for lo, hi in bounds), out, steps
+        self.seen = self.view = None
 
     def run(self):
-        self.out.data = self.a.data[self.key]
+        a = self.a.data
+        if a is not self.seen:
+            self.seen, self.view = a, a[self.key]
+        self.out.data = self.view
 
 
 class Viewed:

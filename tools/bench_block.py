@@ -47,6 +47,7 @@ class Case:
         self.x = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.dout = tb.randn(s["B"], s["L"], s["d_model"], generator=g, dtype=dtype, device=device)
         self.params = {name: p.data for name, p in self.block.named_parameters()}   # the device's own arrays
+        self.parameters = self.block.parameters()         # their gradients cleared after each backward, as PyTorch's
         self.programs = {}                                              # (phase, graph) -> tb.jit
 
     def autograd(self, backward: bool):
@@ -54,7 +55,7 @@ class Case:
         out = self.block(x)
         if backward:
             out.backward(self.dout)
-            self.block.zero_grad()
+            self.zero_grad()
 
     def compiled(self, backward: bool, graph: bool = True):
         """The autograd run through tb.jit: captured on the first calls, replayed after (one program per phase);
@@ -71,11 +72,17 @@ class Case:
             f.program.why = "held to its kernels one by one"
         f(self.x.detach().requires_grad_())
         if backward:
-            self.block.zero_grad()
+            self.zero_grad()
 
     def kernels(self, backward: bool):
         """tb.jit with its kernels launched one by one on a GPU (no CUDA graph): what the graph saves."""
         self.compiled(backward, graph=False)
+
+    def zero_grad(self):
+        """Every gradient back to None from the list made once (as the PyTorch run does from its dict), not by
+        walking the modules at each call, which would time the walk."""
+        for p in self.parameters:
+            p.grad = None
 
     def manual(self, backward: bool):
         out, cache = manual.block_forward(self.x.data, self.params, self.cfg)
