@@ -47,7 +47,7 @@ class Family:
         """Whether a config's model is one of this family's (save_pretrained's question)."""
         heads_ok = (self.heads[2] or cfg.n_kv_heads == cfg.n_heads) and (self.heads[3] or cfg.head_dim is None)
         sequential = cfg.layout == "pre" and cfg.causal and cfg.n_experts == 1
-        biases_ok = bool(self.bias_keys) or "bias" in self.fixed
+        biases_ok = bool(self.bias_keys) or cfg.bias == self.fixed.get("bias", False)   # no key: what fixed says
         return (sequential and heads_ok and biases_ok and cfg.norm == self.norm
                 and cfg.ffn in self.activation[1].values() and all(getattr(cfg, k) == v for k, v in self.fixed.items()))
 

@@ -156,17 +156,18 @@ class LM(Module):
     @classmethod
     def from_pretrained(cls, path, dtype=float32, device="cpu") -> LM:
         """A Hugging Face checkpoint folder (config.json and *.safetensors) of Llama (Llama 3's RoPE scaling
-        included), Mistral, Qwen2, Qwen3 or GPT-2, or a folder that `train` wrote, as an LM of `dtype` on `device`,
-        with the folder's tokenizer as `model.tokenizer` (None without one): see nn/pretrained.py and
-        docs/checkpoints.md. The folder is untrusted input: anything malformed is one ValueError (OSError for the
-        file system) naming the file and what was expected, before any array is made."""
+        included), Mistral, Qwen2, Qwen3, Gemma, Phi-3 or GPT-2 (nn/families.py), or a folder that `train` wrote,
+        as an LM of `dtype` on `device`, with the folder's tokenizer as `model.tokenizer` (None without one): see
+        nn/pretrained.py and docs/checkpoints.md. The folder is untrusted input: anything malformed is one
+        ValueError (OSError for the file system) naming the file and what was expected, before any array is made."""
         from .pretrained import load_pretrained
         return load_pretrained(cls, path, dtype=dtype, device=device)
 
     def save_pretrained(self, path) -> None:
         """Write config.json and model.safetensors in the Hugging Face layout of this model's architecture (Llama,
-        Qwen2, Qwen3 or GPT-2), which transformers' from_pretrained loads: each file written to a temporary name and
-        renamed into place, a sharded checkpoint already in the folder removed. See nn/pretrained.py."""
+        Qwen2, Qwen3, Gemma, Phi-3 or GPT-2), which transformers' from_pretrained loads: each file written to a
+        temporary name and renamed into place, a sharded checkpoint already in the folder removed. See
+        nn/pretrained.py."""
         from .pretrained import save_pretrained
         save_pretrained(self, path)
 
