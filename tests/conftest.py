@@ -150,6 +150,33 @@ def gen():
     return tb.Generator(0)
 
 
+# ---------------------------------------------------------------- bad inputs, shared by tests/engine/test_errors_*.py
+def f32(*shape) -> tb.Tensor:
+    return tb.zeros(*shape, dtype=tb.float32)
+
+
+def f64(*shape) -> tb.Tensor:
+    return tb.zeros(*shape, dtype=tb.float64)
+
+
+def meta(*shape, dtype=tb.float32) -> tb.Tensor:
+    return tb.zeros(*shape, dtype=dtype, device="meta")
+
+
+JOINING_OPS = {          # ops that join two tensors: each refuses mixed dtypes and mixed devices alike
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "maximum": lambda a, b: a.maximum(b),
+    "lt": lambda a, b: a < b,
+    "matmul": lambda a, b: a @ b.T,
+    "concat": lambda a, b: tb.concat([a, b]),
+    "stack": lambda a, b: tb.stack([a, b]),
+    "where": lambda a, b: tb.where(a > 0, a, b),
+}
+
+
 # ---------------------------------------------------------------- tiny blocks, shared by the nn tests
 F64 = tb.float64
 D, H, H_KV, D_FF = 16, 4, 2, 24          # d_head = 4: the default tiny block (GQA, 2 query heads per KV head)
