@@ -355,6 +355,8 @@ def test_params_flops_and_inspect_read_a_config_json_alone(arch, saved, tmp_path
     assert info["files"] == [] and info["parameters"] == info["closed_form"] == n and info["matches"]
     assert info["components"] == measure.inspect_checkpoint(saved[arch, "single"])["components"]
     assert "config.json alone, no weights" in command_line.out("inspect", folder)
+    drawn = command_line.json("graph", "--preset", folder, "--model", "--out", tmp_path / "model.dot")
+    assert drawn["nodes"] > 0 and (tmp_path / "model.dot").read_text().startswith("digraph")
 
 
 def test_a_config_json_that_cannot_be_read_is_one_line(tmp_path, command_line):
