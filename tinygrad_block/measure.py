@@ -363,7 +363,7 @@ def inspect_checkpoint(path) -> dict:
             raise
         cfg, info = None, info | {"config": None, "closed_form": None, "why_no_closed_form": str(e), "preset": None}
     shapes = _stored_shapes(files, weight_map, op) if files else \
-        {n: (shape, "none: config.json alone") for n, shape in layout_shapes(arch, cfg, op).items()}
+        {n: (shape, "none: config.json alone") for n, shape in layout_shapes(LM, arch, cfg, op).items()}
     info["buffers_skipped"] = sorted(n for n in shapes if BUFFERS.search(n))
     counted = {n: entry for n, entry in shapes.items() if not BUFFERS.search(n)}
     if cfg is not None and cfg.tie_embeddings and "lm_head.weight" in counted:

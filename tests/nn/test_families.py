@@ -67,7 +67,7 @@ def test_config_json_round_trips_through_the_record_and_transformers(arch):
     stored = {n: tuple(p.shape) for n, p in model.state_dict().items() if not pretrained.BUFFERS.search(n)}
     if cfg.tie_embeddings:
         stored.pop("lm_head.weight", None)
-    assert pretrained.layout_shapes(arch, cfg, "test") == stored
+    assert pretrained.layout_shapes(nn.LM, arch, cfg, "test") == stored
 
 
 def test_fused_tensors_are_named_by_the_record():

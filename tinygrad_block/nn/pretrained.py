@@ -57,13 +57,7 @@ def checkpoint_files(path, op: str, weights: bool = True) -> tuple[Path, dict, l
     folder; or one clear error: no folder, no config.json, both a single file and an index (ambiguous), a shard
     missing or outside the folder, or only a pickle checkpoint (refused, unread). weights=False: a folder of
     config.json alone is fine too (no files)."""
-    try:
-        folder = checkpoint_folder(path)
-    except FileNotFoundError as e:
-        raise FileNotFoundError(f"{op}: {e}") from None
-    config = inside(folder, "config.json", op, "the checkpoint")
-    if not readable(config, op):
-        raise FileNotFoundError(f"{op}: {folder} has no config.json (the architecture and its sizes)")
+    folder, config = config_json(path, op)
     hf = read_json_object(config, op)
     single, index = readable(inside(folder, SINGLE, op, "the checkpoint"), op), \
         readable(inside(folder, INDEX, op, "the checkpoint"), op)
@@ -90,14 +84,21 @@ def read_config(path, op: str) -> tuple[str, BlockConfig]:
     itself (any name ending .json), a checkpoint folder holding config.json, or a train run."""
     file = Path(path)
     if not (file.suffix == ".json" and file.is_file()):
-        try:
-            folder = checkpoint_folder(path)
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"{op}: {e}") from None
-        file = inside(folder, "config.json", op, "the checkpoint")
-        if not readable(file, op):
-            raise FileNotFoundError(f"{op}: {folder} has no config.json (the architecture and its sizes)")
+        _, file = config_json(path, op)
     return config_from_hf(read_json_object(file, op), op)
+
+
+def config_json(path, op: str) -> tuple[Path, Path]:
+    """(the checkpoint folder, its config.json) of a checkpoint folder or a train run; one clear error where there
+    is no such folder, or it holds no config.json."""
+    try:
+        folder = checkpoint_folder(path)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{op}: {e}") from None
+    config = inside(folder, "config.json", op, "the checkpoint")
+    if not readable(config, op):
+        raise FileNotFoundError(f"{op}: {folder} has no config.json (the architecture and its sizes)")
+    return folder, config
 
 
 def read_weight_map(folder: Path, op: str) -> dict[str, str]:
@@ -257,11 +258,10 @@ def hf_layout(model, arch: str) -> dict[str, tuple[bool, list[str]]]:
     return layout
 
 
-def layout_shapes(arch: str, cfg: BlockConfig, op: str) -> dict[str, tuple]:
+def layout_shapes(model_class, arch: str, cfg: BlockConfig, op: str) -> dict[str, tuple]:
     """{HF tensor name: shape} that a checkpoint of `cfg` in `arch`'s layout holds (a tied head not stored), from
-    the shape-only model: no array is made."""
-    from .model import LM
-    model = shape_model(LM, cfg, float32, op)
+    the shape-only `model_class` (nn.LM): no array is made."""
+    model = shape_model(model_class, cfg, float32, op)
     shapes = {n: p.shape for n, p in model.named_parameters()}
     layout = hf_layout(model, arch)
     return {hf: hf_shape(transposed, [shapes[o] for o in ours]) for hf, (transposed, ours) in layout.items()}
