@@ -21,10 +21,17 @@ def _attention_np(q, k, v, causal: bool, slip: str = "") -> np.ndarray:
     """The oracle: manual.sdpa_forward, masked by manual.causal_mask when causal. `slip` gives the usual mistakes,
     each the oracle with one change: the scores scaled by 1 or by 1 / d_head (q multiplied or divided by
     sqrt(d_head) first), the mask on the other triangle or over the diagonal too, the future weights zeroed after
-    the softmax, the future scores set to 0 instead of -inf."""
+    the softmax, the future scores set to 0 instead of -inf, the softmax taken over the queries, the values summed
+    over the queries (the weights transposed), or k with every axis reversed (batch and heads too)."""
     L, d = q.shape[-2], q.shape[-1]
     mask = manual.causal_mask(L, q) if causal else None                                  # (L, L): -inf where j > i
-    if slip == "unscaled":
+    if slip in ("softmax over queries", "weights transposed"):
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + (0 if mask is None else mask)      # (B, H, L, L)
+        a = _softmax(s, -2 if slip == "softmax over queries" else -1)
+        return (np.swapaxes(a, -1, -2) if slip == "weights transposed" else a) @ v       # (B, H, L, d_head)
+    if slip == "every axis":
+        k = np.swapaxes(k.T, -1, -2)                                  # so that sdpa's k^T is k.T: (d, L, H, B)
+    elif slip == "unscaled":
         q = q * np.sqrt(d)
     elif slip == "scaled by d":
         q = q / np.sqrt(d)
@@ -57,13 +64,42 @@ ATTENTION_SLIPS = [  # (the slip, as _attention_np produces it; the hint), tried
     ("unscaled", "the scores were not divided by sqrt(d_head) = 2"),
     ("scaled by d", "the scores were divided by d_head = 4, not by its square root, 2"),
     ("other triangle", "the mask is on the wrong triangle: it hides the keys before each query (j < i), not the "
-                       "future ones (j > i); -inf belongs above the diagonal, np.triu(..., k=1)"),
-    ("diagonal", "the mask hides the diagonal too: a query may read its own key (j = i); use np.triu(..., k=1)"),
+                       "future ones (j > i)"),
+    ("diagonal", "the mask hides the diagonal too: a query may read its own key (j = i), only the keys after it "
+                 "(j > i) are hidden"),
     ("weights zeroed", "the future weights were zeroed after the softmax, so the rows no longer sum to 1: add "
                        "-inf to the scores before the softmax instead"),
     ("scores zeroed", "the future scores were set to 0, but e^0 = 1 still gives those keys weight: they "
                       "need -inf, so that e^-inf = 0"),
+    ("softmax over queries", "the softmax normalised each key's column (over the queries); each query's weights "
+                             "are a distribution over the keys it reads, so its own row must sum to 1"),
+    ("weights transposed", "V was read along the wrong axis of the weights: output i summed the values with the "
+                           "weights every query gave key i (column i), not with query i's own weights over the "
+                           "keys (row i)"),
 ]
+KEYS_TRANSPOSED = ("the transpose of k reversed all four of its axes, (B, H, L, d_head) -> (d_head, L, H, B), the "
+                   "batch and head axes too; the scores need only each head's keys turned, its last two axes "
+                   "(position and d_head) swapped")
+
+
+def _attention_result(solution, arrays: list, causal: bool) -> np.ndarray:
+    """The learner's attention on float64 tensors of `arrays` as numpy; when it raises, the slip of transposing k
+    whole is named if on a cube, (3, 3, 3, 3), where that transpose fits, it gives exactly the slip's result."""
+    q, k, v = (tb.tensor(a, dtype=tb.float64) for a in arrays)
+    try:
+        return tensor_result(solution.attention(q, k, v, causal), "attention", arrays[0].shape)
+    except (ValueError, IndexError) as e:
+        r = np.random.default_rng(4)
+        cube = [r.standard_normal((3, 3, 3, 3)) for _ in range(3)]
+        try:
+            got = solution.attention(*(tb.tensor(a, dtype=tb.float64) for a in cube), causal).numpy()
+        except Exception:
+            raise e from None
+        if got.shape != cube[0].shape or not np.allclose(got, _attention_np(*cube, causal, "every axis"), atol=1e-10):
+            raise
+        raise CheckFailed(f"attention(causal={causal}) on q, k, v of shape {arrays[0].shape} raised "
+                          f"{type(e).__name__}: {e}. {KEYS_TRANSPOSED}") from None
+
 
 
 def check_attention(solution) -> None:
@@ -71,8 +107,7 @@ def check_attention(solution) -> None:
     qn, kn, vn = _qkv()
     shape = qn.shape
     for causal in (False, True):
-        q, k, v = (tb.tensor(a, dtype=tb.float64) for a in (qn, kn, vn))
-        got = tensor_result(solution.attention(q, k, v, causal), "attention", shape)
+        got = _attention_result(solution, [qn, kn, vn], causal)
         want = _attention_np(qn, kn, vn, causal)
         if np.isfinite(got).all() and np.abs(got - want).max() < 1e-10:
             continue
@@ -177,7 +212,8 @@ def check_head_contributions(solution) -> None:
     got = solution.head_contributions(tb.tensor(weighted, dtype=tb.float64), tb.tensor(w_o, dtype=tb.float64))
     if isinstance(got, (list, tuple)):
         raise CheckFailed(f"head_contributions returned a {type(got).__name__} of {len(got)}; return one Tensor "
-                          f"(H, B, L, d_model) = {(H, B, L, d_model)}: tb.stack(contributions, axis=0)")
+                          f"(H, B, L, d_model) = {(H, B, L, d_model)}, the heads' contributions stacked on a new "
+                          "first axis")
     got = tensor_result(got, "head_contributions", (H, B, L, d_model))
     want = np.stack([weighted[:, h] @ w_o[:, h * d_head:(h + 1) * d_head].T for h in range(H)])
     full = manual.linear_forward(manual.merge_heads(weighted), w_o)[0]                   # o_proj(merged)
@@ -185,9 +221,9 @@ def check_head_contributions(solution) -> None:
         return
     rows = np.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(H)])
     if np.abs(got - rows).max() < 1e-12:
-        raise CheckFailed("the contributions use rows h*d_head:(h+1)*d_head of o_weight; o_proj.weight is stored "
-                          "(out, in), so the weights that read head h are its columns, "
-                          "o_weight[:, h*d_head:(h+1)*d_head], applied as weighted[:, h] @ that.mT")
+        raise CheckFailed("each head's contribution came from a block of ROWS of o_weight; o_proj.weight is "
+                          "stored (out, in), so a row belongs to one output and a column to one input: the weights "
+                          "that read head h's d_head numbers are its block of columns")
     err = np.abs(got.sum(0) - full).max()
     raise CheckFailed(f"head_contributions: the slices are off by up to {np.abs(got - want).max():.3g}, and their sum "
                       f"differs from o_proj(merged) by {err:.3g}")

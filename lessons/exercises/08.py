@@ -112,19 +112,25 @@ def check_swiglu_width(solution) -> None:
             raise CheckFailed(f"{args} must return an int; got {type(got).__name__} {got!r}")
         if got == cfg.d_ff:
             continue
-        hidden = int(2 * 4 * cfg.d_model / 3)
-        if mult is not None:
-            hidden = int(mult * hidden)
-        up, down = -(-hidden // multiple_of) * multiple_of, hidden // multiple_of * multiple_of
-        nearest = " (the nearest one, too)" if round(hidden / multiple_of) * multiple_of == down else ""
-        slips = [(-(-int(2 * 4 * cfg.d_model / 3) // multiple_of) * multiple_of, "the multiplier was left out"),
-                 (-(-int((mult or 0) * 4 * cfg.d_model) // multiple_of) * multiple_of,
-                  "the multiplier went on 4 d_model; it multiplies the 2/3 * 4 d_model width"),
-                 (down, f"that is the multiple of {multiple_of} below {hidden}{nearest}; Meta's code rounds UP: "
-                        "multiple_of * ((hidden + multiple_of - 1) // multiple_of)"),
-                 (hidden, f"that is {hidden} before rounding; round it up to a multiple of {multiple_of}")]
-        hint = next((h for value, h in slips if value == got and value != up), "")
-        raise CheckFailed(f"{args} = {got}, but {name}'s published width is {cfg.d_ff}" + (f": {hint}" if hint else ""))
+        hint = _width_hint(cfg.d_model, multiple_of, mult, got)
+        raise CheckFailed(f"{args} = {got}, {'below' if got < cfg.d_ff else 'above'} {name}'s published width"
+                          + (f": {hint}" if hint else ""))
+
+
+def _width_hint(d_model: int, multiple_of: int, mult: float | None, got: int) -> str:
+    """The usual slip that gives exactly `got`, named with the numbers on the way but not the answer."""
+    hidden = int(2 * 4 * d_model / 3)
+    if mult is not None:
+        hidden = int(mult * hidden)
+    up, down = -(-hidden // multiple_of) * multiple_of, hidden // multiple_of * multiple_of
+    nearest = " (the nearest one, too)" if round(hidden / multiple_of) * multiple_of == down else ""
+    slips = [(-(-int(2 * 4 * d_model / 3) // multiple_of) * multiple_of, "the multiplier was left out"),
+             (-(-int((mult or 0) * 4 * d_model) // multiple_of) * multiple_of,
+              "the multiplier went on 4 d_model; it multiplies the 2/3 * 4 d_model width"),
+             (down, f"that is the multiple of {multiple_of} below {hidden}{nearest}; Meta's code rounds UP, to the "
+                    f"first multiple of {multiple_of} at or above the width"),
+             (hidden, f"that is {hidden} before rounding; round it up to a multiple of {multiple_of}")]
+    return next((h for value, h in slips if value == got and value != up), "")
 
 
 # ---------------------------------------------------------------- ffn_share

@@ -35,12 +35,14 @@ def test_attention_divided_by_d_is_rejected():
 
 def test_attention_masking_the_wrong_triangle_is_rejected():
     why = failures(6, solution(6, attention=_attention(lower=True)))["attention"]
-    assert "causal=True" in why and "wrong triangle" in why and "np.triu(..., k=1)" in why
+    assert "causal=True" in why and "wrong triangle" in why and "not the future ones (j > i)" in why
+    assert "triu" not in why                                             # the idea, not the code
 
 
 @pytest.mark.filterwarnings("ignore:invalid value")
 def test_attention_masking_the_diagonal_is_rejected():
-    assert "hides the diagonal too" in failures(6, solution(6, attention=_attention(masked=0)))["attention"]
+    why = failures(6, solution(6, attention=_attention(masked=0)))["attention"]
+    assert "hides the diagonal too" in why and "its own key (j = i)" in why and "triu" not in why
 
 
 def test_attention_masked_after_the_softmax_is_rejected():
@@ -57,6 +59,56 @@ def test_attention_with_the_future_scores_set_to_zero_is_rejected():
         return s.softmax(axis=-1) @ v
     why = failures(6, solution(6, attention=zero_scores))["attention"]
     assert "causal=True" in why and "set to 0" in why and "e^-inf = 0" in why
+
+
+def test_attention_with_k_transposed_whole_is_rejected_with_the_reason():
+    """k.T reverses all four axes: (2, 3, 5, 4) -> (4, 5, 3, 2), so q @ k.T does not even fit; on a cube it would
+    fit, and give q[b, h] @ k[h, b].T-like nonsense. The hint names the slip, not the code."""
+    def whole_transpose(q, k, v, causal):
+        s = (q @ k.T) / math.sqrt(q.shape[-1])
+        return s.softmax(axis=-1) @ v
+    why = failures(6, solution(6, attention=whole_transpose))["attention"]
+    assert why.startswith("attention(causal=False) on q, k, v of shape (2, 3, 5, 4) raised ValueError: matmul")
+    assert "reversed all four of its axes" in why and "the batch and head axes too" in why and ".mT" not in why
+
+
+def test_attention_failing_otherwise_keeps_its_own_error():
+    def wrong_shape(q, k, v, causal):
+        return q @ k                                                     # (.., 5, 4) @ (.., 5, 4) does not fit
+    why = failures(6, solution(6, attention=wrong_shape))["attention"]
+    assert why.startswith("raised ValueError: matmul: inner dimensions differ") and "reversed" not in why
+
+
+def test_attention_summing_v_over_the_queries_is_rejected_with_the_reason():
+    def columns(q, k, v, causal):
+        L = q.shape[-2]
+        s = (q @ k.mT) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
+        return s.softmax(axis=-1).mT @ v                                 # out_i = sum_j A_ji v_j
+    why = failures(6, solution(6, attention=columns))["attention"]
+    assert why.startswith("attention(causal=False) is off by up to")
+    assert "V was read along the wrong axis of the weights" in why and "row i" in why
+
+
+def test_attention_with_the_softmax_over_the_queries_is_rejected_with_the_reason():
+    def over_queries(q, k, v, causal):
+        L = q.shape[-2]
+        s = (q @ k.mT) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
+        return s.softmax(axis=-2) @ v
+    why = failures(6, solution(6, attention=over_queries))["attention"]
+    assert "normalised each key's column (over the queries)" in why and "must sum to 1" in why
+
+
+def test_the_attention_starter_states_the_task_not_the_code():
+    from tinygrad_block import course
+    starter = course.exercises(6).starter
+    task = starter[starter.index("def attention"):starter.index("def stable_softmax")]
+    assert "(B, H, L, d_head)" in task and "sum to 1" in task and "j <= i" in task
+    for code in ("triu", ".mT", "softmax(axis", "-inf", "tb.tensor(", "sqrt("):
+        assert code not in task, code
 
 
 def test_attention_slightly_off_names_the_entry_and_the_expected_value():
@@ -145,12 +197,14 @@ def test_head_contributions_from_rows_of_w_o_are_rejected_with_the_reason():
         d_head = weighted.shape[-1]
         return tb.stack([weighted[:, h] @ w_o[h * d_head:(h + 1) * d_head] for h in range(weighted.shape[1])])
     why = failures(6, solution(6, head_contributions=rows))["head_contributions"]
-    assert "stored (out, in)" in why and "columns" in why
+    assert "stored (out, in)" in why and "block of columns" in why
+    assert "o_weight[" not in why and ".mT" not in why and "@" not in why          # the idea, not the code
 
 
 def test_head_contributions_as_a_list_are_rejected():
     as_list = lambda weighted, w_o: list(solution(6).head_contributions(weighted, w_o))   # noqa: E731
-    assert "returned a list of 4" in failures(6, solution(6, head_contributions=as_list))["head_contributions"]
+    why = failures(6, solution(6, head_contributions=as_list))["head_contributions"]
+    assert "returned a list of 4" in why and "stacked on a new first axis" in why and "tb.stack" not in why
 
 
 def test_head_contributions_off_name_the_gap_to_the_output_projection():

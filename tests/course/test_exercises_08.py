@@ -53,18 +53,30 @@ def test_width_rounded_to_the_nearest_multiple_is_rejected():
         hidden = int(multiplier * hidden) if multiplier else hidden
         return multiple_of * round(hidden / multiple_of)
     why = failures(8, solution(8, swiglu_width=nearest))["swiglu_width"]
-    assert "swiglu_width(5120, 256) = 13568" in why and "13824" in why and "rounds UP" in why
+    assert why.startswith("swiglu_width(5120, 256) = 13568, below llama2-13b's published width: that is the "
+                          "multiple of 256 below 13653 (the nearest one, too); Meta's code rounds UP, to the first "
+                          "multiple of 256 at or above the width")
+    assert "13824" not in why and "//" not in why                   # neither the answer nor the code
 
 
 def test_width_without_the_multiplier_is_rejected():
     plain = lambda d_model, multiple_of, multiplier=None: multiple_of * math.ceil(8 * d_model // 3 / multiple_of)  # noqa: E731
     why = failures(8, solution(8, swiglu_width=plain))["swiglu_width"]
-    assert "swiglu_width(8192, 4096, 1.3) = 24576" in why and "28672" in why and "multiplier was left out" in why
+    assert why == ("swiglu_width(8192, 4096, 1.3) = 24576, below llama2-70b's published width: the multiplier was "
+                   "left out")
 
 
 def test_width_as_a_float_is_rejected():
     as_float = lambda *a: float(solution(8).swiglu_width(*a))                          # noqa: E731
     assert "is a float" in failures(8, solution(8, swiglu_width=as_float))["swiglu_width"]
+
+
+def test_the_ffn_share_starter_states_the_task_not_the_counts():
+    starter = course.exercises(8).starter
+    task = starter[starter.index("def ffn_share"):]
+    assert "ALL the parameters of nn.LM(cfg)" in task and "Llama-2-7B: more than 0.6" in task
+    for given in ("three matrices", "d_model x d_ff", "max_seq_len x d_model", "n_kv_heads * d_head"):
+        assert given not in task, given
 
 
 def test_ffn_share_with_two_matrices_for_swiglu_is_rejected():

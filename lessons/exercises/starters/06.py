@@ -7,11 +7,12 @@ import tinygrad_block as tb
 
 
 def attention(q: tb.Tensor, k: tb.Tensor, v: tb.Tensor, causal: bool) -> tb.Tensor:
-    """Scaled dot-product attention, softmax(q k^T / sqrt(d_head) + mask) v, for q, k, v of shape
-    (B, H, L, d_head) (one key/value head per query head). With causal=True, query i may read keys j <= i only:
-    add -inf to the scores where j > i, before the softmax (an (L, L) table made with numpy's np.triu and
-    tb.tensor(..., dtype=q.dtype) will do). Use Tensor ops so that autograd differentiates it: k.mT swaps the last
-    two axes, scores.softmax(axis=-1) is the library's softmax. Returns (B, H, L, d_head)."""
+    """Scaled dot-product attention (lesson 06, sections 2 to 6) for q, k, v of shape (B, H, L, d_head), one
+    key/value head per query head. In every head, each query scores each key by their dot product over the d_head
+    axis, scaled so that the scores keep a spread of about 1 whatever d_head is; the softmax of a query's scores
+    over the keys gives weights that sum to 1, and its output is the weighted sum of the value vectors. With
+    causal=True query i may read keys j <= i only: a later key must get weight exactly 0, and each row of weights
+    must still sum to 1. Build it from Tensor ops, so that autograd differentiates it. Returns (B, H, L, d_head)."""
     raise NotImplementedError
 
 

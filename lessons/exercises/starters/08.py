@@ -19,11 +19,9 @@ def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None
 
 
 def ffn_share(cfg: nn.BlockConfig) -> float:
-    """The fraction of ALL parameters of nn.LM(cfg) (embedding, every block, final norm and LM head) that sit in
-    the blocks' FFNs, worked out from the config's numbers. SwiGLU (cfg.ffn == 'swiglu') has three matrices
-    d_model x d_ff; the classic FFN ('gelu', 'gelu_tanh', 'relu') has two, plus a bias per output when cfg.bias.
-    Attention has W_Q and W_O, d_model x (n_heads * d_head), and W_K and W_V, d_model x (n_kv_heads * d_head),
-    each with a bias per output when cfg.bias. A norm has a gain of d_model (and a shift of d_model for LayerNorm
-    with cfg.bias); with cfg.tie_embeddings the LM head is the embedding itself; without RoPE (cfg.rope False) the
-    model also has learned positions, max_seq_len x d_model. Llama-2-7B: more than 0.6."""
+    """The fraction of ALL the parameters of nn.LM(cfg) that sit in the blocks' FFNs, worked out from the config's
+    numbers (lesson 08, section 5), not by building the model. ALL: the embedding, every block (attention, its two
+    norms, its FFN), the final norm and the LM head, and whatever else this config gives the model: read what
+    cfg.ffn, cfg.bias, cfg.norm, cfg.tie_embeddings and cfg.rope change. It must hold for Llama's SwiGLU and for
+    GPT-2's classic FFN alike. Llama-2-7B: more than 0.6."""
     raise NotImplementedError
