@@ -5,8 +5,10 @@ with CuPy on an NVIDIA GPU ('cuda', 'cuda:N'; `cuda.py` adds only what differs t
 arrays of `strict.py` ('strict': numpy behind a wall that refuses every implicit trip to the host, so CPU
 tests catch what would stall a GPU). `MetaBackend` runs the ops on shapes alone: it carries (shape, dtype) and
 computes nothing, so a 70B model's FLOPs can be counted on a laptop. `device.py` finds a device's backend by
-name. Only the backends (this file, cuda.py, strict.py, device.py) and the test tool `gradcheck` import numpy:
-ops, composites and modules call `tensor.backend.<op>(...)`.
+name. numpy is imported by the backends (this file, cpu_kernels.py, cuda.py, cuda_kernels.py, strict.py,
+device.py), by dtypes.py and generator.py (numpy's dtypes, its bit generator), and at the edges (the file readers
+hf_folder.py and nn/pretrained.py, the test tool `gradcheck`, the tour): ops, composites and modules call
+`tensor.backend.<op>(...)`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The closed set of primitive ops. Each one is a short class: forward (on backend arrays), backward (on
-Tensors, in this same vocabulary) and its FLOP rule, side by side.
+"""The primitive ops. Each one is a short class: forward (on backend arrays), backward (on Tensors, in this
+same vocabulary) and its FLOP rule, side by side. The set is closed but for one Function defined elsewhere, on
+purpose: nn/tiled.py's TiledAttention, whose backward recomputes attention by tiles (its FLOPs are those of the
+primitives it runs).
 
 `Function.apply` is the one choke point every primitive call passes, forward and backward alike: it builds
 the autograd graph and tells the active observers (FLOP counter, graph recorder) what ran.

@@ -1,8 +1,8 @@
 """A training run's state on disk, so a long run can stop and go on where it stopped, bit for bit: the weights
 (the Hugging Face layout, loadable by `generate`), the optimizer's tensors (AdamW's moments, in safetensors) and
-step counts (ints in state.json, though the optimizer now holds them in 0-d tensors: the format is unchanged, so
-older checkpoints load), the schedule's position, the generator's state (which fixes the data order from here on),
-the history, and the settings the run was started with.
+step counts (ints in state.json; the optimizer holds them in 0-d tensors), the schedule's position, the
+generator's state (which fixes the data order from here on), the history, and the settings the run was started
+with.
 
     checkpoints/step-000120/   model.safetensors, config.json, optimizer.safetensors, state.json
     checkpoints/latest.json    {"step": 120, "folder": "step-000120"}: renamed into place after the folder is whole

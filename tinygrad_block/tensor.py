@@ -2,7 +2,8 @@
 
 Operators and methods here either call one primitive (`Mul.apply`, `Sum.apply`, ...) or are composites
 written from other Tensor methods (`softmax`, `silu`, `cross_entropy`, ...), which need no backward of their
-own. Broadcasting happens in one place, `_binary`, by an explicit `expand`.
+own. Broadcasting happens in one place, `_pair` (every binary op's two operands), by an explicit `expand`; a
+number that needs no gradient stays 0-d, and every backend broadcasts it for free.
 
 Naming follows numpy for shapes and reductions (`shape`, `size`, `axis`, `keepdims`; PyTorch's `dim` and
 `keepdim` are accepted too) and PyTorch for autograd (`requires_grad`, `backward`, `grad`, `detach`). PyTorch's

@@ -12,6 +12,7 @@ ops of the code inside its own `with`. A switch also decorates a function, as in
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from contextvars import ContextVar
@@ -32,17 +33,6 @@ class State:
 
 
 STATE: ContextVar[State] = ContextVar("tinygrad_block.trace", default=State())   # noqa: B039 (frozen)
-
-
-class Trace:
-    """The current thread's (and task's) switches, read as attributes: TRACE.grad_enabled, TRACE.scope, ..."""
-    __slots__ = ()
-
-    def __getattr__(self, name):
-        return getattr(STATE.get(), name)
-
-
-TRACE = Trace()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +92,7 @@ class _Set:
         return inside
 
 
-class _Nothing:
-    """A `with` block that changes nothing (the backward sweep's switches when nobody observes)."""
-    def __enter__(self): return None
-    def __exit__(self, *exc): return None
-
-
-NOTHING = _Nothing()
+NOTHING = contextlib.nullcontext()     # a `with` block that changes nothing (backward's switches, unobserved)
 
 
 def no_grad(fn=None):
@@ -170,7 +154,7 @@ def derive(fn, *inputs, **params):
     return out
 
 
-def differentiating(fn) -> _Set | _Nothing:
+def differentiating(fn) -> _Set | contextlib.nullcontext:
     """The ops of `fn`'s backward belong to the module, the step and the op whose forward they differentiate.
     Observers are the only readers, so with none this changes nothing."""
     if not STATE.get().observers:
@@ -178,7 +162,7 @@ def differentiating(fn) -> _Set | _Nothing:
     return _Set(phase="backward", scope=fn.scope, step=fn.step, origin=fn.name, source=fn)
 
 
-def accumulating(scope: tuple, target=None) -> _Set | _Nothing:
+def accumulating(scope: tuple, target=None) -> _Set | contextlib.nullcontext:
     """Gradients of a tensor used several times add up: that sum is counted and drawn in module `scope`;
     `target` is whose gradient it is (the Function that made the tensor, or the leaf tensor itself)."""
     if not STATE.get().observers:

@@ -41,7 +41,7 @@ def test_no_grad_in_one_thread_leaves_another_recording():
         with tb.no_grad():
             entered.set()
             done.wait(timeout=10)             # the other thread computes while this one sits in no_grad
-            seen["inside"] = tb.trace.TRACE.grad_enabled
+            seen["inside"] = tb.trace.STATE.get().grad_enabled
             seen["quiet"] = (tb.ones(3, requires_grad=True) * 2).requires_grad
 
     def busy():
@@ -57,7 +57,7 @@ def test_no_grad_in_one_thread_leaves_another_recording():
     requires, grad = seen["busy"]
     assert requires and np.array_equal(grad, np.arange(N, dtype=np.float32))
     assert seen["inside"] is False and seen["quiet"] is False
-    assert tb.trace.TRACE.grad_enabled is True
+    assert tb.trace.STATE.get().grad_enabled is True
 
 
 def test_each_thread_counts_and_records_only_its_own_ops():
@@ -114,7 +114,7 @@ def test_two_asyncio_tasks_keep_their_own_switches():
         with tb.no_grad():
             for _ in range(5):
                 await asyncio.sleep(0)         # the other task runs here
-            return tb.trace.TRACE.grad_enabled, (tb.ones(2, requires_grad=True) * 3).requires_grad
+            return tb.trace.STATE.get().grad_enabled, (tb.ones(2, requires_grad=True) * 3).requires_grad
 
     async def busy():
         await asyncio.sleep(0)                 # starts once quiet is inside no_grad

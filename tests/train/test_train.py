@@ -115,7 +115,7 @@ def test_train_evaluates_every_so_often_and_after_the_last_step():
     model = small_model()
     seen = []
     history = train(model, lambda: induction_batch(4, 5, SMALL.vocab_size, g), steps=7, lr=1e-3, eval_every=3,
-                    evaluate=lambda m: seen.append(tb.trace.TRACE.grad_enabled) or {"loss": 1.0}, progress=False)
+                    evaluate=lambda m: seen.append(tb.trace.STATE.get().grad_enabled) or {"loss": 1.0}, progress=False)
     assert [s for s, _ in history.evals] == [3, 6, 7] and seen == [False] * 3     # under no_grad
     with pytest.raises(ValueError, match="train: steps must be a positive int, got 0"):
         train(model, lambda: None, steps=0, lr=1e-3)
