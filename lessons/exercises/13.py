@@ -38,7 +38,9 @@ def _flops_hint(cfg: nn.BlockConfig, L: int, got: int, want: int) -> str:
               "q k^T and weights @ V each cost 2 x seq_len x n_heads x d_head per token, 4 x seq_len x d_model in "
               "all; this engine computes the whole square, without halving it for the causal mask"),
              (want * L, "that is the whole sequence; divide by seq_len for the cost per token"),
-             (3 * want, "that is training (forward and backward, 3 x the forward); the question is the forward")]
+             (3 * want, "that is training (forward and backward, 3 x the forward); the question is the forward"),
+             (want // 2, "that is exactly half: it counts one FLOP per weight (and per product in attention); each "
+                         "is a multiply and an add, 2 FLOPs")]
     return next((": " + why for value, why in slips if value != want and got == value), "")
 
 
@@ -73,7 +75,7 @@ def check_mfu_needed(solution) -> None:
         call = f"mfu_needed({name})"
         if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(got) or got <= 0:
             raise CheckFailed(f"{call} returned {got!r}; return a positive float (the utilisation as a fraction)")
-        want = accounting.training_flops(N, D) / (gpus * peak * days * 86400)
+        want = accounting.training_flops(N, D) / (gpus * peak * days * 86400)           # the fraction of peak
         took = accounting.training_days(accounting.training_flops(N, D), gpus, peak, got)
         if math.isclose(took, days, rel_tol=1e-9):
             continue
@@ -82,11 +84,15 @@ def check_mfu_needed(solution) -> None:
                          "per token)"),
                  (86400, "peak_flops_per_gpu is per second: a day is 86,400 seconds"),
                  (24, "a day is 86,400 seconds (24 x 3,600), not 3,600"),
+                 (1 / 2, "3 N D counts one FLOP per weight and token; a weight's multiply and add are 2 FLOPs, "
+                         "so training costs 6 N D (2 N D forward, 4 N D backward)"),
                  (100, "that is a percentage; return the fraction (0.35 for 35 %)"),
                  (7, "days is in days, not weeks"), (1 / 7, "days is in days, not weeks")]
-        hint = next((": " + why for r, why in hints if math.isclose(ratio, r, rel_tol=1e-6)), "")
-        raise CheckFailed(f"{call} = {got!r}, but at that utilisation training takes {took:.4g} days, not {days:g}; "
-                          f"expected 6 N D / (n_gpus x peak x days x 86,400) = {want!r}{hint}")
+        hint = next((": " + why for r, why in hints if math.isclose(ratio, r, rel_tol=1e-6)),
+                    ": the utilisation is the share of the GPUs' peak that the run's training FLOPs need to fit "
+                    "in that many days")
+        raise CheckFailed(f"{call} = {got!r}, but at that utilisation training takes {took:.4g} days, not "
+                          f"{days:g}{hint}")
 
 
 CHECKS = [("forward_flops_per_token", check_forward_flops_per_token), ("mfu_needed", check_mfu_needed)]

@@ -41,6 +41,13 @@ def test_flops_per_sequence_is_rejected():
     assert "that is the whole sequence" in why
 
 
+def test_flops_with_one_flop_per_weight_is_rejected():
+    half = lambda cfg, seq_len: _flops()(cfg, seq_len) // 2                                 # noqa: E731
+    why = failures(13, solution(13, forward_flops_per_token=half))["forward_flops_per_token"]
+    assert "forward_flops_per_token(llama2-7b, seq_len=4096) = 7,680,819,200" in why
+    assert "exactly half: it counts one FLOP per weight" in why and "2 FLOPs" in why
+
+
 def test_flops_as_two_n_is_rejected():
     from tinygrad_block import accounting
     two_n = lambda cfg, seq_len: 2 * accounting.total_params(cfg)                          # noqa: E731
@@ -61,7 +68,22 @@ def _mfu(flops_per_param_token=6, seconds_per_day=86400, scale=1.0):
 
 def test_mfu_with_two_n_d_is_rejected():
     why = failures(13, solution(13, mfu_needed=_mfu(flops_per_param_token=2)))["mfu_needed"]
-    assert "70B on 1.4e12 tokens" in why and "expected" in why and "only the forward pass" in why
+    assert why.startswith("mfu_needed(70B on 1.4e12 tokens, 1,000 GPUs of 990 TFLOP/s, 42 days) = 0.0545579249282952"
+                          "95, but at that utilisation training takes 126 days, not 42: 2 N D counts only the forward")
+    assert "0.1636737747848859" not in why and "expected" not in why and "/ (n_gpus" not in why   # no answer, no code
+
+
+def test_mfu_with_one_flop_per_weight_is_rejected():
+    why = failures(13, solution(13, mfu_needed=_mfu(flops_per_param_token=3)))["mfu_needed"]
+    assert "training takes 84 days, not 42: 3 N D counts one FLOP per weight and token" in why
+    assert "0.1636737747848859" not in why
+
+
+def test_mfu_off_otherwise_names_the_idea_not_the_answer():
+    why = failures(13, solution(13, mfu_needed=_mfu(scale=1.1)))["mfu_needed"]
+    assert why.endswith("training takes 38.18 days, not 42: the utilisation is the share of the GPUs' peak that the "
+                        "run's training FLOPs need to fit in that many days")
+    assert "0.1636737747848859" not in why
 
 
 def test_mfu_without_seconds_per_day_is_rejected():
