@@ -149,7 +149,9 @@ def check_matmul_flops(solution) -> None:
                  (2 * batch_a * M * N * K, "the batch axes broadcast: the output's batch is their numpy "
                                            "broadcast, not a's batch alone"),
                  (2 * batch_a * batch_b * M * N * K, "the batch axes broadcast, they do not multiply: (8,) and "
-                                                     "(8,) make a batch of 8, not 64")]
+                                                     "(8,) make a batch of 8, not 64"),
+                 (want // 2, "that is exactly half: one FLOP per multiply-add; the convention (and the engine) "
+                             "counts the multiply and the add, 2 FLOPs")]
         hint = next((why for flops, why in slips if got == flops), "")
         raise CheckFailed(f"{what} = {got:,}, the engine counts {want:,}" + (f": {hint}" if hint else ""))
 

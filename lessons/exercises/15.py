@@ -15,7 +15,7 @@ from .common import CheckFailed, tensor_result
 def check_lora_forward(solution) -> None:
     """Against nn.Linear holding the same W, A, B (float64), and numpy; then the gradient reaching A and B."""
     r = np.random.default_rng(13)
-    N, d_in, d_out, rank, alpha = 5, 12, 10, 3, 6.0
+    N, d_in, d_out, rank, alpha = 5, 14, 10, 3, 6.0
     W, A, B = r.standard_normal((d_out, d_in)), r.standard_normal((rank, d_in)), r.standard_normal((d_out, rank))
     xn = r.standard_normal((N, d_in))
     layer = nn.Linear(d_in, d_out, generator=tb.Generator(0), dtype=tb.float64, lora_rank=rank, lora_alpha=alpha)
@@ -37,6 +37,10 @@ def check_lora_forward(solution) -> None:
                                             f"alpha / r = {alpha / rank:g}"),
                  (lora(scale=1.0), f"the update is not scaled: multiply (x A^T) B^T by alpha / r = {alpha / rank:g}"),
                  (lora(W=np.zeros_like(W)), "the frozen term x W^T is missing: LoRA adds to the layer's output")]
+        slips += [(lora(scale=alpha / n), f"the scale is alpha / {n}, with r read from the wrong axis: {n} is "
+                                          f"{what}; the rank r = {rank} is the axis that A and B share, A's rows "
+                                          "and B's columns")
+                  for n, what in ((d_out, "d_out, B's rows"), (d_in, "d_in, A's columns"))]
         hint = next((h for (value, _), h in slips if np.abs(got - value).max() < 1e-10), "")
         raise CheckFailed(f"lora_forward is off by up to {err:.3g} from nn.Linear with the same W, A, B "
                           f"(d_in {d_in}, d_out {d_out}, r {rank}, alpha {alpha:g})" + (f": {hint}" if hint else ""))

@@ -121,7 +121,9 @@ def _decode_hint(cfg, context_len, batch, b, got, want, of) -> str:
                                                              "n_heads x d_head per layer per sequence"),
              (of(flops, weights + cfg.vocab_size * cfg.d_model, cache_numbers),
               "the embedding is a lookup of one row per token, not a weight the step reads whole"),
-             (of(flops, weights, cache_numbers // 2), "the cache holds K and V: 2 tensors per layer")]
+             (of(flops, weights, cache_numbers // 2), "the cache holds K and V: 2 tensors per layer"),
+             (of(flops // 2, weights, cache_numbers), "half the FLOPs: one FLOP per weight (and per product in "
+                                                      "attention); each is a multiply and an add, 2 FLOPs")]
     return next((": " + why for value, why in slips if not math.isclose(value, want, rel_tol=1e-9)
                  and math.isclose(got, value, rel_tol=1e-9)), "")
 

@@ -133,6 +133,8 @@ def check_training_mfu(solution) -> None:
         six_n = 6 * accounting.total_params(cfg) * B * L / (devices * peak * seconds)
         ratios = [(1 / 3, "that counts the forward only; a training step is forward + backward, 3 x the forward's "
                           "matmuls"),
+                  (1 / 2, "that is exactly half: one FLOP per weight and token; each is a multiply and an add, "
+                          "2 FLOPs"),
                   (devices, "the step runs on n_devices devices: divide by all of their peaks"),
                   (1 / B, "the step trains batch sequences, not one"),
                   (100, "that is a percentage; return the fraction")]

@@ -82,6 +82,13 @@ def test_matmul_flops_multiplying_the_batches_is_rejected_with_the_reason():
     assert "4,194,304" in why and "do not multiply" in why
 
 
+def test_matmul_flops_counting_one_flop_per_multiply_add_is_rejected_with_the_reason():
+    half = lambda a, b: solution(3).matmul_flops(a, b) // 2                                   # noqa: E731
+    why = failures(3, solution(3, matmul_flops=half))["matmul_flops"]
+    assert why == ("matmul_flops((2, 3), (3, 4)) = 24, the engine counts 48: that is exactly half: one FLOP per "
+                   "multiply-add; the convention (and the engine) counts the multiply and the add, 2 FLOPs")
+
+
 def test_matmul_flops_as_a_float_is_rejected():
     as_float = lambda a, b: float(solution(3).matmul_flops(a, b))                            # noqa: E731
     assert "must return an int; got float" in failures(3, solution(3, matmul_flops=as_float))["matmul_flops"]

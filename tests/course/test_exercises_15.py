@@ -26,6 +26,34 @@ def test_a_lora_scale_upside_down_is_rejected():
     assert "upside down: r / alpha = 0.5, not alpha / r = 2" in why
 
 
+def test_the_lora_rank_from_b_is_rejected_with_the_reason():
+    wrong = lambda x, W, A, B, alpha: x @ W.T + (x @ A.T) @ B.T * (alpha / B.shape[0])      # noqa: E731
+    why = failures(15, solution(15, lora_forward=wrong))["lora_forward"]
+    assert why.endswith(": the scale is alpha / 10, with r read from the wrong axis: 10 is d_out, B's rows; the rank "
+                        "r = 3 is the axis that A and B share, A's rows and B's columns")
+
+
+def test_the_lora_rank_from_the_columns_of_a_is_rejected_with_the_reason():
+    wrong = lambda x, W, A, B, alpha: x @ W.T + (x @ A.T) @ B.T * (alpha / A.shape[1])      # noqa: E731
+    why = failures(15, solution(15, lora_forward=wrong))["lora_forward"]
+    assert "the scale is alpha / 14, with r read from the wrong axis: 14 is d_in, A's columns" in why
+
+
+def test_the_lora_starter_leaves_the_rank_to_the_learner():
+    from tinygrad_block import course
+    starter = course.exercises(15).starter
+    assert "A: (r, d_in)" in starter and "B: (d_out, r)" in starter and ".shape" not in starter
+
+
+def test_the_moe_starter_states_the_task_not_the_counts():
+    from tinygrad_block import course
+    starter = course.exercises(15).starter
+    task = starter[starter.index("def moe_params"):]
+    assert "(total, active)" in task and "cfg.experts_top_k" in task
+    for given in ("3 d_model x d_ff", "n_experts x d_model", "vocab_size x d_model", "two RMSNorm"):
+        assert given not in task, given
+
+
 def test_lora_with_the_wrong_gradient_of_b_is_rejected():
     def steep(x, W, A, B, alpha):
         return solution(15).lora_forward(x, W, A, B, alpha) + ((B - B.detach()) * 0.1).sum()   # right values

@@ -111,6 +111,14 @@ def test_intensity_reading_the_embedding_is_rejected():
     assert "lookup of one row per token" in _intensity_failure(embedding=True)
 
 
+def test_intensity_with_one_flop_per_weight_is_rejected():
+    half = lambda cfg, n, batch, b: solution(16).decode_intensity(cfg, n, batch, b) / 2        # noqa: E731
+    why = failures(16, solution(16, decode_intensity=half))["decode_intensity"]
+    assert why.startswith("decode_intensity(llama2-7b, context_len=1001, batch=1, bytes_per_element=2) = 0.5")
+    assert why.endswith("FLOPs per byte: half the FLOPs: one FLOP per weight (and per product in attention); each is "
+                        "a multiply and an add, 2 FLOPs")
+
+
 def _speed(combine=max, tokens="batch"):
     counts = _counts()
 
@@ -145,3 +153,4 @@ def test_speed_assuming_memory_bound_is_rejected():
 
 def test_speed_of_one_token_per_step_is_rejected():
     assert "batch tokens, not one" in _speed_failure(tokens="one")
+

@@ -94,6 +94,11 @@ def test_mfu_forward_only_is_rejected():
     assert "training_mfu(llama2-7b, batch=4, seq_len=4096" in why and "forward only" in why
 
 
+def test_mfu_with_one_flop_per_weight_is_rejected():
+    why = failures(17, solution(17, training_mfu=_mfu(scale=1 / 2)))["training_mfu"]
+    assert "training_mfu(llama2-7b, batch=4, seq_len=4096" in why and "exactly half: one FLOP per weight" in why
+
+
 def test_mfu_on_one_device_is_rejected():
     why = failures(17, solution(17, training_mfu=_mfu(scale=8)))["training_mfu"]
     assert "divide by all of their peaks" in why

@@ -4,7 +4,7 @@ from tinygrad_block import nn
 
 
 def lora_forward(x: tb.Tensor, W: tb.Tensor, A: tb.Tensor, B: tb.Tensor, alpha: float) -> tb.Tensor:
-    """A linear layer with a LoRA adapter:  y = x W^T + (alpha / r) (x A^T) B^T,  r = the rank = A.shape[0].
+    """A linear layer with a LoRA adapter:  y = x W^T + (alpha / r) (x A^T) B^T,  r the adapter's rank.
     x: (N, d_in); W: (d_out, d_in), frozen; A: (r, d_in); B: (d_out, r). Returns (N, d_out)."""
     raise NotImplementedError
 
@@ -23,10 +23,9 @@ def deepnorm_alpha_beta(n_layers: int) -> tuple:
 
 
 def moe_params(cfg: nn.BlockConfig) -> tuple:
-    """(total, active) parameters of nn.LM(cfg) for a config with a mixture of experts (cfg.n_experts SwiGLU
-    experts, cfg.experts_top_k of them used per token), from the config's numbers (not tinygrad_block.accounting).
-    Each block: attention W_Q, W_O (d_model x d_model) and W_K, W_V (d_model x n_kv_heads * d_head); two RMSNorm
-    gains of d_model; a router of n_experts x d_model; n_experts experts of 3 d_model x d_ff matrices. Around the
-    blocks: the embedding (vocab_size x d_model), a final norm (d_model) and the head (vocab_size x d_model, none
-    when cfg.tie_embeddings). Active: what one token uses, every block's idle experts left out."""
+    """(total, active) parameters of nn.LM(cfg) for a config with a mixture of experts (lesson 15, section 8):
+    every block holds cfg.n_experts SwiGLU experts where a dense block holds one FFN, and a router that picks
+    cfg.experts_top_k of them for each token. Total: every parameter of the model. Active: those one token's
+    forward pass uses. Work both out from the config's numbers (not tinygrad_block.accounting); like a dense
+    model, a mixture may tie its LM head to the embedding (cfg.tie_embeddings)."""
     raise NotImplementedError
