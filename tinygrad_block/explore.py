@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -37,6 +38,38 @@ BINS = 24                                   # histogram bars of a tensor's value
 SAMPLE = 200_000                            # values a histogram or statistic looks at, at most (evenly spaced)
 KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module",      # data-kind; the rest are tensors
          "kernel": "op", "fused": "op", "check": "op"}
+# Where the course teaches each op and module: primitive (or node kind) / module class -> (lesson, section heading).
+# A card links to the lesson's file; tests/graph/test_explore.py checks that every heading is in its lesson.
+LESSON_FILES = {1: "01_tensors_and_the_graph", 2: "02_backpropagation", 3: "03_broadcasting_and_matmul",
+                4: "04_from_text_to_probabilities", 5: "05_normalisation", 6: "06_attention",
+                7: "07_positions_and_sharing", 8: "08_feed_forward", 9: "09_the_prenorm_block", 15: "15_variants",
+                16: "16_inference", 18: "18_from_eager_to_compiled"}
+ELEMENTWISE = (1, "2. Primitives: forward, backward and FLOPs in one place")
+HEADS = (6, "6. Heads, and attention shape by shape")
+ROPE = (7, "1. RoPE turns pairs of dimensions")
+EMBEDDING = (4, "2. Ids to vectors: the embedding")
+OP_LESSONS = {
+    **dict.fromkeys(("neg", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "erf", "pow", "add", "sub", "mul",
+                     "div", "maximum", "compare", "where", "cast", "transfer"), ELEMENTWISE),
+    "expand": (3, "1. Broadcasting is an `expand`, and its backward sums"),
+    **dict.fromkeys(("sum", "max", "kthlargest"), (3, "2. Reductions: sum, mean and max")),
+    "matmul": (3, "3. A matmul costs $2MNK$ FLOPs"),
+    "reshape": HEADS, "permute": HEADS, "slice": ROPE, "pad": ROPE, "concat": ROPE,
+    "gather": EMBEDDING, "scatteradd": EMBEDDING, "setrows": (16, "1. Prefill and decode, with a KV cache"),
+    "tiledattention": (16, "6. Tiled attention: $O(L)$ kept for backward, and its FLOPs"),
+    "residual": (9, "2. The residual stream is a bus"),                          # node kinds, before labels
+    "accumulate": (2, "3. Gradients add up where a tensor is reused"),
+    **dict.fromkeys(("kernel", "fused", "check"), (18, "4. Which ops share a kernel, and why")),
+}
+MODULE_LESSONS = {
+    "Linear": (3, "5. `nn.Linear`: a matmul and a bias"), "Embedding": EMBEDDING,
+    "RMSNorm": (5, "1. Two norms, one token at a time"), "LayerNorm": (5, "1. Two norms, one token at a time"),
+    "Attention": HEADS, "MLP": (8, "2. The classic FFN: expand, activate, contract"),
+    "SwiGLU": (8, "3. GLU and SwiGLU: an FFN with a gate"), "PreNormBlock": (9, "1. The block in two lines"),
+    "PostNormBlock": (9, "6. Pre-norm against post-norm"), "ParallelBlock": (15, "5. The parallel block"),
+    "DeepNormBlock": (15, "2. DeepNorm"), "LM": (4, "3. The residual stream through the blocks"),
+    "MoE": (15, "8. Mixture of experts: total against active parameters"),
+}
 KERNEL_STYLE = {"kernel": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", color="#757575"',
                 "fused": 'shape=box, style="rounded,filled,bold", fillcolor="#f6d8ae", color="#e65100", penwidth=2',
                 "check": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffffff", color="#9e9e9e"'}
@@ -70,8 +103,17 @@ class Explorer:
         if path.suffix.lower() != ".html":
             raise ValueError(f"Explorer.save: {path} must end in .html")
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, self.html)
+        write_text(path, self.at(path))
         return path
+
+    def at(self, path: Path) -> str:
+        """The page as saved at `path`: its links to the lessons lead from that folder to the course's lessons/
+        (in a clone of the repository; elsewhere they stay relative, lessons/NN_name.py)."""
+        from .course import LESSONS
+        if not self.data.get("lessons") or not LESSONS.is_dir():
+            return self.html
+        root = Path(os.path.relpath(LESSONS, Path(path).resolve().parent)).as_posix()
+        return page(self.title, self.data | {"lesson_root": root + "/"})
 
     def _repr_html_(self) -> str:
         """The page in an inline frame, sandboxed: its script runs, in an origin of its own, away from the notebook."""
@@ -104,29 +146,32 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
             out = module(*inputs)
             if backward:
                 out.backward(ones_like(out))
-        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program)
+        classes = {path: type(m).__name__ for path, m in module.named_modules(name)}
+        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes)
     finally:
         for t, grad in zip(leaves, kept):
             t.grad = grad
 
 
 def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
-             show: list | None = None, program=None) -> Explorer:
+             show: list | None = None, program=None, classes: dict | None = None) -> Explorer:
     """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
     in `show` (default: all it holds, side by side). `program`: tb.jit's compiled program of the same call, shown
-    as a third phase, 'compiled' (not shown until asked for)."""
+    as a third phase, 'compiled', beside the two it runs. `classes` ({module path: class name}) links each module
+    to the lesson that teaches it, as every op is linked to its own."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
     if not isinstance(title, str):
         raise TypeError(f"explore: title must be a str, got {type(title).__name__} {title!r}")
     data = payload(graph, title=title, depth=depth, fold=fold, values=values, program=program)
+    teach(data, classes or {})
     if show is not None and not isinstance(show, (list, tuple)):
         raise TypeError(f"explore: show must be a list of phases, got {type(show).__name__} {show!r}")
     unknown = [p for p in show or () if p not in data["phases"]]
     if unknown:
         raise ValueError(f"explore: show={show!r} names {', '.join(map(repr, unknown))}, not a phase of this page; "
                          f"expected some of {', '.join(map(repr, data['phases']))}")
-    data["show"] = list(show or (p for p in data["phases"] if p != "compiled"))
+    data["show"] = list(show or data["phases"])
     return Explorer(page(title, data), title, data)
 
 
@@ -144,6 +189,24 @@ def page(title: str, data: dict) -> str:
 
 
 # ---------------------------------------------------------------- what the page holds
+def teach(data: dict, classes: dict) -> None:
+    """Each op and module names what teaches it (`teach`: a key of OP_LESSONS or MODULE_LESSONS; a node kind
+    before its label, so a residual add is the residual's), and the page holds those entries once (`lessons`:
+    key -> [file, lesson number, section]), with the folder the files are in (`lesson_root`)."""
+    used = {}
+    for n in data["nodes"]:
+        key = n["kind"] if n["kind"] in OP_LESSONS else n["label"] if n["data_kind"] == "op" else None
+        if key in OP_LESSONS:
+            n["teach"], used[key] = key, OP_LESSONS[key]
+    for path, m in data["modules"].items():
+        key = classes.get(path)
+        if key in MODULE_LESSONS:
+            m["teach"], used[key] = key, MODULE_LESSONS[key]
+    data["lessons"] = {key: [f"{LESSON_FILES[k]}.py", k, section] for key, (k, section) in used.items()}
+    data["lesson_root"] = "lessons/"
+
+
+
 def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool, program=None) -> dict:
     """Everything the script shows, as JSON-ready data: nodes and edges of each phase, the module tree; with a
     compiled program, its kernels as the phase 'compiled'."""

@@ -19,7 +19,8 @@ from conftest import block_program
 from tinygrad_block import accounting, cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
-from tinygrad_block.explore import ASSETS, Explorer, explorer
+from tinygrad_block.course import LESSONS
+from tinygrad_block.explore import ASSETS, LESSON_FILES, MODULE_LESSONS, OP_LESSONS, Explorer, explorer
 from tinygrad_block.fuse import kernel_steps
 from tinygrad_block.graph import record_graph
 
@@ -266,7 +267,7 @@ def kernels(page):
 def test_the_compiled_pane_holds_the_programs_kernels_in_order(compiled_tiny):
     _, page, _, program = compiled_tiny
     assert page.data["phases"] == ["forward", "backward", "compiled"]
-    assert page.data["show"] == ["forward", "backward"]                    # the eager panes open first
+    assert page.data["show"] == ["forward", "backward", "compiled"]        # the kernels beside what they run
     shown = kernels(page)
     described = str(program).splitlines()[2:]                             # '  12  div > add > sqrt  fused ...'
     assert len(shown) == len(program.kernels) == page.data["program"]["kernels"] == len(described)
@@ -430,3 +431,53 @@ def test_hostile_names_in_a_generated_kernels_source_reach_the_data_as_written_a
         [type(program.kernels[int(k["id"][1:])]).__name__ == "Generated" for k in shown]     # as the C compiler said
     data = re.search(r'<script id="data" type="application/json">(.*?)</script>', page.html, re.S).group(1)
     assert not re.search(r"[<>&]", data) and embedded(page.html) == page.data
+
+
+# ---------------------------------------------------------------- the lesson that teaches each op and module
+def subclasses(cls) -> list:
+    return [s for c in cls.__subclasses__() for s in (c, *subclasses(c))]
+
+
+@pytest.mark.parametrize("key, lesson", sorted((OP_LESSONS | MODULE_LESSONS).items()))
+def test_each_lesson_link_names_a_heading_of_its_lesson(key, lesson):
+    number, section = lesson
+    path = LESSONS / f"{LESSON_FILES[number]}.py"
+    assert path.name.startswith(f"{number:02d}_")
+    headings = re.findall(r"^# #{2,3} (.+)$", path.read_text(encoding="utf-8"), flags=re.M)
+    assert section in headings, f"{key}: no heading {section!r} in {path.name}"
+
+
+def test_every_primitive_and_every_module_class_has_a_lesson():
+    from tinygrad_block.function import Elementwise, Function, Movement, Reduce
+    from tinygrad_block.nn.block import Block
+    from tinygrad_block.nn.module import Module
+    bases = {Elementwise, Movement, Reduce}
+    assert {c.name for c in subclasses(Function) if c not in bases} <= set(OP_LESSONS)
+    assert {c.__name__ for c in subclasses(Module) if c is not Block and c.__module__.startswith("tinygrad_block.nn")
+            } == set(MODULE_LESSONS)
+
+
+def test_each_op_and_module_of_the_page_names_its_lesson(tiny):
+    block, _, page, graph, _ = tiny
+    data = page.data
+    ops = [n for n in data["nodes"] if n["data_kind"] == "op"]
+    assert ops and all(n["teach"] == (n["kind"] if n["kind"] in ("residual", "accumulate") else n["label"])
+                       for n in ops)
+    assert {path: m.get("teach") for path, m in data["modules"].items()} == \
+        {"block": "PreNormBlock", "block.norm1": "RMSNorm", "block.norm2": "RMSNorm", "block.attn": "Attention",
+         "block.ffn": "SwiGLU", **{f"block.{s}.{p}": "Linear" for s, ps in (("attn", "qkvo"), ("ffn", "gud"))
+                                   for p in [{"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
+                                              "g": "gate_proj", "u": "up_proj", "d": "down_proj"}[c] for c in ps]}}
+    used = {n["teach"] for n in ops} | {m["teach"] for m in data["modules"].values()}
+    assert data["lessons"] == {k: [f"{LESSON_FILES[v[0]]}.py", *v] for k, v in (OP_LESSONS | MODULE_LESSONS).items()
+                               if k in used}
+
+
+def test_a_saved_page_links_from_its_folder_to_the_lesson_files(tiny, tmp_path):
+    _, _, page, _, _ = tiny
+    path = page.save(tmp_path / "deep" / "er" / "page.html")
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', path.read_text(),
+                                flags=re.S)[1])
+    assert (path.parent / data["lesson_root"]).resolve() == LESSONS.resolve()
+    assert all((path.parent / data["lesson_root"] / f).is_file() for f, _, _ in data["lessons"].values())
+    assert page.data["lesson_root"] == "lessons/"              # unsaved (a notebook's frame): from the root

@@ -19,6 +19,7 @@ from conftest import block_program
 from tinygrad_block import cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
+from tinygrad_block.course import LESSONS
 from tinygrad_block.explore import explore
 from tinygrad_block.graph import record_graph
 from hostile import FINITE, NAMES, ROOT, TITLE, Affine, hostile
@@ -346,6 +347,23 @@ def test_stepping_with_the_arrow_key_visits_backward_ops_in_autograds_order(visi
     assert page.errors == []
 
 
+def test_stepping_backward_marks_the_forward_op_being_differentiated(visit, block):
+    """At each step, the forward op whose backward runs (autograd's `source`) is marked, and nothing else."""
+    g = block.graph
+    forward_ops = set(g.ops("forward"))
+    expected = [(g.nodes[n.source].label, ".".join(g.nodes[n.source].scope)) if n.source in forward_ops else None
+                for n in block.ops("backward")]
+    page = visit("block")
+    for k in range(25):
+        page.page.click("#step-next")
+        marked = [(n["label"], n["path"]) for n in page.nodes("forward") if "source" in n["classes"]]
+        assert marked == ([expected[k]] if expected[k] else [])
+        assert [n for n in page.nodes("forward") if "current" in n["classes"]] == []
+        if k == 20:
+            page.shot("block_step_21_source")
+    assert [n for n in expected[:25] if n] and page.errors == []
+
+
 def test_clicking_a_forward_op_highlights_the_backward_ops_that_differentiate_it(visit, block):
     i = block.index("forward", "matmul")
     grads = Counter((n.label, ".".join(n.scope)) for n in block.ops("backward") if n.source == i)
@@ -380,6 +398,116 @@ def test_backward_ops_inside_a_closed_box_highlight_the_box(visit, block):
     page.shot("block_click_norm1_output")
     hl = Counter((n["kind"], n["path"]) for n in page.nodes("backward") if "hl" in n["classes"])
     assert set(hl) == set(expected) and hl[("op", "block.norm1")] == expected[("op", "block.norm1")]
+    assert page.errors == []
+
+
+# ---------------------------------------------------------------- the card docked, zoom, fit and the legend
+def test_the_card_is_docked_beside_the_panes_and_covers_no_node(visit, program):
+    """Whatever the card shows (a kernel's source widens it), each node drawn in view takes its own clicks."""
+    page = visit("compiled")
+    page.page.click("#expand-all")
+    page.click({"id": "c" + program.plans[0].name[1:]})         # a generated kernel: the card at its widest
+    assert source_shown(page)
+    page.shot("compiled_card_docked")
+    card = page.page.locator("#card").bounding_box()
+    for pane in page.page.locator("section.pane").all():
+        box = pane.bounding_box()
+        assert box["x"] + box["width"] <= card["x"]             # the panes end where the card begins
+    covered = page.page.evaluate("""() => [...document.querySelectorAll('#panes g.node')].filter(g => {
+        const r = g.getBoundingClientRect(), x = r.x + r.width / 2, y = r.y + r.height / 2;
+        if (x < 0 || y < 0 || x >= innerWidth || y >= innerHeight) return false;
+        const pane = g.closest('section').getBoundingClientRect();
+        if (x < pane.left || x > pane.right || y < pane.top || y > pane.bottom) return false;   // scrolled away
+        return !g.contains(document.elementFromPoint(x, y)); }).map(g => g.id)""")
+    assert covered == []
+    assert page.errors == []
+
+
+def zooms(page: Loaded) -> dict:
+    """phase -> (the pane's zoom, its drawing's width in pixels)."""
+    return {p["phase"]: (float(p["zoom"]), p["width"]) for p in page.page.eval_on_selector_all(
+        "section.pane", "ps => ps.map(p => ({phase: p.dataset.phase, zoom: p.dataset.zoom, "
+        "width: p.querySelector('svg').getBoundingClientRect().width}))")}
+
+
+def test_zoom_buttons_scale_every_pane_and_fit_shows_each_graph_whole(visit):
+    page = visit("block")
+    page.page.click("#expand-all")
+    start = zooms(page)
+    page.page.click("#zoom-in")
+    page.page.click("#zoom-in")
+    assert {p: z for p, (z, _) in zooms(page).items()} == pytest.approx({p: z * 1.5625 for p, (z, _) in start.items()},
+                                                                          rel=2e-3)
+    assert all(w == pytest.approx(start[p][1] * 1.5625, rel=2e-3, abs=1) for p, (_, w) in zooms(page).items())
+    page.page.click("#zoom-out")
+    assert all(w == pytest.approx(start[p][1] * 1.25, rel=2e-3, abs=1) for p, (_, w) in zooms(page).items())
+    page.page.click("#zoom-fit")
+    page.shot("block_fit")
+    fits = page.page.eval_on_selector_all("section.pane", """ps => ps.map(p => {
+        const s = p.querySelector('svg').getBoundingClientRect(), r = p.getBoundingClientRect();
+        return [s.left >= r.left - 1, s.right <= r.right + 1, s.top >= r.top - 1, s.bottom <= r.bottom + 1,
+                p.scrollHeight <= p.clientHeight + 1]; })""")
+    assert fits == [[True] * 5, [True] * 5]
+    assert all(z < start[p][0] for p, (z, _) in zooms(page).items())        # expanded, the block needs shrinking
+    assert re.fullmatch(r"\d+% · \d+%", page.page.text_content("#zoom-text"))
+    page.page.click("#collapse-all")                            # a new drawing keeps the zoom chosen
+    assert {p: z for p, (z, _) in zooms(page).items()} == {p: z for p, (z, _) in zooms(page).items()}
+    assert page.errors == []
+
+
+def test_control_and_the_wheel_zoom_the_pane_under_the_mouse_only(visit):
+    page = visit("block")
+    start = zooms(page)
+    box = page.page.locator("section.pane[data-phase=backward]").bounding_box()
+    page.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.page.keyboard.down("Control")
+    page.page.mouse.wheel(0, -100)
+    page.page.keyboard.up("Control")
+    page.page.wait_for_function(f"document.querySelector('section.pane[data-phase=backward]').dataset.zoom "
+                                f"!= '{start['backward'][0]:.3f}'")
+    now = zooms(page)
+    assert now["backward"][0] == pytest.approx(start["backward"][0] * 1.1, rel=2e-3)
+    assert now["forward"] == start["forward"]
+    assert page.errors == []
+
+
+def test_the_legend_names_the_kinds_drawn_and_the_range_coloured_by(visit, block):
+    page = visit("block")
+    page.shot("block_legend_kind")
+    drawn = {n["kind"] for n in page.nodes()}
+    kinds = set(page.page.eval_on_selector_all("#legend [data-kind]", "ss => ss.map(s => s.dataset.kind)"))
+    view = {p: block.graph.view(1, backward=p == "backward") for p in ("forward", "backward")}
+    assert kinds == {n.kind for v in view.values() for n in v.nodes} and "box" in kinds and "module" in drawn
+    fills = page.page.eval_on_selector_all("#legend [data-kind] .swatch", "ss => ss.map(s => s.style.background)")
+    assert len(set(fills)) >= 4                                 # each kind its own colour, as graphviz draws it
+    page.page.select_option("#colour", "flops")
+    page.shot("block_legend_flops")
+    largest = {p: max(n.flops for n in v.nodes) for p, v in view.items()}
+    text = page.page.inner_text("#legend")
+    mega = {p: f"{n / 1e6:.2f} MFLOPs" for p, n in largest.items()}
+    assert min(largest.values()) >= 1e6 and "log scale" in text
+    assert f"the largest drawn: forward {mega['forward']}, backward {mega['backward']}" in text
+    assert page.page.locator("#legend .ramp").count() == 1
+    assert page.errors == []
+
+
+def test_each_card_links_to_the_lesson_and_section_that_teach_it(visit, pages):
+    """The attention box, a matmul in it and the gradients' meeting, each to its lesson's file beside the page's
+    folder (tmp_path here: the link climbs to the repository's lessons/)."""
+    page = visit("block")
+    checks = [("module", "block.attn", None, "06_attention.py", "6. Heads, and attention shape by shape"),
+              ("op", "block", "+", "02_backpropagation.py", "3. Gradients add up where a tensor is reused")]
+    for kind, path, label, file, section in checks:
+        found = [n for n in page.nodes(None, kind) if n["path"] == path and label in (None, n["label"])]
+        page.hover(found[-1])
+        link = page.page.locator("#card a.lesson")
+        href = link.get_attribute("href")
+        assert (pages["block"].parent / href).resolve() == LESSONS.resolve() / file
+        assert page.card()["lesson"] == f"lesson {int(file[:2])}, {section}"
+    page.shot("block_card_lesson")
+    page.page.click("#expand-all")
+    page.hover(page.node("forward", "op", "block.attn.q_proj", "matmul"))
+    assert page.card()["lesson"] == "lesson 3, 3. A matmul costs $2MNK$ FLOPs"
     assert page.errors == []
 
 
@@ -443,8 +571,11 @@ def kernel_steps(program, kind: str | None = None) -> list:
 
 def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
     page = visit("compiled")
+    page.shot("compiled_loaded")
     assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == \
-        ["forward", "backward"]                                     # the eager panes first
+        ["forward", "backward", "compiled"]                         # the kernels beside what they run
+    assert all(page.nodes(phase) for phase in ("forward", "backward", "compiled"))
+    assert page.page.get_attribute("#phase-all", "class") == "on"
     page.page.click("#phase-compiled")
     assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == ["compiled"]
     title = page.page.inner_text("section.pane h2")

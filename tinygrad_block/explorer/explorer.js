@@ -1,7 +1,7 @@
 // The graph explorer's script: it shows and hides what Python put in the page (the JSON in #data), and asks
 // graphviz (Viz, compiled to WebAssembly, inside the page) to lay out what is shown. State: which modules are open,
-// which phases are shown, the op selected, the backward step, the search, the colouring and the language of the
-// generated source a kernel's card shows.
+// which phases are shown, the op selected, the backward step, the search, the colouring, each pane's zoom and the
+// language of the generated source a kernel's card shows.
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
 const byId = Object.fromEntries(D.nodes.map(n => [n.id, n]));
@@ -12,6 +12,8 @@ const steps = D.nodes.filter(n => n.order !== undefined).sort((a, b) => a.order 
 let shown = D.show;
 let selected = null, step = -1, query = "", colour = "none", viz = null;
 let language = "c";                // the generated source a kernel's card shows: "c" or "cuda"
+const scales = {};                 // phase -> the zoom chosen (times graphviz's size); none yet: fit the pane's width
+const largest = {};                // phase -> the largest cost drawn, for the legend of "colour by"
 
 const fmt = n => n.toLocaleString("en-US");
 const shape = s => "(" + s.join(", ") + (s.length === 1 ? "," : "") + ")";
@@ -83,6 +85,7 @@ function dot(phase) {
     if (!items.has(id)) items.set(id, id.startsWith("m:") ? modules[boxPath(id)].parent : n.path);
   }
   const max = colour === "none" ? 0 : Math.max(0, ...[...items.keys()].map(id => cost(id, phase)));
+  largest[phase] = max;
   const decl = id => {
     const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '"';
     if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(boxPath(id), phase)) + fill + "];";
@@ -136,13 +139,74 @@ function render() {
     const svg = viz.renderSVGElement(dot(phase));
     panes.appendChild(pane);
     pane.appendChild(svg);
-    const natural = parseFloat(svg.getAttribute("width")) * 4 / 3;            // points -> pixels
-    const scale = Math.min(1, Math.max(0.75, (pane.clientWidth - 4) / natural));  // fit, but keep text readable
-    svg.setAttribute("width", Math.round(natural * scale) + "px");
+    svg.dataset.width = parseFloat(svg.getAttribute("width")) * 4 / 3;        // points -> pixels
+    svg.dataset.height = parseFloat(svg.getAttribute("height")) * 4 / 3;
     svg.removeAttribute("height");
+    size(pane);
+    pane.addEventListener("wheel", e => {          // Ctrl + wheel, and a touchpad's pinch, zoom the pane under it
+      if (!e.ctrlKey) return;
+      e.preventDefault();
+      zoom(e.deltaY < 0 ? 1.1 : 1 / 1.1, [pane]);
+    }, {passive: false});
     decorate(svg, phase);
   }
   highlight();
+  legend();
+}
+
+// Zoom: each pane's graph drawn at the scale chosen for its phase; by default as wide as the pane, but no smaller
+// than 3/4 of graphviz's size (text stays readable) nor larger than it.
+function size(pane) {
+  const svg = pane.querySelector("svg"), phase = pane.dataset.phase;
+  const scale = scales[phase] ?? Math.min(1, Math.max(0.75, (pane.clientWidth - 4) / svg.dataset.width));
+  svg.setAttribute("width", Math.round(svg.dataset.width * scale) + "px");
+  pane.dataset.zoom = scale.toFixed(3);
+  document.getElementById("zoom-text").textContent = [...document.querySelectorAll("section.pane")]
+    .map(p => Math.round(100 * p.dataset.zoom) + "%").join(" · ");
+}
+const allPanes = () => [...document.querySelectorAll("section.pane")];
+function zoom(factor, panes = allPanes()) {
+  for (const pane of panes) {
+    scales[pane.dataset.phase] = Math.min(4, Math.max(0.02, pane.dataset.zoom * factor));
+    size(pane);
+  }
+}
+function fit() {                   // each graph whole in its pane
+  for (const pane of allPanes()) {
+    const svg = pane.querySelector("svg"), title = pane.querySelector("h2");
+    const room = [pane.clientWidth - 4, pane.clientHeight - title.offsetHeight - 16];
+    scales[pane.dataset.phase] = Math.min(room[0] / svg.dataset.width, room[1] / svg.dataset.height);
+    size(pane);
+  }
+}
+
+// The legend of what the colours mean now: the kinds of node drawn, or the ramp of the cost coloured by.
+const KIND_NAMES = {op: "primitive op", box: "module (click to open)", residual: "residual add",
+  accumulate: "gradients add up", param: "parameter", input: "input", const: "constant", grad: "gradient (∂)",
+  kernel: "kernel", fused: "fused kernel", check: "index check"};
+const paint = style => {           // a node style's fill and line colours, as graphviz reads them
+  const fill = /fillcolor="([^"]+)"/.exec(style), line = /(?:^|[ ,])color="([^"]+)"/.exec(style);
+  return '<span class="swatch" style="background:' + (fill ? fill[1] : "#ffffff") + ";border-color:" +
+    (line ? line[1] : "#777777") + '"></span>';
+};
+const outline = (line, what) => '<span><span class="swatch" style="border-color:' + line + ';border-width:3px">' +
+  "</span>" + what + "</span>";
+function legend() {
+  const el = document.getElementById("legend");
+  let items;
+  if (colour === "none") {
+    const kinds = new Set([...document.querySelectorAll("#panes g.node")].map(g =>    // the kinds drawn now
+      g.id.startsWith("m:") ? "box" : byId[g.id].kind));
+    items = Object.keys(KIND_NAMES).filter(k => kinds.has(k)).map(k =>
+      '<span data-kind="' + k + '">' + paint(D.style[k]) + KIND_NAMES[k] + "</span>");
+  } else {
+    const unit = colour === "flops" ? "FLOPs" : "B";
+    items = ['<span>' + (colour === "flops" ? "FLOPs" : "bytes read and written") + ", log scale:</span>",
+      '<span>0 <span class="ramp" style="background:linear-gradient(to right,#ffffff,#ff3737)"></span> ' +
+      "the largest drawn: " + shown.map(p => p + " " + human(largest[p] || 0, unit)).join(", ") + "</span>"];
+  }
+  el.innerHTML = "<b>colours</b> " + items.join("") + outline("#d81b60", "selected, and its ops in the other phases") +
+    (steps.length ? outline("#ff6f00", "backward step") + outline("#6a1b9a", "the forward op it differentiates") : "");
 }
 
 function decorate(svg, phase) {
@@ -186,7 +250,9 @@ const kernelCount = () => fmt(D.program.kernels) + " kernels for " + fmt(D.progr
   fmt(D.program.fused) + " of them fused chains";
 function highlight() {
   const hl = new Set(selected ? linked(selected).map(i => drawnAs(byId[i])) : []);
-  const cur = step >= 0 ? new Set(linked(steps[step].id).map(i => drawnAs(byId[i]))) : new Set();
+  const now = step >= 0 ? steps[step] : null;
+  const cur = new Set(now ? linked(now.id).filter(i => i !== now.source).map(i => drawnAs(byId[i])) : []);
+  const src = new Set(now && now.source ? [drawnAs(byId[now.source])] : []);     // the forward op differentiated
   const matches = new Set(), boxes = new Set();
   if (query) for (const n of D.nodes) {
     if (shown.includes(n.phase) && (n.label + " " + n.path + " " + n.step).toLowerCase().includes(query)) {
@@ -197,6 +263,7 @@ function highlight() {
   for (const g of document.querySelectorAll("#panes g.node")) {
     g.classList.toggle("hl", hl.has(g.id));
     g.classList.toggle("current", cur.has(g.id));
+    g.classList.toggle("source", src.has(g.id));
     g.classList.toggle("match", matches.has(g.id));
     g.classList.toggle("dim", query !== "" && !matches.has(g.id));
   }
@@ -221,12 +288,11 @@ function reveal(n) {               // open every module on the node's path, so i
 // The card: what a learner asks of a node or a module; back to the selected op or the step when the mouse leaves.
 function rest() {
   const n = step >= 0 ? steps[step] : selected ? byId[selected] : null;
-  if (n) card(nodeCard(n)); else document.getElementById("card").hidden = true;
+  card(n ? nodeCard(n) : EMPTY);
 }
+const EMPTY = '<p class="empty">Hover over a node or a box, or click an op, to read its shapes and costs here.</p>';
 function card(html) {
-  const el = document.getElementById("card");
-  el.innerHTML = html;
-  el.hidden = false;
+  document.getElementById("card").innerHTML = html;
   source();
 }
 // A generated kernel's source, put in its block as text (never parsed as HTML), in the language chosen.
@@ -237,6 +303,11 @@ function source() {
   for (const b of document.querySelectorAll("#card button[data-language]")) b.classList.toggle("on", b.dataset.language === language);
 }
 const row = (k, v) => "<tr><td>" + k + "</td><td>" + v + "</td></tr>";
+const lesson = key => {            // the lesson and section that teach an op or a module, linked to the lesson's file
+  const l = key && D.lessons[key];
+  return l ? row("lesson", '<a class="lesson" target="_blank" href="' + esc(D.lesson_root + l[0]) + '">lesson ' +
+    l[1] + "</a>, " + esc(l[2])) : "";
+};
 function hist(s) {
   const max = Math.max(...s.hist), w = 300 / s.hist.length;
   const bars = s.hist.map((c, i) => '<rect x="' + (i * w) + '" y="' + (40 - 40 * c / max) + '" width="' + (w - 1) +
@@ -263,7 +334,7 @@ function kernelCard(n) {
     row("bytes", "read " + fmt(n.bytes_read) + ", written " + fmt(n.bytes_written)) +
     (n.kind === "fused" ? row("fused", fmt(n.bytes_saved) + " bytes of intermediate results never written" + (n.source ? ": they stay in the loop's registers" : ": each op after the first writes in place into the first one's result")) : "") +
     (n.runs.length < n.ops.length && n.kind !== "check" ? row("folded", "runs in a layer the fold stands for; these are its counterparts") : "") +
-    row("code", esc(n.code)) + "</table>" + (n.source ? '<div class="source"><span>' +
+    row("code", esc(n.code)) + lesson(n.teach) + "</table>" + (n.source ? '<div class="source"><span>' +
       '<button data-language="c">C</button><button data-language="cuda">CUDA</button></span>' +
       '<pre class="source" data-id="' + esc(n.id) + '"></pre></div>' : "");
 }
@@ -285,7 +356,7 @@ function nodeCard(n) {
     (D.phases.includes("compiled") && n.data_kind === "op" ? row("compiled", n.kernel ? "run by " +
       (byId[n.kernel].kind === "fused" ? "a fused kernel: " + esc(byId[n.kernel].ops.join(" > ")) : "its own kernel") :
       "no kernel: the compiled program broadcasts on the fly") : "") +
-    (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
+    lesson(n.teach) + (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
     stats(n.value, "value") + stats(n.grad, "gradient") + "</table>";
 }
 function moduleCard(path, phase) {
@@ -298,7 +369,8 @@ function moduleCard(path, phase) {
       " primitives, " + fmt(t.flops.compiled) + " FLOPs") : "") +
     row("activations", human(t.activation_bytes, "B") + " written by its forward ops") +
     row("bytes moved", human(t.bytes[phase], "B") + " read and written, " + phase) +
-    (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + "</table>";
+    (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + lesson(m.teach) +
+    "</table>";
 }
 
 // Stepping through the backward pass in autograd's order.
@@ -316,6 +388,7 @@ function go(k) {
   mark();
   card(nodeCard(n));
   into(drawnAs(n));
+  if (n.source) into(drawnAs(byId[n.source]));
 }
 function into(id) {                // scroll the drawn node into the middle of its pane
   const g = document.getElementById(id);
@@ -350,6 +423,9 @@ function controls() {
     if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); into(drawnAs(n)); }
   });
   document.getElementById("colour").addEventListener("change", e => { colour = e.target.value; render(); });
+  document.getElementById("zoom-in").addEventListener("click", () => zoom(1.25));
+  document.getElementById("zoom-out").addEventListener("click", () => zoom(1 / 1.25));
+  document.getElementById("zoom-fit").addEventListener("click", fit);
   document.getElementById("card").addEventListener("click", e => {
     if (e.target.dataset.language) { language = e.target.dataset.language; source(); }
   });
@@ -369,5 +445,6 @@ Viz.instance().then(v => {
   viz = v;
   controls();
   render();
+  card(EMPTY);
   document.body.dataset.ready = "true";
 });
