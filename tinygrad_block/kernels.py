@@ -173,9 +173,10 @@ class Kernel:
         result exactly. A sum in numpy's order: below 8 elements one by one from 0; up to 128, eight running sums
         over every eighth element, added in pairs, then the rest; above, the two halves (split at a multiple of 8)
         summed apart and added. A max from the first element on, as numpy's maximum.reduce answers: a NaN wins, and
-        of two equal values the later (which decides the sign of a zero)."""
+        of two equal values the later (which decides the sign of a zero). A mask input (a comparison's bool) is
+        read as the bytes it is stored in, as the kernel's own parameters read it."""
         t, zero = TYPES[self.dtype], "0.0" if self.dtype == "float64" else "0.0f"
-        params = ", ".join(f"const {t} *{op.name}" for op in self.inputs)
+        params = ", ".join(f"const {'unsigned char' if op.dtype == 'bool' else t} *{op.name}" for op in self.inputs)
         names = ", ".join(op.name for op in self.inputs)
         one = Kernel(self.name, (self.shape[-1],), self.dtype,
                      [Operand(op.name, op.shape, op.dtype, op.strides[-1:]) for op in self.inputs],

@@ -84,54 +84,56 @@ class LM(Module):
 
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  generator: Generator | None = None, use_cache: bool = True, on_token=None,
-                 jit: bool | None = None) -> Tensor:
+                 jit: bool | None = None, top_p: float | None = None) -> Tensor:
         """ids (B, L) -> (B, L + max_new_tokens): the prompt followed by tokens chosen one at a time from the
         last position's logits: greedy by default, as in transformers (temperature 0: the argmax, the first one on
-        ties; nothing is drawn, so top_k and generator are not used); at a temperature > 0, drawn from
-        softmax(logits / temperature) over the top_k largest (all when None), from `generator`, which sampling
-        needs. With use_cache (the default) the prompt runs once into
-        a StaticKVCache of L + max_new_tokens positions (prefill), then each step runs only the newest token
-        (decode): compiled with tb.jit when `jit` (the first two steps run eagerly while they are captured, the
-        rest replay), eagerly otherwise; by default compiled everywhere but on a GPU whose replays have not been
-        checked against eager yet (cuda.jit_by_default). Without use_cache each step recomputes the whole sequence.
-        Runs under no_grad. `on_token(i, new)`, when given, is called as each new token is chosen (i = 0, 1, ...;
-        new: (B,) ids), so a caller can show or time the tokens as they come."""
-        self._check_generate(ids, max_new_tokens, temperature, top_k, generator)
+        ties; nothing is drawn, so top_k, top_p and generator are not used); at a temperature > 0, drawn from
+        softmax(logits / temperature) over the top_k largest (all when None), then over the nucleus of probability
+        top_p of those (the smallest set of the likeliest whose probabilities sum to >= top_p; all when None),
+        from `generator`, which sampling needs (nn/decode.py: sampled_logits). With use_cache (the default) the
+        prompt runs once into a StaticKVCache of L + max_new_tokens positions (prefill), then each step runs only
+        the newest token (decode): compiled with tb.jit when `jit` (the first two steps run eagerly while they are
+        captured, the rest replay), eagerly otherwise; by default compiled everywhere but on a GPU whose replays
+        have not been checked against eager yet (cuda.jit_by_default). Without use_cache each step recomputes the
+        whole sequence. Runs under no_grad. `on_token(i, new)`, when given, is called as each new token is chosen
+        (i = 0, 1, ...; new: (B,) ids), so a caller can show or time the tokens as they come."""
+        self._check_generate(ids, max_new_tokens, temperature, top_k, generator, top_p)
         B, L = ids.shape
         if max_new_tokens == 0:
             return ids
         jit = jit_by_default(self.embed.weight.device) if jit is None else jit
         with no_grad():
             if not use_cache:
-                return self._recompute(ids, max_new_tokens, temperature, top_k, generator, on_token)
-            decoder = self.decoder(B, L + max_new_tokens, temperature, top_k, jit=jit)
+                return self._recompute(ids, max_new_tokens, temperature, top_k, top_p, generator, on_token)
+            decoder = self.decoder(B, L + max_new_tokens, temperature, top_k, top_p=top_p, jit=jit)
             new = decoder.tokens(ids, max_new_tokens, on_token, generator)        # (B, 1) each
             return concat([ids, *new], axis=1)                                    # (B, L + max_new_tokens)
 
     def decoder(self, batch: int, max_len: int, temperature: float = 0.0, top_k: int | None = None, *,
-                jit: bool = True, fuse: bool = True) -> Decoder:
+                top_p: float | None = None, jit: bool = True, fuse: bool = True) -> Decoder:
         """A Decoder for these settings (nn/decode.py): the one made last, if it has them (its compiled step
         reused, so a second generate replays from its first step), else a new one, then kept. Generations from
         several threads share it safely: each runs in a cache of its own."""
-        want = (batch, max_len, temperature, top_k, jit, fuse if jit else None)
+        want = (batch, max_len, temperature, top_k, top_p, jit, fuse if jit else None)
         kept = getattr(self, "last_decoder", None)
         weight = self.embed.weight
         if kept is None or kept.settings != want or kept.made_for != (weight.dtype, weight.backend):
-            kept = self.last_decoder = Decoder(self, batch, max_len, temperature, top_k, jit=jit, fuse=fuse)
+            kept = self.last_decoder = Decoder(self, batch, max_len, temperature, top_k, top_p=top_p, jit=jit,
+                                               fuse=fuse)
         return kept
 
-    def _recompute(self, ids, max_new_tokens, temperature, top_k, generator, on_token) -> Tensor:
+    def _recompute(self, ids, max_new_tokens, temperature, top_k, top_p, generator, on_token) -> Tensor:
         """generate without a cache: every step runs the whole sequence so far."""
         B, tokens = ids.shape[0], ids
         for i in range(max_new_tokens):
             logits = self(tokens)[:, -1]                                          # (B, vocab_size)
-            new = next_token(logits, temperature, top_k, generator)               # (B,)
+            new = next_token(logits, temperature, top_k, generator, top_p)        # (B,)
             tokens = concat([tokens, new.reshape(B, 1)], axis=1)                  # (B, L + i + 1)
             if on_token is not None:
                 on_token(i, new)
         return tokens
 
-    def _check_generate(self, ids, max_new_tokens, temperature, top_k, generator) -> None:
+    def _check_generate(self, ids, max_new_tokens, temperature, top_k, generator, top_p) -> None:
         if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.dtype.kind not in "iu":
             what = f"{ids.dtype} {ids.shape}" if isinstance(ids, Tensor) else type(ids).__name__
             raise TypeError(f"generate: ids must be a Tensor of integer token ids of shape (B, L), got {what}")
@@ -149,6 +151,9 @@ class LM(Module):
         if top_k is not None and not (isinstance(top_k, numbers.Integral) and not isinstance(top_k, bool)
                                       and 1 <= top_k <= V):
             raise ValueError(f"generate: top_k must be None or an int in 1..vocab_size={V}, got {top_k!r}")
+        if top_p is not None and not (isinstance(top_p, numbers.Real) and not isinstance(top_p, bool)
+                                      and 0 < top_p <= 1):
+            raise ValueError(f"generate: top_p must be None or a number in (0, 1] (1: every token), got {top_p!r}")
         if temperature > 0 and not isinstance(generator, Generator):
             raise TypeError(f"generate: sampling at temperature {temperature} draws from an explicit generator: pass "
                             f"generator=tb.Generator(seed) (or temperature=0 for greedy), got {generator!r}")
