@@ -88,6 +88,7 @@ def _real(ok: Callable[[float], bool], expected: str):
 _fraction = _real(lambda v: 0 < v <= 1, "must be a number in (0, 1] (0.4 is 40 %)")     # a utilisation
 _positive_number = _real(lambda v: v > 0, "must be a number > 0")
 _temperature = _real(lambda v: v >= 0, "a temperature is a number >= 0 (0: greedy)")
+_top_p = _real(lambda v: 0 < v <= 1, "top-p is a probability in (0, 1] (1: every token)")
 
 
 def _count(text: str) -> int:
@@ -288,6 +289,8 @@ def generate_options(p) -> None:
     p.add_argument("--temperature", type=_temperature, default=0.0, metavar="T",
                    help="0 (the default): greedy, the likeliest token each time; > 0: sample, e.g. 0.8")
     p.add_argument("--top-k", type=_positive, default=None, metavar="K", help="sample among the K likeliest only")
+    p.add_argument("--top-p", type=_top_p, default=None, metavar="P",
+                   help="sample among the fewest likeliest tokens whose probabilities sum to >= P (after --top-k)")
     p.add_argument("--seed", type=_seed, default=0, metavar="S",
                    help="the sampling generator's seed, when --temperature > 0 (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
@@ -476,7 +479,7 @@ def generate_data(args: argparse.Namespace) -> dict:
     """Generate; Ctrl-C prints what was generated so far (the text, or --json's dict) and one line, status 130."""
     try:
         return report.generate_data(args.path, prompt=args.prompt, ids=args.ids, max_new_tokens=args.max_new_tokens,
-                                    temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                                     use_cache=not args.no_cache, jit=compiled_or_not(args, "generate"),
                                     device=args.device)
     except report.GenerationStopped as e:

@@ -277,7 +277,7 @@ class GenerationStopped(Exception):
 
 def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = None, max_new_tokens: int = 100,
                   temperature: float = 0.0, top_k: int | None = None, seed: int = 0, use_cache: bool = True,
-                  jit: bool | None = None, device: str = "cpu") -> dict:
+                  jit: bool | None = None, device: str = "cpu", top_p: float | None = None) -> dict:
     """Check the checkpoint's config, tokenizer and prompt; load the weights; LM.generate the tokens (prefill,
     then one token at a time: compiled with tb.jit when `jit` is True, eagerly when False; None: compiled except on
     a GPU whose replays are not yet checked, cuda.jit_by_default), timing each as it arrives. Ctrl-C while it runs
@@ -293,7 +293,7 @@ def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = No
     bar = tqdm(total=max_new_tokens, desc="decode", unit="token", leave=False, disable=None)
     chosen, times = [], []                                           # each new token, and when it was chosen
     run = {"folder": folder, "ids": ids, "tokenizer": tokenizer, "asked": max_new_tokens, "cache": use_cache,
-           "jit": jit, "temperature": temperature, "top_k": top_k, "seed": seed, "times": times}
+           "jit": jit, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "times": times}
 
     def arrived(i, new):
         chosen.append(int(new.numpy()[0]))                           # the token is on the host: its time is real
@@ -304,7 +304,7 @@ def generate_data(path, *, prompt: str | None = None, ids: list[int] | None = No
         model = LM.from_pretrained(folder, device=device)
         run["start"] = time.perf_counter()
         model.generate(tensor([ids], dtype=int64, device=device), max_new_tokens, temperature, top_k,
-                       Generator(seed), use_cache=use_cache, on_token=arrived, jit=jit)
+                       Generator(seed), use_cache=use_cache, on_token=arrived, jit=jit, top_p=top_p)
     except KeyboardInterrupt:
         bar.close()
         raise GenerationStopped(_generated(run, model, chosen) | {"stopped": True}) from None
@@ -323,7 +323,8 @@ def _generated(run: dict, model: LM | None, chosen: list[int]) -> dict:
             "new_tokens": len(chosen), "asked": run["asked"], "stopped": False, "cache": run["cache"],
             "compiled": compiled, "captured": calls.captures if calls else 0,
             "replayed": calls.replays if calls else 0, "temperature": run["temperature"], "top_k": run["top_k"],
-            "seed": run["seed"], "ids": tokens, "tokenizer": tokenizer.name if tokenizer else None,
+            "top_p": run["top_p"], "seed": run["seed"], "ids": tokens,
+            "tokenizer": tokenizer.name if tokenizer else None,
             "text": shown_text(tokenizer, tokens) if tokenizer else None,
             "prefill_s": prefill_s, "decode_s": decode_s,
             "decode_tokens_per_s": (len(times) - 1) / decode_s if decode_s else 0.0}

@@ -97,3 +97,33 @@ def test_the_tour_ends_at_the_first_lesson_where_the_lessons_are(tmp_path, comma
     last = command_line.out("tour", "--out-dir", tmp_path / "b").splitlines()[-1]
     assert "repository's lessons/ folder" in last and "installed package does not hold them" in last
     assert "-m tinygrad_block lesson" not in last and "pip install -e '.[viz,notebook]'" in last
+
+
+# ---------------------------------------------------------------- generate --top-p
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from tinygrad_block import nn
+    folder = tmp_path_factory.mktemp("tiny")
+    nn.LM(nn.preset("tiny"), generator=tb.Generator(0)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("extra", [[], ["--eager"], ["--no-cache"]])
+@pytest.mark.parametrize("top_k, top_p", [(None, 0.5), (30, 0.9)])
+def test_generate_top_p_writes_what_lm_generate_writes(tiny_checkpoint, extra, top_k, top_p, command_line):
+    from tinygrad_block import nn
+    argv = ["generate", tiny_checkpoint, "--ids", "5 17 3", "--max-new-tokens", "10", "--temperature", "1.1",
+            "--seed", "4", "--top-p", str(top_p), *(["--top-k", str(top_k)] if top_k else []), *extra]
+    data = command_line.json(*argv)
+    model = nn.LM.from_pretrained(tiny_checkpoint)
+    ids = tb.tensor([[5, 17, 3]])
+    want = model.generate(ids, 10, temperature=1.1, top_k=top_k, top_p=top_p, generator=tb.Generator(4), jit=False)
+    plain = model.generate(ids, 10, temperature=1.1, top_k=top_k, generator=tb.Generator(4), jit=False)
+    assert data["ids"] == want.numpy()[0].tolist() != plain.numpy()[0].tolist()
+    assert (data["top_p"], data["top_k"]) == (top_p, top_k)
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan", "half"])
+def test_generate_refuses_a_top_p_outside_0_1_in_one_line(tiny_checkpoint, value, command_line):
+    err = command_line.mistake("generate", tiny_checkpoint, "--ids", "5", "--temperature", "1", "--top-p", value)
+    assert "--top-p" in err and "(0, 1]" in err and repr(value) in err and len(err.strip().splitlines()) == 1
