@@ -246,7 +246,10 @@ def exercise_options(p) -> None:
 
 
 def check_options(p) -> None:
+    p.add_argument("number", type=_lesson_number, nargs="?", default=None, metavar="NN")
     p.add_argument("file", nargs="?", default=None, metavar="FILE", help="your solutions (default exercise_NN.py)")
+    p.add_argument("--all", action="store_true", help="your progress through the course instead: every lesson's "
+                   "exercise_NN.py in this folder checked, one line a lesson")
 
 
 def train_options(p) -> None:
@@ -512,7 +515,7 @@ def lesson_data(args: argparse.Namespace) -> dict:
 
 
 def exercise_file(number: int) -> Path:
-    return Path(f"exercise_{number:02d}.py")
+    return course.learner_file(number)
 
 
 def exercise_data(args: argparse.Namespace) -> dict:
@@ -522,6 +525,13 @@ def exercise_data(args: argparse.Namespace) -> dict:
 
 
 def check_data(args: argparse.Namespace) -> dict:
+    if args.all:
+        if args.number is not None or args.file is not None:
+            raise CommandError("--all checks every lesson's exercise_NN.py in this folder: give it no lesson "
+                               "number or file")
+        return {"command": "check", "all": True, "lessons": course.progress()}
+    if args.number is None:
+        raise CommandError("give the lesson whose exercises to check, like `check 02`, or --all for every lesson")
     path = Path(args.file) if args.file else exercise_file(args.number)
     results = course.check(args.number, course.load_solution(path, args.number))
     return {"command": "check", "number": args.number, "path": str(path),
@@ -556,11 +566,37 @@ def exercise_text(data: dict) -> list[str]:
 
 
 def check_text(data: dict) -> list[str]:
+    if data.get("all"):
+        return progress_text(data["lessons"])
     results = data["results"]
     lines = [f"  {'ok  ' if r['why'] is None else 'FAIL'} {r['name']}" + ("" if r["why"] is None else f": {r['why']}")
              for r in results]
     passed = sum(r["why"] is None for r in results)
     return lines + [f"check {data['number']:02d}: {passed} of {len(results)} exercises pass ({data['path']})"]
+
+
+def progress_text(lessons: list[dict]) -> list[str]:
+    """One line a lesson (how many exercises pass, why its file does not run, or not started), then the total and
+    the command for the first lesson not done."""
+    lines = [f"  lesson {lesson['number']:02d}: " + lesson_progress_text(lesson) for lesson in lessons]
+    started = [lesson for lesson in lessons if lesson["passed"] is not None]
+    done = [lesson for lesson in started if not lesson["failing"]]
+    passed = sum(lesson["passed"] or 0 for lesson in lessons)
+    total = sum(len(lesson["exercises"]) for lesson in lessons)
+    todo = next((lesson for lesson in lessons if lesson["failing"]), None)
+    after = "" if todo is None else "; next: " + course.command(
+        "check" if todo["passed"] is not None else "exercise", f"{todo['number']:02d}")
+    return lines + [f"check --all: {passed} of {total} exercises pass; {len(done)} of {len(lessons)} lessons done, "
+                    f"{len(started) - len(done)} under way, {len(lessons) - len(started)} not started{after}"]
+
+
+def lesson_progress_text(lesson: dict) -> str:
+    if lesson["passed"] is None:
+        return "not started"
+    if lesson["problem"] is not None:
+        return lesson["problem"]
+    failing = f"; not yet: {', '.join(lesson['failing'])}" if lesson["failing"] else ""
+    return f"{lesson['passed']} of {len(lesson['exercises'])} exercises pass ({lesson['path']}){failing}"
 
 
 # ---------------------------------------------------------------- the command table
@@ -611,10 +647,11 @@ COMMANDS = {c.name: c for c in [
     Command("exercise", "write a lesson's exercises as a starter file to fill in", (lesson_number, exercise_options),
             exercise_data, exercise_text, mistakes=(course.CourseError,),
             description="Write exercise_NN.py: a lesson's exercises, each a function to write."),
-    Command("check", "check your solutions to a lesson's exercises", (lesson_number, check_options), check_data,
+    Command("check", "check your solutions to a lesson's exercises", (check_options,), check_data,
             check_text, mistakes=(course.CourseError,),
-            status=lambda data: 0 if all(r["why"] is None for r in data["results"]) else 1,
-            description="Run the lesson's checker on your file; each exercise passes or says why not."),
+            status=lambda data: 0 if data.get("all") or all(r["why"] is None for r in data["results"]) else 1,
+            description="Run the lesson's checker on your file; each exercise passes or says why not. With --all, "
+                        "your progress through the course: one line a lesson, then the total."),
     Command("train", TRAIN_HELP, (train_options, results_json_option), train_data, tables.train_text,
             description=TRAIN_HELP + " (docs/training.md)", mistakes=(ValueError, FileNotFoundError),
             status=lambda data: 0 if data.get("passed", True) else 1),   # the induction model missed its threshold

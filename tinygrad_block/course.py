@@ -299,3 +299,36 @@ def check(number: int, module) -> list[tuple[str, str | None]]:
         except Exception as e:  # the learner's code failed inside the check
             results.append((name, f"raised {type(e).__name__}: {e}"))
     return results
+
+
+# ---------------------------------------------------------------- the learner's progress through the course
+def learner_file(number: int, folder: Path = Path()) -> Path:
+    """exercise_NN.py in `folder`: where `exercise NN` writes lesson `number`'s starter by default, and where
+    `check NN` and `progress` look for the learner's work."""
+    return folder / f"exercise_{number:02d}.py"
+
+
+def lessons_with_exercises() -> list[int]:
+    """The numbers of the lessons that have a checker, lessons/exercises/NN.py, in order."""
+    return [int(p.stem) for p in sorted(_in_repository("exercises").glob("[0-9][0-9].py"))]
+
+
+def progress(folder: Path = Path()) -> list[dict]:
+    """Each lesson with exercises, as far as the learner's files in `folder` go (`learner_file`): its number, the
+    file, the names of its exercises, and `passed`, how many of them pass: None when there is no file yet, 0 when
+    the file does not run (`problem` says why, in one line); `failing` names the others."""
+    return [_lesson_progress(number, learner_file(number, folder)) for number in lessons_with_exercises()]
+
+
+def _lesson_progress(number: int, path: Path) -> dict:
+    names = [name for name, _ in exercises(number).checks]
+    lesson = {"number": number, "path": str(path), "exercises": names, "passed": None, "failing": names,
+              "problem": None}
+    if path.is_file():
+        try:
+            results = check(number, load_solution(path, number))
+            lesson["failing"] = [name for name, why in results if why is not None]
+        except CourseError as e:
+            lesson["problem"] = " ".join(str(e).split())                      # one line, whatever the error said
+        lesson["passed"] = len(names) - len(lesson["failing"])
+    return lesson
