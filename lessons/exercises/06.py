@@ -83,8 +83,9 @@ KEYS_TRANSPOSED = ("the transpose of k reversed all four of its axes, (B, H, L, 
 
 
 def _attention_result(solution, arrays: list, causal: bool) -> np.ndarray:
-    """The learner's attention on float64 tensors of `arrays` as numpy; when it raises, the slip of transposing k
-    whole is named if on a cube, (3, 3, 3, 3), where that transpose fits, it gives exactly the slip's result."""
+    """The learner's attention on float64 tensors of `arrays`, as numpy. When it raises, it runs again on a cube,
+    q, k, v of shape (3, 3, 3, 3), where k transposed whole fits: if it gives exactly that slip's result there, the
+    slip is named; any other error is the learner's own."""
     q, k, v = (tb.tensor(a, dtype=tb.float64) for a in arrays)
     try:
         return tensor_result(solution.attention(q, k, v, causal), "attention", arrays[0].shape)
@@ -98,7 +99,7 @@ def _attention_result(solution, arrays: list, causal: bool) -> np.ndarray:
         if got.shape != cube[0].shape or not np.allclose(got, _attention_np(*cube, causal, "every axis"), atol=1e-10):
             raise
         raise CheckFailed(f"attention(causal={causal}) on q, k, v of shape {arrays[0].shape} raised "
-                          f"{type(e).__name__}: {e}. {KEYS_TRANSPOSED}") from None
+                          f"{type(e).__name__}: {e}: {KEYS_TRANSPOSED}") from None
 
 
 
