@@ -126,18 +126,23 @@ class Explorer:
 
 
 def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool = True, values: bool | None = None,
-            title: str | None = None, compiled: bool = False) -> Explorer:
+            title: str | None = None, compiled: bool = False, check: bool = False) -> Explorer:
     """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
     its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
     adds each tensor's statistics and histogram, and gradients. `compiled` adds the program tb.jit makes of the
-    same call (measure.program_of): its kernels in a pane of their own. The gradients the module's parameters and
-    the inputs held before are put back afterwards, untouched."""
+    same call (measure.program_of): its kernels in a pane of their own. `check` (a transformer block and its input)
+    adds the gradient check (gradient_check): each backward op coloured by how far autograd is from manual/'s
+    hand-derived backward of the module around it. The gradients the module's parameters and the inputs held
+    before are put back afterwards, untouched."""
     from .tensor import ones_like
     values = all(getattr(t, "device", "meta") != "meta" for t in inputs) if values is None else values
     name = module.scope_name or type(module).__name__.lower()
     title = title or f"{name}: {type(module).__name__}, inputs {', '.join(str(tuple(t.shape)) for t in inputs)}"
     leaves = [*module.parameters(), *(t for t in inputs if t.requires_grad)]
     kept = [t.grad for t in leaves]             # the caller's gradients: set aside, so this backward adds to none
+    if check and len(inputs) != 1:
+        raise ValueError(f"explore: check=True runs a block on one input (B, L, d_model), got {len(inputs)} inputs")
+    checks = gradient_check(module, inputs[0]) if check else None
     try:
         program = program_of(module, *inputs, backward=backward) if compiled else None
         for t in leaves:
@@ -147,24 +152,29 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
             if backward:
                 out.backward(ones_like(out))
         classes = {path: type(m).__name__ for path, m in module.named_modules(name)}
-        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes)
+        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes,
+                        checks=checks)
     finally:
         for t, grad in zip(leaves, kept):
             t.grad = grad
 
 
 def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
-             show: list | None = None, program=None, classes: dict | None = None) -> Explorer:
+             show: list | None = None, program=None, classes: dict | None = None,
+             checks: dict | None = None) -> Explorer:
     """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
     in `show` (default: all it holds, side by side). `program`: tb.jit's compiled program of the same call, shown
     as a third phase, 'compiled', beside the two it runs. `classes` ({module path: class name}) links each module
-    to the lesson that teaches it, as every op is linked to its own."""
+    to the lesson that teaches it, as every op is linked to its own. `checks`: gradient_check's, for the colouring
+    "gradient check"."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"explore: depth must be an int >= 0, got {depth!r}")
     if not isinstance(title, str):
         raise TypeError(f"explore: title must be a str, got {type(title).__name__} {title!r}")
     data = payload(graph, title=title, depth=depth, fold=fold, values=values, program=program)
     teach(data, classes or {})
+    if checks is not None:
+        _mark_checks(data, checks)
     if show is not None and not isinstance(show, (list, tuple)):
         raise TypeError(f"explore: show must be a list of phases, got {type(show).__name__} {show!r}")
     unknown = [p for p in show or () if p not in data["phases"]]
@@ -277,6 +287,104 @@ def _merge_partial_sums(graph: Graph, nodes: list, ids: dict) -> None:
         mine, root = ids["backward"].get(i), ids["backward"].get(j)
         if mine in by_id and root and root != mine:
             by_id[mine]["merge"] = root
+
+
+# ---------------------------------------------------------------- the gradient check: autograd against manual/
+ROUND_OFF = 1e-10           # a difference at most this (float64, values near 1) is round-off, not a bug
+PAIRS = {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm", "Linear": "linear", "Attention": "attention",
+         "SwiGLU": "swiglu", "MLP": "ffn"}           # module class -> the manual/ pair that differentiates it
+
+
+def gradient_check(block, x) -> dict:
+    """For each module of `block` that a hand-derived pair of manual/ differentiates (PAIRS): the largest
+    |autograd - by hand| of the gradients flowing out of its backward (its input's, `dx`, and its parameters'),
+    the pair run on the very input and output gradient autograd's backward gave that module, so a wrong pair
+    shows where it lives and nowhere else. Run in float64 on a copy of the block: {path: {"pair", "max",
+    "parts": {gradient: difference}}}, and under "" the whole block's (block_forward / block_backward)."""
+    from .dtypes import float64
+    from .generator import Generator
+    from .tensor import Tensor
+    from .manual import block as mb
+    from .nn.block import Block
+    if not isinstance(block, Block) or block.cfg.lora_rank or block.cfg.n_experts > 1:
+        raise ValueError(f"explore: check=True compares a transformer block's backward with manual/'s hand-derived "
+                         f"one; got {type(block).__name__}" + (" with LoRA or experts, which manual/ lacks"
+                                                               if isinstance(block, Block) else ""))
+    cfg = block.cfg
+    mb.check_config(cfg)
+    twin = type(block)(cfg, generator=Generator(0), dtype=float64)
+    twin.load_state_dict({k: v.to(float64) for k, v in block.state_dict().items()})
+    twin.scope_name, name = block.scope_name, block.scope_name or type(block).__name__.lower()
+    seen = _watch(twin, name)
+    x64 = Tensor(x.numpy().astype("float64"), requires_grad=True)
+    out = twin(x64)
+    out.backward(out.ones_like())
+    checks = {path: _check(module, *seen[path], cfg) for path, module in twin.named_modules(name) if path in seen}
+    params = {k: p.numpy() for k, p in twin.named_parameters()}
+    ones = out.ones_like().numpy()
+    dx, grads = mb.block_backward(ones, mb.block_forward(x64.numpy(), params, cfg)[1])
+    parts = {"dx": _diff(x64.grad, dx)} | {k: _diff(p.grad, grads[k]) for k, p in twin.named_parameters()}
+    return checks | {"": {"pair": "block", "max": max(parts.values()), "parts": parts}}
+
+
+def _watch(block, name: str) -> dict:
+    """Have each module that a pair differentiates keep its input (a copy of its own, `x * 1.0`, so its gradient
+    is this module's alone) and its output, with their gradients: {path: (input, output)}."""
+    seen = {}
+    for path, module in block.named_modules(name):
+        if type(module).__name__ in PAIRS:
+            def forward(x, *args, _run=module.forward, _path=path, **kwargs):
+                mine = (x * 1.0).retain_grad()
+                out = _run(mine, *args, **kwargs).retain_grad()
+                seen[_path] = (mine, out)
+                return out
+            object.__setattr__(module, "forward", forward)
+    return seen
+
+
+def _check(module, x, out, cfg) -> dict:
+    """The pair of manual/ for this module, run on autograd's input and output gradient, against autograd."""
+    from .manual import attention, block as mb, linear
+    kind, arr = type(module).__name__, lambda t: None if t is None else t.numpy()
+    lin = lambda m: linear.Linear(m.weight.numpy(), arr(m.bias), None)        # noqa: E731
+    dout, x_ = out.grad.numpy(), x.numpy()
+    if kind == "Linear":
+        dx, grads = linear.linear_backward(dout, linear.linear_forward(x_, *lin(module))[1])
+    elif kind in ("RMSNorm", "LayerNorm"):
+        dx, grads = mb.norm_backward(dout, mb.norm_forward(x_, (arr(module.weight), arr(getattr(
+            module, "bias", None))), cfg)[1], cfg)
+    elif kind == "Attention":
+        projections = tuple(lin(getattr(module, p)) for p in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        dx, grads = attention.attention_backward(dout, mb.attn_forward(x_, projections, cfg, 0)[1])
+    else:
+        names = ("gate_proj", "up_proj", "down_proj") if kind == "SwiGLU" else ("up_proj", "down_proj")
+        cache = mb.ffn_sublayer_forward(x_, tuple(lin(getattr(module, p)) for p in names), cfg)[1]
+        dx, grads = mb.ffn_sublayer_backward(dout, cache, cfg)
+    grads = mb.flatten(grads)
+    parts = {"dx": _diff(x.grad, dx)} | {k: _diff(p.grad, grads[k]) for k, p in module.named_parameters()}
+    return {"pair": PAIRS[kind], "max": max(parts.values()), "parts": parts}
+
+
+def _diff(autograd, by_hand) -> float:
+    """max |autograd - by hand|; inf where the hand-derived gradient has another shape."""
+    a = autograd.numpy()
+    if getattr(by_hand, "shape", None) != a.shape:
+        return math.inf
+    d = float(abs(a - by_hand).max()) if a.size else 0.0
+    return d if math.isfinite(d) else math.inf
+
+
+def _mark_checks(data: dict, checks: dict) -> None:
+    """Each backward op names the innermost module around it that a pair checks (`check`); the page holds the
+    checks, with an infinite difference (a pair gone wrong) written as a very large one JSON can carry."""
+    for n in data["nodes"]:
+        if n["phase"] == "backward" and n["data_kind"] == "op":
+            paths = [".".join(n["scope"][:k]) for k in range(len(n["scope"]), 0, -1)]
+            n["check"] = next((p for p in paths if p in checks), None)
+    big = lambda d: min(d, 1e300)                                                # noqa: E731
+    data["check"] = {p: c | {"max": big(c["max"]), "parts": {k: big(v) for k, v in c["parts"].items()}}
+                     for p, c in checks.items()}
+    data["round_off"] = ROUND_OFF
 
 
 # ---------------------------------------------------------------- the compiled program's kernels

@@ -481,3 +481,62 @@ def test_a_saved_page_links_from_its_folder_to_the_lesson_files(tiny, tmp_path):
     assert (path.parent / data["lesson_root"]).resolve() == LESSONS.resolve()
     assert all((path.parent / data["lesson_root"] / f).is_file() for f, _, _ in data["lessons"].values())
     assert page.data["lesson_root"] == "lessons/"              # unsaved (a notebook's frame): from the root
+
+
+# ---------------------------------------------------------------- the gradient check
+def planted(monkeypatch, where: str) -> None:
+    """A bug of +0.25 on the input gradient of one hand-derived pair: swiglu's (the block's FFN) or linear's."""
+    from tinygrad_block.manual import block as mb, linear
+    module, name = (mb, "swiglu_backward") if where == "swiglu" else (linear, "linear_backward")
+    right = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda dout, cache: (lambda dx, g: (dx + 0.25, g))(*right(dout, cache)))
+
+
+def innermost(scope: list, paths) -> str | None:
+    """The innermost module path of a scope among `paths` (the hand derivation of which check an op shows)."""
+    found = [".".join(scope[:k]) for k in range(1, len(scope) + 1) if ".".join(scope[:k]) in paths]
+    return found[-1] if found else None
+
+
+@pytest.fixture(scope="module")
+def block_and_x():
+    g = tb.Generator(0)
+    return nn.TransformerBlock(CFG, generator=g), tb.randn(2, 8, CFG.d_model, generator=g, requires_grad=True)
+
+
+CHECKED = {"block.norm1": "rmsnorm", "block.attn": "attention", "block.norm2": "rmsnorm", "block.ffn": "swiglu",
+           **{f"block.attn.{p}_proj": "linear" for p in "qkvo"},
+           **{f"block.ffn.{p}_proj": "linear" for p in ("gate", "up", "down")}}
+
+
+def test_without_a_bug_every_module_agrees_with_its_hand_derived_pair_to_float64_round_off(block_and_x):
+    block, x = block_and_x
+    page = tb.explore(block, x, check=True)
+    checks = page.data["check"]
+    assert {p: c["pair"] for p, c in checks.items() if p} == CHECKED and checks[""]["pair"] == "block"
+    assert all(c["max"] < 1e-13 for c in checks.values()) and page.data["round_off"] == 1e-10
+    assert set(checks["block.attn"]["parts"]) == {"dx", *(f"{p}_proj.weight" for p in "qkvo")}
+    assert checks["block.norm1"]["max"] == max(checks["block.norm1"]["parts"].values())
+    for n in page.data["nodes"]:                                 # each backward op: the innermost checked module
+        expected = innermost(n["scope"], CHECKED) if n["phase"] == "backward" and n["data_kind"] == "op" else None
+        assert n.get("check") == expected
+    assert {n["check"] for n in page.data["nodes"] if n.get("check")} == set(CHECKED)
+    assert x.grad is None and all(p.grad is None for p in block.parameters())     # the caller's, untouched
+
+
+@pytest.mark.parametrize("where, lit", [("swiglu", {"block.ffn"}), ("linear", {p for p in CHECKED if "proj" in p})])
+def test_a_planted_bug_lights_up_exactly_the_modules_of_its_pair(block_and_x, monkeypatch, where, lit):
+    block, x = block_and_x
+    planted(monkeypatch, where)
+    checks = tb.explore(block, x, check=True).data["check"]
+    assert {p for p, c in checks.items() if p and c["max"] > 1e-10} == lit
+    for p in lit:
+        assert checks[p]["parts"]["dx"] == pytest.approx(0.25, abs=1e-12)            # the bug, and nothing else
+        assert all(v < 1e-13 for k, v in checks[p]["parts"].items() if k != "dx")
+    assert checks[""]["max"] > 0.1 if where == "swiglu" else checks[""]["max"] < 1e-13  # the whole block's pair
+
+
+def test_check_refuses_a_model_that_is_not_a_block_and_names_it():
+    lm = nn.LM(CFG, generator=tb.Generator(0))
+    with pytest.raises(ValueError, match="check=True compares a transformer block's backward.*got LM"):
+        tb.explore(lm, tb.zeros(1, 8, dtype=tb.int64), check=True)

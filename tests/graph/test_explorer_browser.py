@@ -511,6 +511,60 @@ def test_each_card_links_to_the_lesson_and_section_that_teach_it(visit, pages):
     assert page.errors == []
 
 
+GREEN, GREY, WHITE = "#a5d6a7", "#e0e0e0", "#ffffff"        # round-off; no pair of its own; not checked
+
+
+def fills(page: Loaded, phase: str) -> list:
+    """(id, data-path, data-kind, fill) of each drawn node of a phase."""
+    return page.page.eval_on_selector_all(f"#panes section[data-phase={phase}] g.node", """gs => gs.map(g =>
+        [g.id, g.dataset.path, g.dataset.kind, g.querySelector('polygon, ellipse, path').getAttribute('fill')])""")
+
+
+def test_the_gradient_check_colours_a_planted_bug_where_it_lives(browser, tmp_path, monkeypatch):
+    """A bug planted in swiglu's hand-derived backward reddens the FFN's own backward ops, and only them; the
+    Linear modules inside it (linear's pair) and every other module stay round-off green."""
+    from test_explore import planted
+    planted(monkeypatch, "swiglu")
+    page = Loaded(browser, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
+    try:
+        page.page.select_option("#colour", "check")
+        page.shot("check_planted_depth1")
+        boxes = {path: fill for _, path, kind, fill in fills(page, "backward") if kind == "module"}
+        assert boxes.pop("block.ffn") not in (GREEN, GREY, WHITE) and set(boxes.values()) == {GREEN}
+        assert {fill for _, _, _, fill in fills(page, "forward")} == {WHITE}          # only backward is checked
+        whole = re.search(r"the whole block, block_backward: (\S+)", page.page.inner_text("#legend"))[1]
+        assert float(whole) > 0.25                                  # all of it: the bug flows on downstream
+        page.page.click("#expand-all")
+        page.shot("check_planted_expanded")
+        ops = [(path, fill) for _, path, kind, fill in fills(page, "backward") if kind == "op"]
+        red = {fill for path, fill in ops if path == "block.ffn"}
+        assert len(red) == 1 and red.isdisjoint({GREEN, GREY, WHITE})
+        assert {fill for path, fill in ops if path != "block.ffn"} == {GREEN, GREY}
+        assert {path for path, fill in ops if fill == GREY} == {"block"}             # the residual adds, meetings
+        page.hover(next({"id": i} for i, path, _, _ in fills(page, "backward") if path == "block.ffn"))
+        assert page.card()["gradient check"].startswith("block.ffn: max |autograd − swiglu_backward| 2.5e-1 "
+                                                        "(they disagree)")
+        page.shot("check_planted_card")
+        assert page.errors == []
+    finally:
+        page.page.close()
+
+
+def test_without_a_bug_the_gradient_check_is_green_everywhere_it_looks(browser, tmp_path):
+    page = Loaded(browser, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
+    try:
+        page.page.select_option("#colour", "check")
+        page.page.click("#expand-all")
+        page.shot("check_expanded")
+        ops = {path: fill for _, path, kind, fill in fills(page, "backward") if kind == "op"}
+        assert {fill for path, fill in ops.items() if path != "block"} == {GREEN}
+        legend = page.page.inner_text("#legend")
+        assert "≤ 1.0e-10 round-off" in legend and "no pair of its own" in legend
+        assert page.errors == []
+    finally:
+        page.page.close()
+
+
 # ---------------------------------------------------------------- search
 def test_search_marks_matches_dims_the_rest_and_enter_reveals_the_first(visit, block):
     g = block.graph

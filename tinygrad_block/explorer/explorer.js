@@ -77,6 +77,32 @@ const cost = (id, phase) => {
   return colour === "flops" ? n.flops : (n.bytes_read || 0) + (n.bytes_written || 0);
 };
 
+// The gradient check: a backward op coloured by the largest |autograd - by hand| of the module around it that a
+// pair of manual/ differentiates (a closed box: of the modules inside it); green where that is round-off.
+const checked = (id, phase) => {
+  if (phase !== "backward") return undefined;
+  if (!id.startsWith("m:")) return byId[id].check ? D.check[byId[id].check].max : byId[id].data_kind === "op" ? null : undefined;
+  const path = boxPath(id), inside = Object.keys(D.check).filter(p => p && (p === path || p.startsWith(path + ".")));
+  return inside.length ? Math.max(...inside.map(p => D.check[p].max)) : null;
+};
+function checkColour(d) {          // null: no pair checks it; undefined: nothing to check (a tensor, the forward)
+  if (d === undefined) return "#ffffff";
+  if (d === null) return "#e0e0e0";
+  if (d <= D.round_off) return "#a5d6a7";
+  const t = Math.min(1, Math.log10(d / D.round_off) / 10), mix = (a, b) => Math.round(a + (b - a) * t);
+  return "#" + [mix(0xff, 0xe5), mix(0xf1, 0x39), mix(0x76, 0x35)].map(c => c.toString(16).padStart(2, "0")).join("");
+}
+const checkFill = (id, phase) => checkColour(checked(id, phase));
+const sci = x => x === 0 ? "0" : x.toExponential(1);
+function checkRow(path) {
+  const c = path !== null && path !== undefined && D.check && D.check[path];
+  if (!c) return "";
+  const parts = Object.entries(c.parts).map(([k, v]) => esc(k) + " " + sci(v)).join(", ");
+  return row("gradient check", (path ? esc(path) + ": " : "") + "max |autograd − " + esc(c.pair) + "_backward| " +
+    '<span class="check">' + sci(c.max) + "</span>" + (c.max <= D.round_off ? " (round-off)" : " (they disagree)") +
+    "<br><small>" + parts + "</small>");
+}
+
 // DOT text of one phase as it stands: open modules as dashed frames, closed ones as boxes.
 function dot(phase) {
   const items = new Map();                            // drawn id -> module path it sits in
@@ -87,7 +113,8 @@ function dot(phase) {
   const max = colour === "none" ? 0 : Math.max(0, ...[...items.keys()].map(id => cost(id, phase)));
   largest[phase] = max;
   const decl = id => {
-    const fill = colour === "none" ? "" : ', fillcolor="' + heat(cost(id, phase), max) + '"';
+    const fill = colour === "none" ? "" : ', fillcolor="' + (colour === "check" ? checkFill(id, phase) :
+      heat(cost(id, phase), max)) + '"';
     if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(boxPath(id), phase)) + fill + "];";
     const n = byId[id];
     return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ", label=" + q(nodeLabel(n)) + fill + "];";
@@ -199,6 +226,15 @@ function legend() {
       g.id.startsWith("m:") ? "box" : byId[g.id].kind));
     items = Object.keys(KIND_NAMES).filter(k => kinds.has(k)).map(k =>
       '<span data-kind="' + k + '">' + paint(D.style[k]) + KIND_NAMES[k] + "</span>");
+  } else if (colour === "check") {
+    const swatch = c => '<span class="swatch" style="background:' + c + ';border-color:#777777"></span>';
+    items = ["<span>largest |autograd − by hand| of each module's backward (manual/'s pairs), float64:</span>",
+      '<span data-check="ok">' + swatch(checkColour(0)) + "≤ " + sci(D.round_off) + " round-off</span>",
+      '<span data-check="bad">' + swatch(checkColour(D.round_off * 10)) + '<span class="ramp" style="background:' +
+      "linear-gradient(to right," + checkColour(D.round_off * 10) + "," + checkColour(1) + ')"></span> ' +
+      sci(D.round_off) + " … 1 and more: they disagree</span>",
+      '<span data-check="none">' + swatch(checkColour(null)) + "no pair of its own</span>",
+      "<span>the whole block, block_backward: " + sci(D.check[""].max) + "</span>"];
   } else {
     const unit = colour === "flops" ? "FLOPs" : "B";
     items = ['<span>' + (colour === "flops" ? "FLOPs" : "bytes read and written") + ", log scale:</span>",
@@ -356,7 +392,7 @@ function nodeCard(n) {
     (D.phases.includes("compiled") && n.data_kind === "op" ? row("compiled", n.kernel ? "run by " +
       (byId[n.kernel].kind === "fused" ? "a fused kernel: " + esc(byId[n.kernel].ops.join(" > ")) : "its own kernel") :
       "no kernel: the compiled program broadcasts on the fly") : "") +
-    lesson(n.teach) + (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
+    lesson(n.teach) + checkRow(n.check) + (n.value && inFold(n) ? row("values", "of the first layer of its identical run") : "") +
     stats(n.value, "value") + stats(n.grad, "gradient") + "</table>";
 }
 function moduleCard(path, phase) {
@@ -370,6 +406,7 @@ function moduleCard(path, phase) {
     row("activations", human(t.activation_bytes, "B") + " written by its forward ops") +
     row("bytes moved", human(t.bytes[phase], "B") + " read and written, " + phase) +
     (m.repeat > 1 ? row("each layer", fmt(t.flops[phase] / m.repeat) + " FLOPs " + phase) : "") + lesson(m.teach) +
+    checkRow(D.check && D.check[path] ? path : null) +
     "</table>";
 }
 
@@ -422,7 +459,9 @@ function controls() {
     const n = D.nodes.find(x => shown.includes(x.phase) && (x.label + " " + x.path + " " + x.step).toLowerCase().includes(query));
     if (n) { reveal(n); selected = n.id; render(); card(nodeCard(n)); into(drawnAs(n)); }
   });
-  document.getElementById("colour").addEventListener("change", e => { colour = e.target.value; render(); });
+  const select = document.getElementById("colour");
+  if (D.check) select.add(new Option("gradient check", "check"));
+  select.addEventListener("change", e => { colour = e.target.value; render(); });
   document.getElementById("zoom-in").addEventListener("click", () => zoom(1.25));
   document.getElementById("zoom-out").addEventListener("click", () => zoom(1 / 1.25));
   document.getElementById("zoom-fit").addEventListener("click", fit);
