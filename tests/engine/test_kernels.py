@@ -386,6 +386,25 @@ def test_a_row_sum_ends_a_generated_kernel_and_sums_as_numpy_does_bit_for_bit(dt
 
 
 @pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
+def test_a_row_sum_reads_a_mask_from_outside_its_kernel_as_bytes(dtype):
+    """A comparison read by two kernels stays an array of bools (one byte each); a row sum's group that selects
+    with it reads those bytes as bytes: the replay equals eager bit for bit (read as floats, it summed garbage)."""
+    r = np.random.default_rng(12)
+    x, y = (tb.tensor(r.standard_normal((5, 37)), dtype=dtype) for _ in range(2))
+
+    def f(x, y):
+        mask = x > y
+        return (tb.where(mask, x, y) * 2.0).sum(-1), tb.where(mask, y, x)
+    (rows, other), compiled = replay(f, x, y)
+    assert any(k.kernel.reduce == "sum" and any(op.dtype == "bool" for op in k.kernel.inputs)
+               for k in generated(compiled.program))
+    with tb.no_grad():
+        want_rows, want_other = f(x, y)
+    np.testing.assert_array_equal(bits(rows.numpy()), bits(want_rows.numpy()))
+    np.testing.assert_array_equal(other.numpy(), want_other.numpy())
+
+
+@pytest.mark.parametrize("dtype", [tb.float32, tb.float64])
 def test_a_row_max_ends_a_generated_kernel_and_answers_as_numpy_does_bit_for_bit(dtype):
     """(x * s + m) maxed over the last axis, rows of 1 to 300 elements full of ties, zeros of both signs, infinities
     and NaNs (where numpy's answer depends on which of two equal values it keeps): one generated kernel ending in a
