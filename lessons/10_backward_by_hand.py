@@ -27,7 +27,9 @@
 # - the group sum under GQA: the gradient of a key/value head is the sum over the query heads that share it;
 # - RoPE's backward: the rotation by minus the angle, and why a test at position 0 cannot tell the two apart;
 # - the four classic pitfalls and three more slips, each run wrong, with the size of its error and a map of
-#   which gradients it spoils.
+#   which gradients it spoils;
+# - the gradient check, drawn: each module's backward coloured by how far autograd is from its hand-derived pair,
+#   so a planted slip lights up the module where it lives.
 #
 # Run it as a script, `python -m tinygrad_block lesson 10`, or as a notebook,
 # `python -m tinygrad_block lesson 10 --notebook --execute` (it lands in `lessons/out/10/`).
@@ -655,6 +657,46 @@ except ValueError as e:
 print(f"reshaping the summed K gradient of {summed_dk.size} numbers to (B, L, d_model) = {(B, L, CFG.d_model)}: "
       f"{literal}")
 assert literal.startswith("ValueError") and summed_dk.size == 512 and B * L * CFG.d_model == 1024
+
+# %% [markdown]
+# ## 7. The gradient check, drawn
+#
+# Section 6 measured each mistake on the block's gradients; it did not say *where* in the backward pass the wrong
+# numbers start. `tb.explore(block, x, check=True)` does: it draws the block's forward and backward graphs as a
+# page you click through in a browser (lesson 11 builds it and calls it the **explorer**), and colours each
+# backward op by the largest difference between autograd and the hand-derived pair of the module around it. Each
+# pair is run on the very input and output gradient that autograd gave that module, so a wrong pair is seen in
+# its own module and nowhere else: the ops after it get autograd's right gradient again. Choose "colour by:
+# gradient check" on the page: green is float64 round-off, yellow to red a disagreement.
+#
+# With the right pairs every module agrees to about $10^{-15}$: round-off. Then we plant section 3's slip,
+# SiLU' taken as $\sigma$, in the pair the check runs for the FFN. Only `ffn` turns red; its three projections,
+# which `linear_backward` checks, stay green, and so do the norms and attention. The whole block's hand-derived
+# backward, which chains every pair, is off too: there the slip flows on into everything computed after it.
+
+# %%
+from tinygrad_block.manual import block as manual_block                 # noqa: E402  (the pairs the check runs)
+
+page = tb.explore(block, x, check=True)
+checks = page.data["check"]
+right_pair = manual_block.swiglu_backward
+manual_block.swiglu_backward = lambda d, c: swiglu_backward(d, c, silu_prime=sigma_only)   # the slip, planted
+try:
+    slipped = tb.explore(block, x, check=True)
+finally:
+    manual_block.swiglu_backward = right_pair                           # the right pair back
+show(slipped.save(OUT / "gradient_check.html"))                       # "colour by: gradient check" on the page
+bad = slipped.data["check"]
+print(f"{'module':22} {'pair':10} {'right pairs':>12} {'SiLU slip':>12}")
+for path, c in checks.items():
+    print(f"{path or '(whole block)':22} {c['pair']:10} {c['max']:12.1e} {bad[path]['max']:12.1e}")
+lit = sorted(p for p, c in bad.items() if p and c["max"] > page.data["round_off"])
+red = {n["check"] for n in slipped.data["nodes"] if n.get("check") in lit}
+print(f"modules that light up: {lit}; the block's own ops: no pair of their own, never coloured")
+assert max(c["max"] for c in checks.values()) < 1e-13 and len(checks) == 12
+assert lit == ["block.ffn"] and red == {"block.ffn"}
+assert bad[""]["max"] > 1e-2 and bad["block.ffn"]["max"] > 1e-2
+assert all(bad[p]["max"] == checks[p]["max"] for p in checks if p not in ("", "block.ffn"))
 
 # %% [markdown]
 # ## Exercises

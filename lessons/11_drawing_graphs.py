@@ -745,7 +745,9 @@ assert cli_out.read_text().startswith("digraph")
 # The page is built from the same recording as the drawings above, so its numbers are the ones this lesson
 # checked: 118 forward and 164 backward primitive calls; attention's parameters and FLOPs; the first
 # projection's 2 × 8 × 64 × 64 = 65,536 FLOPs. `python -m tinygrad_block graph --preset llama2-70b --model
-# --out model.html` writes the same page for a whole model, its 80 identical layers stored once.
+# --out model.html` writes the same page for a whole model, its 80 identical layers stored once. The cell below
+# writes this lesson's page to `lessons/out/11/tiny_block_explorer.html` and prints that path on its `explorer:`
+# line: open the file in a browser, where each op's and each module's card also links to the lesson that teaches it.
 
 # %%
 page = tb.explore(block, x, depth=1)                      # records block(x) and its backward once more

@@ -88,8 +88,13 @@ assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import", page.html)    
 
 # %% [markdown]
 # At the top of the page: the phase buttons (*forward*, *backward*, *both*), *expand all* and *collapse all*,
-# a search box, a *colour by* menu (kind, FLOPs or bytes: the costliest box turns reddest), and the stepper
-# of section 6. Below them, the panes: forward on the left, and on the right backward, "the gradient flow".
+# a search box, a *colour by* menu (kind, FLOPs or bytes: the costliest box turns reddest), the zoom buttons
+# (− and +, or Ctrl and the mouse wheel over a pane; *fit* shows each graph whole), and the stepper of section 6.
+# Under them a legend says what each colour means, for the colouring chosen. Below, the panes: forward on the
+# left, and beside it backward, "the gradient flow". On the right, docked beside the panes so that it never
+# hides a node, the card: what the node or box under the mouse is, or the op clicked last. Each op's and each
+# module's card ends with a link to the lesson and section that teach it (a matmul: lesson 03, "A matmul costs
+# $2MNK$ FLOPs"), the lesson's file beside the page's folder.
 #
 # ## 2. The module tree and its totals
 #
@@ -231,9 +236,9 @@ assert [n["flops"] for n in grads if n["label"] == "matmul"] == [matmul["flops"]
 # ## 6. Following the gradient backward, step by step
 #
 # Press → (or the "→ step backward" button) and the page walks the backward pass one op at a time, in the
-# order autograd ran them: each op's `order`. At each step it opens the boxes it needs, marks the op and the
-# forward op it differentiates, and says which it is: "op 1 of 164: reshape (backward of reshape) in
-# block.ffn.down_proj". ← goes back a step.
+# order autograd ran them: each op's `order`. At each step it opens the boxes it needs, marks the op (orange) and
+# the forward op it differentiates (a dashed purple frame, scrolled into view in the forward pane), and says which
+# it is: "op 1 of 164: reshape (backward of reshape) in block.ffn.down_proj". ← goes back a step.
 #
 # Backward starts at the end of the forward pass, with the last forward op. That is the second residual add,
 # but an add's backward passes the gradient on unchanged to both of its inputs and makes no call. So the
@@ -317,7 +322,8 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 # ## 8. The compiled pane
 #
 # `tb.explore(block, x, compiled=True)` adds lesson 18's compiled program of the same forward and backward
-# (`tb.jit`'s) as a third pane. Two more buttons appear, *compiled* and *all*. The pane draws the program's
+# (`tb.jit`'s) as a third pane, and the page opens with all three side by side: the kernels beside the forward and
+# backward ops they run. Two more buttons appear, *compiled* (its pane alone) and *all*. The pane draws the program's
 # **kernels** inside the same module frames: each kernel runs one primitive, or a **fused** group of
 # elementwise ones in one pass over the data. Click a kernel and the primitives it runs light up in the
 # forward and backward panes; click a primitive and the kernel that runs it lights up. A kernel's card also says
@@ -336,7 +342,11 @@ assert len({n.get("merge", n["id"]) for n in all_sums}) == 13
 #
 # The same pages come from the command line, without writing any code: `python -m tinygrad_block graph --preset
 # tiny --out block.html` (add `--compiled` for the third pane, or use `--preset llama2-70b --model` for a whole
-# model, its 80 identical layers stored once and drawn as one box marked × 80).
+# model, its 80 identical layers stored once and drawn as one box marked × 80). One more colouring waits in
+# `tb.explore(block, x, check=True)`: the gradient check of lesson 10, each backward op coloured by how far
+# autograd is from the hand-derived backward of its module. This lesson's two pages are
+# `lessons/out/19/block.html` and `lessons/out/19/block_compiled.html`: each cell that writes one prints its
+# path on an `explorer:` line.
 
 # %%
 cpage = tb.explore(block, x, compiled=True)
@@ -356,7 +366,7 @@ print(f"first fused kernel {chain['id']}: {chain['label']} in {chain['path']}, r
 print(f"primitives without a kernel: {len(unrun)} ({ {n['label'] for n in unrun} }); FLOPs per pane {ctotal}")
 assert cdata["program"] == {"kernels": 206, "primitives": 282, "fused": 25} == \
     {"kernels": len(kernels), "primitives": len(graph.ops()), "fused": len(fused)}
-assert cdata["phases"] == ["forward", "backward", "compiled"] and cdata["show"] == ["forward", "backward"]
+assert cdata["phases"] == cdata["show"] == ["forward", "backward", "compiled"]      # all three open side by side
 assert chain["ops"] == [n["label"] for n in ran] == ["mul", "sum"] and chain["path"] == "block.norm1"
 assert all(n["phase"] == "forward" and n["kernel"] == chain["id"] for n in ran)
 assert [n["shape"] for n in ran] == [[B, L, CFG.d_model], [B, L, 1]]
@@ -367,7 +377,7 @@ assert {n["label"] for n in unrun} == {"expand"}
 assert ctotal["compiled"] == ctotal["forward"] + ctotal["backward"] == sum(k["flops"] for k in kernels)
 assert ctotal["compiled"] == fc.total("forward", matmul_only=False) + fc.total("backward", matmul_only=False) \
     == 2_288_608
-show(cpage.save(OUT / "block_compiled.html"))              # press "compiled" or "all" at the top
+show(cpage.save(OUT / "block_compiled.html"))              # press "compiled" for the kernels' pane alone
 
 # %% [markdown]
 # ## Exercises

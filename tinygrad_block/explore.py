@@ -5,10 +5,13 @@ backward ops differentiate which forward op, autograd's order — and explorer/e
 laid out by graphviz (compiled to WebAssembly, inside the page). With a compiled program (tb.jit's, of the same
 forward and backward) the page has a third pane: its kernels, each listing the primitives it runs, linked both ways
 to those primitives in the forward and backward panes; a generated kernel's card shows its source (C and CUDA C),
-any other kernel's says in a line why it runs the array library's functions.
+any other kernel's says in a line why it runs the array library's functions. Each op and module names the lesson
+section that teaches it (OP_LESSONS, MODULE_LESSONS); with `check`, each backward op carries the gradient check of
+the module around it: autograd against manual/'s hand-derived pair of that module (gradient_check).
 
     page = tb.explore(block, x)                 # forward and backward of block(x), recorded
     page = tb.explore(block, x, compiled=True)  # and the kernels tb.jit replays them with
+    page = tb.explore(block, x, check=True)     # and "colour by: gradient check"
     page.save("block.html")                      # open it in a browser; in Jupyter, `page` shows itself
     python -m tinygrad_block graph --preset llama2-70b --model --out model.html
     python -m tinygrad_block graph --preset tiny --compiled --out compiled.html
