@@ -7,8 +7,10 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import re
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,7 +152,9 @@ def test_the_page_is_one_self_contained_file(tiny, tmp_path):
     data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S).group(1))
     assert data == page.data
     saved = page.save(tmp_path / "sub" / "page.html")
-    assert saved.read_text() == text and sorted(p.name for p in saved.parent.iterdir()) == ["page.html"]
+    root = Path(os.path.relpath(LESSONS, saved.parent)).as_posix() + "/"        # its lesson links, from its folder
+    assert saved.read_text() == text.replace('"lesson_root":"lessons/"', f'"lesson_root":"{root}"', 1)
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["page.html"]
     frame = re.fullmatch(r'<iframe sandbox="allow-scripts" srcdoc="([^"]*)" [^<>]*></iframe>', page._repr_html_())
     assert html.unescape(frame.group(1)) == text and isinstance(page, Explorer)     # the page, in a sandbox
     with pytest.raises(ValueError, match="must end in .html"):
