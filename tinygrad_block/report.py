@@ -178,7 +178,7 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
             if compiled else None
         page = explorer(graph, title=title.replace(", backward", "") + (", compiled" if compiled else ""),
                         depth=1 if depth is None else depth, fold=not all_layers, values=values,
-                        show=["compiled"] if compiled else ["backward"] if backward else None, program=program)
+                        show=["backward"] if backward and not compiled else None, program=program)  # compiled: all
         page.save(path)
         return shown | {"nodes": len(page.data["nodes"]), "edges": sum(map(len, page.data["edges"].values())),
                         "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - start, 3)} | \
