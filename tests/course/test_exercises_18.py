@@ -19,15 +19,16 @@ def test_the_graders_rule_with_nothing_switched_off_is_the_librarys():
         assert grader.rule(steps, kept) == groups
 
 
-def test_the_cases_hold_the_groups_they_are_named_for_and_the_block_the_lessons_25():
+def test_the_cases_hold_the_groups_they_are_named_for_and_the_tiny_block_25_groups_of_86():
+    """The tiny block's program: the 25 groups holding 86 primitives that lesson 18 counts."""
     grader = _exercises()
     found = {name: [len(g) for g in grader._steps(program)[2]] for name, program in grader._cases()}
+    block = found.pop("the tiny block, forward and backward")
     assert found == {"one chain": [6], "read twice": [3], "two readers": [2, 2], "kept": [2],
                      "shape change": [2, 2, 2], "in between": [2], "two branches": [4], "outside": [2],
                      "two modules": [2, 4, 2, 2], "sums": [4], "not in rows": [2, 2], "RMSNorm forward": [2, 4, 2],
-                     "RMSNorm forward and backward": [2, 3, 5, 2, 6],
-                     "the tiny block, forward and backward": found["the tiny block, forward and backward"]}
-    assert len(found["the tiny block, forward and backward"]) == 25
+                     "RMSNorm forward and backward": [2, 3, 5, 2, 6]}
+    assert (len(block), sum(block)) == (25, 86)
 
 
 def test_row_sums_reach_the_learner_as_row_sum_and_in_rows_tells_the_layouts_apart():
