@@ -249,6 +249,7 @@ class ReplayGraph:
             slot.data = a
 
     def _graph(self, runs: list):
+        """The kernels `runs` recorded on the graph's stream as one CUDA graph (recorded, not yet run)."""
         self.stream.begin_capture()
         try:
             for run in runs:
