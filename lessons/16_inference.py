@@ -14,6 +14,7 @@
 # cache, then counts the two numbers that decide how fast it can go on real hardware: the FLOPs and the bytes each
 # step moves. Then it looks at the two ways of moving fewer bytes: fusing kernels (running several steps as one GPU
 # program, section 4), and computing attention tile by tile with an online softmax, the idea behind FlashAttention.
+# It ends with how the next token is chosen (sampling) and how well a model predicts a text (perplexity).
 #
 # **What you will learn**
 # - prefill and decode: the prompt in one call, then one token per call, with a KV cache that keeps every
@@ -23,7 +24,9 @@
 #   a roofline picture, and what batching does and does not fix;
 # - the memory traffic of the naive block, kernel by kernel, and what each common fusion saves;
 # - the online softmax: attention by tiles, equal to plain attention to 1e-12, keeping $O(L)$ bytes for backward
-#   against $O(L^2)$, and its FLOPs.
+#   against $O(L^2)$, and its FLOPs;
+# - choosing the next token: temperature, top-k and top-p (nucleus) sampling, each one's kept distribution
+#   drawn; perplexity, the exponential of the mean cross-entropy, and why a uniform model scores $V$.
 #
 # Run it as a script, `python -m tinygrad_block lesson 16`, or as a notebook,
 # `python -m tinygrad_block lesson 16 --notebook --execute` (it lands in `lessons/out/16/`).
@@ -37,6 +40,7 @@ from tinygrad_block import accounting as acc
 from tinygrad_block import manual, measure, nn
 from tinygrad_block.counting import count_flops, count_saved_bytes
 from tinygrad_block.course import figure, out_dir, show
+from tinygrad_block.nn.decode import next_token, sampling_probabilities
 from tinygrad_block.nn.tiled import online_softmax_attention
 
 OUT = out_dir(16)         # lessons/out/16/: this lesson's pictures
@@ -564,6 +568,119 @@ ax.set_xticks(Ls, [f"{L:,}" for L in Ls])
 ax.set_xticks([], minor=True)
 ax.legend(loc="upper left", fontsize=9)
 show(fig, OUT / "saved_bytes.png")
+
+# %% [markdown]
+# ## 7. Choosing the next token: temperature, top-k, top-p
+#
+# Section 1's `generate` took the likeliest token (greedy) or drew one from $\mathrm{softmax}(z / T)$. Sampling has
+# two more knobs, applied in this order (as transformers applies them), each renormalising what it keeps:
+# - **temperature** $T$ divides the logits: $T < 1$ sharpens the distribution, $T > 1$ flattens it;
+# - **top-k** keeps the $k$ likeliest tokens;
+# - **top-p** (nucleus sampling) keeps the smallest set of the likeliest tokens whose probabilities sum to at
+#   least $p$: few tokens where the model is sure, many where it is not. `top_p=1` keeps all, a tiny `top_p`
+#   keeps the likeliest alone, which is greedy.
+#
+# On one row of ten logits, `nn.decode.sampling_probabilities` gives the distribution a token is drawn from.
+# $T = 0.5$ puts 0.657 on the likeliest token, $T = 1$ 0.399 and $T = 2$ 0.239, each equal to
+# $e^{z_i/T} / \sum_j e^{z_j/T}$ to 1e-15. Top-k with $k = 3$ keeps 3 tokens, renormalised to 0.522, 0.286 and
+# 0.192. The cumulative probabilities at $T = 1$ are 0.399, 0.619, 0.766, 0.855, ...: the first to reach
+# $p = 0.8$ is the fourth, so the nucleus holds four tokens, renormalised to 0.467, 0.256, 0.172, 0.104. 20,000
+# draws with `top_p=0.8` land on those four only, each as often as its probability (within 4.5 standard errors).
+
+# %%
+z = np.array([3.0, 2.4, 2.0, 1.5, 1.1, 0.6, 0.2, -0.4, -1.0, -1.5])        # one row of logits, vocabulary of 10
+row = tb.tensor(z[None])                                                     # (1, 10)
+
+
+def softmax_np(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+drawn_from = {"T = 0.5": sampling_probabilities(row, 0.5), "T = 1": sampling_probabilities(row, 1.0),
+              "T = 2": sampling_probabilities(row, 2.0), "top-k 3": sampling_probabilities(row, 1.0, top_k=3),
+              "top-p 0.8": sampling_probabilities(row, 1.0, top_p=0.8)}
+drawn_from = {name: p.numpy()[0] for name, p in drawn_from.items()}        # name -> (10,) probabilities
+for name, p in drawn_from.items():
+    print(f"{name:>9}: " + " ".join(f"{v:.3f}" for v in p) + f"   ({(p > 0).sum()} tokens kept)")
+for temp in (0.5, 1.0, 2.0):
+    assert np.abs(drawn_from[f"T = {temp:g}"] - softmax_np(z / temp)).max() < 1e-15
+assert [round(drawn_from[f"T = {temp:g}"][0], 3) for temp in (0.5, 1, 2)] == [0.657, 0.399, 0.239]
+top3 = np.where(np.arange(10) < 3, np.exp(z), 0) / np.exp(z[:3]).sum()      # z is sorted: the top 3 come first
+assert np.abs(drawn_from["top-k 3"] - top3).max() < 1e-15 and np.round(top3[:3], 3).tolist() == [0.522, 0.286, 0.192]
+
+cumulative = np.cumsum(softmax_np(z))                                       # z is sorted, likeliest first
+size = int(np.argmax(cumulative >= 0.8)) + 1                                # the first prefix reaching p
+print("cumulative at T = 1: " + " ".join(f"{c:.3f}" for c in cumulative[:6]) + f" ...; nucleus of p = 0.8: {size}")
+nucleus = np.where(np.arange(10) < size, softmax_np(z), 0) / cumulative[size - 1]
+assert size == 4 and (drawn_from["top-p 0.8"] > 0).sum() == 4
+assert np.round(cumulative[:4], 3).tolist() == [0.399, 0.619, 0.766, 0.855]
+assert np.round(nucleus[:4], 3).tolist() == [0.467, 0.256, 0.172, 0.104]
+assert np.abs(drawn_from["top-p 0.8"] - nucleus).max() < 1e-15
+greedy_row = np.eye(10)[0]                                                  # all on the likeliest token
+assert (sampling_probabilities(row, 1.0, top_p=1e-9).numpy()[0] == greedy_row).all()
+assert (sampling_probabilities(row, 1.0, top_p=1.0).numpy() == sampling_probabilities(row, 1.0).numpy()).all()
+
+n = 20_000
+draws = next_token(tb.tensor(np.repeat(z[None], n, axis=0)), 1.0, None, tb.Generator(0), top_p=0.8).numpy()
+freq = np.bincount(draws, minlength=10) / n
+print("20,000 draws at top_p 0.8: " + " ".join(f"{f:.3f}" for f in freq))
+assert set(draws.tolist()) == set(range(4))
+assert np.all(np.abs(freq - nucleus) <= 4.5 * np.sqrt(nucleus * (1 - nucleus) / n))
+
+fig = figure(8, 3.2)
+axes = fig.subplots(1, len(drawn_from), sharey=True)
+for ax, (name, p) in zip(axes, drawn_from.items()):
+    ax.bar(range(10), p, color=np.where(p > 0, "C0", "0.8"))
+    ax.bar(range(10), np.where(p > 0, 0, softmax_np(z)), color="none", edgecolor="0.6", linestyle=":")
+    ax.set(title=name, xticks=range(0, 10, 3))
+axes[0].set_ylabel("probability of being drawn")
+axes[2].set_xlabel("token, likeliest first")
+fig.suptitle("One row of logits: what temperature, top-k and top-p keep (dotted: the tokens cut)")
+show(fig, OUT / "sampling.png")
+
+# %% [markdown]
+# ## 8. Perplexity
+#
+# How well does a model predict a text? The loss of training (lesson 14) is the mean cross-entropy, in nats per
+# token; its exponential is the **perplexity**, $\exp\big(-\frac{1}{N}\sum_i \log p(x_i \mid x_{<i})\big)$: the
+# number of equally likely tokens the model is, on average, choosing among. A model that spreads its probability
+# evenly over the vocabulary has perplexity $V$ exactly (every token costs $\log V$); a model that is sure and
+# right has perplexity 1.
+#
+# Below, `perplexity` computes it with the engine's `cross_entropy` and checks it against the formula in numpy.
+# Uniform logits give 256.000000, the vocabulary size, to 1e-12. The untrained `tiny` model of section 1 does
+# worse than uniform on a random text of 40 tokens, 478.5: its random weights make it confident, and wrong. On
+# the 46 tokens of its own greedy text (section 1) it scores 33.0: each new token was its own likeliest choice.
+# A trained model's perplexity on held-out text is the usual way to compare language models of one tokenizer.
+
+# %%
+def perplexity(model, ids: tb.Tensor) -> float:
+    """exp(mean cross-entropy) of predicting each token of ids (1, L) from the ones before it."""
+    with tb.no_grad():
+        logits = model(ids)[:, :-1]                                          # (1, L - 1, vocab_size)
+    return float(np.exp(logits.cross_entropy(ids[:, 1:]).item()))
+
+
+def perplexity_np(model, ids: tb.Tensor) -> float:
+    """The formula, in numpy, from the model's logits: exp of minus the mean log-probability of each next token."""
+    with tb.no_grad():
+        logits = model(ids).numpy()[0, :-1]                                  # (L - 1, vocab_size)
+    targets = ids.numpy()[0, 1:]                                             # (L - 1,)
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))                    # log softmax
+    return float(np.exp(-log_p[np.arange(len(targets)), targets].mean()))
+
+
+V = cfg.vocab_size
+text = tb.randint(0, V, (1, 40), generator=tb.Generator(3))                 # a random text of 40 tokens
+flat = float(np.exp(tb.zeros(1, 39, V, dtype=tb.float64).cross_entropy(text[:, 1:]).item()))   # uniform logits
+random_text, own_text = perplexity(model, text), perplexity(model, cached)
+print(f"uniform logits: perplexity {flat:.6f} (vocabulary {V})")
+print(f"random tiny model: on a random text {random_text:.1f}, on its own greedy text {own_text:.1f}")
+assert abs(flat - V) < 1e-12 * V
+assert abs(random_text - perplexity_np(model, text)) < 1e-9 and abs(own_text - perplexity_np(model, cached)) < 1e-9
+assert round(random_text, 1) == 478.5 > V and round(own_text, 1) == 33.0 and cached.shape == (1, 46)
 
 # %% [markdown]
 # ## Exercises
