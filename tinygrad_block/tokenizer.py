@@ -203,3 +203,54 @@ def load_tokenizer(folder) -> Tokenizer | None:
                          f"the one-character vocab.json that `train` writes; a BPE tokenizer is read from a "
                          f"tokenizer.json only, and this folder has none: {BPE_HELP}")
     return CharTokenizer.load(vocab)
+
+
+# ---------------------------------------------------------------- byte-pair encoding, by hand (lesson 04)
+def pair_counts(words: dict[tuple[str, ...], int]) -> Counter:
+    """How often each pair of neighbouring tokens occurs in `words` (each word, as a tuple of tokens, counted as
+    often as the text holds it)."""
+    counts = Counter()
+    for word, n in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += n
+    return counts
+
+
+def merge_pair(word: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    """`word` with every occurrence of `pair`, read from the left, made one token."""
+    out, i = [], 0
+    while i < len(word):
+        if word[i:i + 2] == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def learn_bpe(text: str, n_merges: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """BPE's training on `text`: its words (split at whitespace) as characters; then, n_merges times, the most
+    frequent pair of neighbouring tokens merged into one new token, a tie going to the pair whose tokens came first
+    in the vocabulary (as the tokenizers library's BpeTrainer breaks it). Returns (the vocabulary: the characters,
+    sorted, then each merge's token; the merges in the order learned); fewer merges when no pair is left."""
+    if not isinstance(text, str) or not isinstance(n_merges, int) or isinstance(n_merges, bool) or n_merges < 0:
+        raise ValueError(f"learn_bpe: needs a str text and an int n_merges >= 0, got {type(text).__name__} and "
+                         f"{n_merges!r}")
+    words = Counter(tuple(word) for word in text.split())
+    vocab, merges = sorted({c for word in words for c in word}), []
+    while len(merges) < n_merges and (counts := pair_counts(words)):
+        rank = {token: i for i, token in enumerate(vocab)}
+        pair = max(counts, key=lambda p: (counts[p], -rank[p[0]], -rank[p[1]]))
+        merges.append(pair)
+        vocab.append(pair[0] + pair[1])
+        words = Counter({merge_pair(word, pair): n for word, n in words.items()})
+    return vocab, merges
+
+
+def bpe_encode(word: str, merges: list[tuple[str, str]]) -> list[str]:
+    """One word's BPE tokens: its characters, then each merge applied in the order it was learned."""
+    tokens = tuple(word)
+    for pair in merges:
+        tokens = merge_pair(tokens, pair)
+    return list(tokens)
