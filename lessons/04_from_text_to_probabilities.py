@@ -15,7 +15,8 @@
 # them one part at a time.
 #
 # **What you will learn**
-# - text to tokens to token ids: a character tokenizer, and the subword (BPE) tokenizers real models use;
+# - text to tokens to token ids: a character tokenizer, and the subword (BPE) tokenizers real models use; BPE's
+#   merges learned by hand on a tiny text, equal to the tokenizers library's;
 # - ids to vectors: the embedding table, looked up as `weight[ids]`, and the (B, L, d) shape of a batch;
 # - the residual stream: each block reads it and adds its output, and its shape never changes;
 # - the final norm and the LM head: V scores per position, the logits, equal to `model(ids)` bit for bit;
@@ -26,7 +27,9 @@
 # `python -m tinygrad_block lesson 04 --notebook --execute` (it lands in `lessons/out/04/`).
 
 # %%
+import json
 import math
+from collections import Counter
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -36,7 +39,7 @@ from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import CharTokenizer, python_help_text
-from tinygrad_block.tokenizer import load_tokenizer
+from tinygrad_block.tokenizer import bpe_encode, learn_bpe, load_tokenizer, merge_pair, pair_counts
 
 OUT = out_dir(4)          # lessons/out/04/: this lesson's pictures
 
@@ -105,6 +108,54 @@ pieces = [sub.decode([i]) for i in sub_ids]
 assert sub.vocab_size == 1000 and pieces[:2] == ["The", " for"] and 3 <= len(pieces) <= 5 and "".join(pieces) == prompt
 assert sub.decode(sub_ids) == prompt
 assert 2.5 < ratio < 3.5 and real == {"llama2-7b": 32_000, "gpt2-small": 50_257, "llama3-8b": 128_256}
+
+# %% [markdown]
+# **BPE by hand.** The training is a short loop, written out in `tinygrad_block.tokenizer` in a few lines
+# (`pair_counts`, `merge_pair`, `learn_bpe`, `bpe_encode`). Take a tiny text of four words, *low* 5 times,
+# *lower* 2, *newest* 6 and *widest* 3, each word cut into its characters:
+# 1. count every pair of neighbouring tokens, each word as often as it occurs: `e s` and `s t` occur 9 times
+#    (6 in newest, 3 in widest), `w e` 8, `l o` and `o w` 7;
+# 2. merge the most frequent pair into one new token, everywhere it occurs. On a tie the pair whose tokens came
+#    first in the vocabulary wins (the library's rule), so `e s` becomes `es`;
+# 3. count again and repeat: `es t` (9) becomes `est`, `l o` (7) `lo`, `lo w` (7) `low`, `e w` (6) `ew`.
+#
+# Five merges give a vocabulary of the 10 characters and 5 new tokens. To encode a word, start from its characters
+# and apply the merges in the order they were learned: *lowest*, which the text never held, becomes `low` `est`,
+# and *newer* becomes `n` `ew` `e` `r`.
+#
+# The `tokenizers` library learns the same merges and encodes the same, when it is set up as the same algorithm:
+# its `BpeTrainer` with `vocab_size` 15 (10 characters + 5 merges) and the `WhitespaceSplit` pre-tokenizer, which
+# cuts the text into words at whitespace as `str.split` does. The byte-level setup above would start from 256
+# bytes instead of the text's characters, and mark the spaces.
+
+# %%
+corpus = "low " * 5 + "lower " * 2 + "newest " * 6 + "widest " * 3
+words = Counter(tuple(word) for word in corpus.split())                   # each word as characters -> how often
+first = pair_counts(words)
+print("pairs at the start: " + ", ".join(f"{a} {b}: {n}" for (a, b), n in first.most_common(5)))
+vocab, merges = learn_bpe(corpus, 5)
+for i, pair in enumerate(merges, 1):
+    count = pair_counts(words)[pair]
+    words = Counter({merge_pair(word, pair): n for word, n in words.items()})
+    print(f"merge {i}: {pair[0]} {pair[1]} ({count} times) -> {pair[0] + pair[1]!r}; words now "
+          + ", ".join(" ".join(word) for word in words))
+encoded = {word: bpe_encode(word, merges) for word in ("lowest", "newer")}
+print(f"vocabulary ({len(vocab)}): {vocab}; " + "; ".join(f"{w} -> {t}" for w, t in encoded.items()))
+
+library = Tokenizer(models.BPE())
+library.pre_tokenizer = pre_tokenizers.WhitespaceSplit()                  # words at whitespace, as str.split
+library.train_from_iterator([corpus], trainers.BpeTrainer(vocab_size=15, show_progress=False))
+library_model = json.loads(library.to_str())["model"]
+library_merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in library_model["merges"]]
+library_vocab = sorted(library_model["vocab"], key=library_model["vocab"].get)   # tokens by id
+print(f"tokenizers' BpeTrainer: the same merges {library_merges == merges}, the same vocabulary "
+      f"{library_vocab == vocab}, the same encodings {all(library.encode(w).tokens == t for w, t in encoded.items())}")
+assert first.most_common(5) == [(("e", "s"), 9), (("s", "t"), 9), (("w", "e"), 8), (("l", "o"), 7), (("o", "w"), 7)]
+assert merges == [("e", "s"), ("es", "t"), ("l", "o"), ("lo", "w"), ("e", "w")]
+assert vocab == [*"deilnorstw", "es", "est", "lo", "low", "ew"]
+assert encoded == {"lowest": ["low", "est"], "newer": ["n", "ew", "e", "r"]}
+assert library_merges == merges and library_vocab == vocab
+assert all(library.encode(w).tokens == t for w, t in encoded.items())
 
 # %% [markdown]
 # ## 2. Ids to vectors: the embedding
