@@ -68,6 +68,12 @@ def test_sampling_probabilities_are_the_masked_renormalised_softmax(temperature,
     np.testing.assert_allclose(got, nucleus_oracle(logits, temperature, top_k, top_p), rtol=1e-12, atol=1e-15)
 
 
+def test_at_temperature_0_the_distribution_is_all_on_the_first_largest_logit():
+    logits = np.array([[0.5, 2.0, 2.0, -1.0], [3.0, 1.0, 0.0, 3.0]])
+    got = sampling_probabilities(tb.tensor(logits), 0, top_k=2, top_p=0.5).numpy()
+    np.testing.assert_array_equal(got, [[0, 1, 0, 0], [1, 0, 0, 0]])
+
+
 @pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, None, 0.6), (1.5, 8, 0.9)])
 def test_the_logits_drawn_from_equal_transformers_warpers_in_their_order(temperature, top_k, top_p):
     """temperature, then top-k, then top-p, as transformers' generate applies its warpers."""
