@@ -7,13 +7,19 @@ implicit read back to the host, so code that would stall or fail on a GPU fails 
 
 The oracles, each written once: finite differences and `rel_err` (tinygrad_block.gradcheck), the hand-derived
 pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, shared with the benchmarks; the
-repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer."""
+repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer.
+
+Each lesson runs once per test run, and every test that reads what it printed, drew or showed reads that run
+(`lesson_run`, at the end)."""
+import fcntl
+import hashlib
 import json
 import re
 import shutil
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +278,79 @@ def failures(number: int, module) -> dict:
     """{exercise name: what the checker says is wrong} for the exercises `module` fails."""
     from tinygrad_block import course
     return {name: why for name, why in course.check(number, module) if why is not None}
+
+
+# ---------------------------------------------------------------- the lessons, each run once per test run
+# A lesson runs as a reader who wants a notebook runs it, `python -m tinygrad_block lesson NN --notebook --execute`:
+# a Jupyter kernel runs the cells of lessons/NN_*.py in order, the pictures land under lessons/out/NN/, and the
+# executed notebook keeps each cell's output under it (tests/course/test_lessons.py says why this run, and not the
+# script's, is the one kept). Every test that reads what a lesson printed, drew or showed asks `lesson_run(path)`.
+# pytest-xdist's workers share no fixture, so the runs are kept as files in the test run's temporary folder, which
+# the workers share, one folder per lesson named after a hash of its text, behind a lock: whichever worker first
+# needs a lesson runs it, and the others wait for it and read its record.
+@dataclass(frozen=True)
+class LessonRun:
+    """One run of a lesson through the command: its exit status, what the command printed, and the notebook."""
+    returncode: int
+    stdout: str
+    stderr: str
+    notebook: dict | None              # nbformat JSON with every cell's outputs; None when the run failed
+
+    @property
+    def code_cells(self) -> list[dict]:
+        assert self.returncode == 0 and self.notebook is not None, self.stdout + self.stderr
+        return [c for c in self.notebook["cells"] if c["cell_type"] == "code"]
+
+    @property
+    def printed(self) -> str:
+        """What the lesson's cells printed, in order: what `python lessons/NN_*.py` prints."""
+        return "".join(output_text(o) for c in self.code_cells for o in c["outputs"]
+                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def output_text(output: dict) -> str:
+    """A notebook output's text (nbformat keeps it as one string or as a list of lines)."""
+    value = output.get("text", "")
+    return value if isinstance(value, str) else "".join(value)
+
+
+def run_lesson(path: Path, folder: Path) -> LessonRun:
+    """Run the lesson at `path` as an executed notebook written into `folder`, from that folder."""
+    result = subprocess.run([sys.executable, "-m", "tinygrad_block", "lesson", path.stem[:2], "--notebook",
+                             "--execute", "--out-dir", str(folder)], capture_output=True, text=True, timeout=600,
+                            cwd=folder)
+    written = folder / f"{path.stem}.ipynb"
+    notebook = json.loads(written.read_text()) if result.returncode == 0 and written.is_file() else None
+    return LessonRun(result.returncode, result.stdout, result.stderr, notebook)
+
+
+def kept_run(path: Path, runs: Path) -> LessonRun:
+    """The run of the lesson at `path` kept under `runs`, made first if no worker has made it yet."""
+    folder = runs / f"{path.stem}-{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    record = folder / "run.json"
+    with open(runs / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                   # one worker runs the lesson; the others wait for it
+        if not record.is_file():
+            folder.mkdir(exist_ok=True)
+            run = run_lesson(path, folder)
+            partial = record.with_suffix(".partial")
+            partial.write_text(json.dumps(run.__dict__))
+            partial.rename(record)
+    return LessonRun(**json.loads(record.read_text()))
+
+
+@pytest.fixture(scope="session")
+def lesson_run(tmp_path_factory, pytestconfig):
+    """`lesson_run(path)`: the one run of the lesson at `path` in this test run (see the module's docstring)."""
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(pytestconfig, "workerinput"):               # an xdist worker: its folder is one of the run's
+        base = base.parent
+    runs = base / "lesson-runs"
+    runs.mkdir(exist_ok=True)
+    seen: dict[Path, LessonRun] = {}
+
+    def run(path: Path) -> LessonRun:
+        if path not in seen:
+            seen[path] = kept_run(path, runs)
+        return seen[path]
+    return run

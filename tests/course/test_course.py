@@ -17,7 +17,7 @@ import pytest
 from tinygrad_block import course
 from tinygrad_block.cli import main
 
-from conftest import failures, solution
+from conftest import failures, output_text, solution
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "lessons" / "solutions"
@@ -115,9 +115,30 @@ def test_a_solution_that_does_not_import_is_one_line(tmp_path, command_line):
     assert result.returncode == 2 and "broken.py does not run: SyntaxError" in result.stderr
 
 
-def test_lesson_runs_the_script(tmp_path, command_line):
-    result = command_line.process("lesson", "1", cwd=tmp_path)
-    assert result.returncode == 0 and "y = 10, dy/dx = 7" in result.stdout
+STAND_IN = """# %%
+import sys
+print(__name__, __file__, sys.argv, sys.path[0])
+assert {ok}, "the lesson's own check"
+print("after the check")
+"""
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_lesson_runs_the_script_as_python_would(tmp_path, command_line, ok):
+    """`lesson NN` prints, says and exits what `python lessons/NN_*.py` does: the same module name, file, argv
+    and import folder, a failing check's traceback and status 1. Shown on a lesson of its own (the course's lessons
+    run once each, in test_lessons.py)."""
+    lessons = tmp_path / "lessons"
+    lessons.mkdir()
+    script = lessons / "01_stand_in.py"
+    script.write_text(STAND_IN.format(ok=ok))
+    python = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    prelude = f"from pathlib import Path\nfrom tinygrad_block import course\ncourse.LESSONS = Path({str(lessons)!r})"
+    lesson = command_line.process("lesson", "1", cwd=tmp_path, prelude=prelude)
+    assert lesson.returncode == python.returncode == (0 if ok else 1), lesson.stderr
+    assert lesson.stdout == python.stdout and python.stdout.startswith(f"__main__ {script} ")
+    assert ("after the check" in lesson.stdout) == ok
+    assert ("AssertionError: the lesson's own check" in lesson.stderr) == (not ok), lesson.stderr
 
 
 def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
@@ -219,13 +240,14 @@ def test_lesson_notebook_without_jupyterlab_says_what_to_install(tmp_path, capsy
         capsys.readouterr().out
 
 
-def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path, command_line):
-    result = command_line.process("lesson", "01", "--notebook", "--execute", "--out-dir", str(tmp_path), cwd=tmp_path)
-    assert result.returncode == 0 and "its cells have run" in result.stdout, result.stderr
-    assert result.stderr == "", "no kernel chatter on the terminal"
-    notebook = json.loads((tmp_path / "01_tensors_and_the_graph.ipynb").read_text())
-    outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
-    assert any("dy/dx = 7" in "".join(o.get("text", "")) for o in outputs)
+def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(lesson_run):
+    """Read from lesson 01's one run in this test run (tests/conftest.py), which is this command run in a folder of
+    its own."""
+    run = lesson_run(course.lesson_path(1))
+    assert run.returncode == 0 and "its cells have run" in run.stdout, run.stderr
+    assert run.stderr == "", "no kernel chatter on the terminal"
+    outputs = [o for c in run.code_cells for o in c["outputs"]]
+    assert any("dy/dx = 7" in output_text(o) for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs), "the graph drawing is shown inline"
 
 

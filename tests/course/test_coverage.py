@@ -1,10 +1,9 @@
 """The curriculum's claims, row by row: lessons/README.md's "Claim by claim" table names, for every fact, figure or
 formula of the texts the course follows, the lesson, section and code cell that computes and asserts it. Each row
 is checked here: the cell exists, it asserts, and the exact value the row gives is in its code or in what the
-lesson prints when run (each lesson runs at most once, and only if a value is not in the cell's code)."""
+lesson prints (read from the lesson's one run in this test run, `lesson_run` in tests/conftest.py, only if a value
+is not in the cell's code)."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -67,19 +66,10 @@ def shows(number: str, text: str) -> bool:
 ROWS = claim_rows()
 
 
-@pytest.fixture(scope="module")
-def printed():
-    """What a lesson prints, run once per session on first need."""
-    runs: dict[str, str] = {}
-
-    def output(number: str) -> str:
-        if number not in runs:
-            result = subprocess.run([sys.executable, str(lesson_path(number))], capture_output=True, text=True,
-                                    timeout=600, cwd=ROOT)
-            assert result.returncode == 0, result.stdout + result.stderr
-            runs[number] = plain(result.stdout)
-        return runs[number]
-    return output
+@pytest.fixture
+def printed(lesson_run):
+    """printed(NN): what lesson NN prints, digit groups dropped (`plain`)."""
+    return lambda number: plain(lesson_run(lesson_path(number)).printed)
 
 
 def test_the_table_covers_every_text_and_the_differing_figures():

@@ -1,10 +1,19 @@
-"""Every lesson has the course's shape and runs: as a script (each cell prints and asserts its own numbers,
-pictures land under lessons/out/NN/) and as an executed notebook. Its exercises exist, with a reference
-solution, and it never sends the reader to documents they don't have."""
+"""Every lesson has the course's shape and runs, as a script and as a notebook: each cell prints and asserts its own
+numbers, pictures land under lessons/out/NN/ and show under their cell. Its exercises exist, with a reference
+solution, and it never sends the reader to documents they don't have.
+
+A lesson runs once per test run, as an executed notebook (tests/conftest.py), and every check here reads
+that run. Why that run and not the script's: a Jupyter kernel runs exactly the file's code cells, in order, so the
+notebook's run shows all that the script's would (each cell runs without error, each printed line, each picture
+written) and what a script's cannot (each cell's output under it, pictures inline); running both doubled the time
+and added no check. What only a script run would prove is that `python lessons/NN_*.py` works outside a kernel, and
+the two differ only in what can be read off the file, which the test named "the script is the notebook's cells"
+reads: the notebook's cells are the file's own text (no magic hidden in a comment), the file uses nothing that only
+a kernel defines (`display`, `get_ipython`, a `%` magic or a `!` shell line), and imports nothing from lessons/ (the
+script's folder is on its sys.path, the kernel's is not). That `python -m tinygrad_block lesson NN` runs the file as
+`python` would is tested in test_course.py, on a lesson of its own."""
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +23,7 @@ from tinygrad_block import course
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 ids = [p.stem for p in LESSONS]
+KERNEL_ONLY = {"display", "get_ipython", "In", "Out"}      # names a Jupyter kernel defines and `python` does not
 
 
 def cells(path: Path) -> list[tuple[str, str]]:
@@ -22,17 +32,18 @@ def cells(path: Path) -> list[tuple[str, str]]:
     return [("markdown" if "[markdown]" in head else "code", body) for head, body in zip(parts[1::2], parts[2::2])]
 
 
-def test_the_course_has_lessons_01_to_10_in_order():
+def test_the_lessons_are_numbered_from_01_without_a_gap():
     numbers = [int(p.stem[:2]) for p in LESSONS]
-    assert numbers[:10] == list(range(1, 11)) and numbers == sorted(set(numbers))
+    assert numbers == list(range(1, len(LESSONS) + 1)), numbers
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=ids)
-def test_lesson_runs_as_a_script_and_its_pictures_are_there(path):
-    result = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip(), "a lesson prints what it shows"
-    for line in result.stdout.splitlines():
+def test_lesson_runs_and_its_pictures_are_there(path, lesson_run):
+    run = lesson_run(path)
+    assert run.returncode == 0 and "its cells have run" in run.stdout, run.stdout + run.stderr
+    assert run.stderr == "", "no kernel chatter on the terminal"
+    assert run.printed.strip(), "a lesson prints what it shows"
+    for line in run.printed.splitlines():
         if line.startswith("picture: "):
             picture = ROOT / line.removeprefix("picture: ")
             head = picture.read_bytes()[:8]
@@ -42,6 +53,55 @@ def test_lesson_runs_as_a_script_and_its_pictures_are_there(path):
             page = ROOT / line.removeprefix("explorer: ")
             assert page.parent == ROOT / "lessons" / "out" / path.stem[:2], line
             assert page.read_text().startswith("<!DOCTYPE html>") and 'id="data"' in page.read_text(), line
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=ids)
+def test_lesson_runs_as_an_executed_notebook(path, lesson_run):
+    code = lesson_run(path).code_cells
+    assert not any(o.get("output_type") == "error" for c in code for o in c["outputs"])
+    printing = [c for c in code if "print(" in "".join(c["source"])]
+    assert all(c["outputs"] for c in printing), "each printing cell shows its output under it"
+    shown = sum(o.get("output_type") == "display_data" for c in code for o in c["outputs"])
+    drawn = sum("show(" in "".join(c["source"]) for c in code)
+    assert shown >= drawn, "each picture is shown inline"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=ids)
+def test_the_script_is_the_notebooks_cells_and_needs_no_kernel(path):
+    import jupytext
+    notebook = jupytext.read(path)
+    assert [c.cell_type for c in notebook.cells] == [kind for kind, _ in cells(path)]
+    ours = [body.strip("\n") for kind, body in cells(path) if kind == "code"]
+    assert [c.source for c in notebook.cells if c.cell_type == "code"] == ours, "a magic or shell line in a comment"
+    tree = ast.parse("\n".join(ours))
+    unbound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in KERNEL_ONLY} - bound_names(tree)
+    assert not unbound, f"only a kernel defines {sorted(unbound)}"
+    beside = {p.stem for p in (ROOT / "lessons").iterdir()}
+    assert not imported_modules(tree) & beside, f"imports from lessons/, where a kernel does not look: {beside}"
+
+
+def bound_names(tree: ast.AST) -> set[str]:
+    """The names a program assigns, imports or defines."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    """The top-level modules a program imports (`import a.b` and `from a.b import c` both give 'a')."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=ids)
@@ -72,21 +132,6 @@ def test_each_cell_asserts_what_it_prints_at_top_level(path):
 def test_lesson_never_cites_documents_the_reader_does_not_have(path):
     text = path.read_text()
     assert not re.search(r"(?<![\d,._])00[0-4](?![\d,_])|seeds/|_[0-9a-f]{16}\.txt|curriculum document", text)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("path", LESSONS, ids=ids)
-def test_lesson_runs_as_an_executed_notebook(path, tmp_path):
-    import json
-    out = course.write_notebook(int(path.stem[:2]), tmp_path, execute=True)
-    notebook = json.loads(out.read_text())
-    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
-    assert not any(o.get("output_type") == "error" for c in code for o in c["outputs"])
-    printing = [c for c in code if "print(" in "".join(c["source"])]
-    assert all(c["outputs"] for c in printing), "each printing cell shows its output under it"
-    shown = sum(o.get("output_type") == "display_data" for c in code for o in c["outputs"])
-    drawn = sum("show(" in "".join(c["source"]) for c in code)
-    assert shown >= drawn, "each picture is shown inline"
 
 
 def _table_rows(text: str, heading: str) -> list[list[str]]:
