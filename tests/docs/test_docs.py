@@ -5,7 +5,9 @@ marked `# needs a GPU` runs alone, where there is one. Each `$ python -m tinygra
 shown under it runs in this process, and the output is compared line by line. Training runs and the tools (benchmarks,
 profiles, a checkpoint trained for 1,000 steps) take seconds to minutes and print measurements: their command lines
 are checked to parse (a tool's `--help` runs and names every option the page gives it), not run."""
+import contextlib
 import functools
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +29,8 @@ def llama_demo(tmp_path_factory) -> Path:
     """tools/make_llama_folder.py's folder, untrained (the page's is trained for 1,000 steps: minutes): the same
     config, tokenizer and shapes, so all the page shows but the sampled text is the same."""
     from tools.make_llama_folder import write_llama_folder
-    return write_llama_folder(tmp_path_factory.mktemp("docs") / "llama-demo", steps=0)
+    with contextlib.redirect_stderr(io.StringIO()):        # its progress bars: not the output of the test that asks
+        return write_llama_folder(tmp_path_factory.mktemp("docs") / "llama-demo", steps=0)
 
 
 FOLDERS = {"/tmp/llama-demo": "llama_demo"}        # a folder a page names -> the fixture that makes one like it
