@@ -194,6 +194,10 @@ def graph_options(p) -> None:
                    help="draw the program tb.jit makes of it (kernels; a fused chain is one box) instead of the "
                         "primitives; with an .html explorer, a pane of kernels beside the forward and backward ones; "
                         "runs it for real on the CPU (docs/compiled.md)")
+    p.add_argument("--check", action="store_true",
+                   help="with an .html explorer of a block: colour each backward op by how far autograd is from the "
+                        "hand-derived backward (manual/) of the module around it, in float64 (runs the block for "
+                        "real on the CPU; lesson 10)")
 
 
 SHAPE_OPTIONS = {"d_model": "--d-model", "n_layers": "--n-layers", "n_heads": "--n-heads",
@@ -399,13 +403,17 @@ def graph_data(args: argparse.Namespace) -> dict:
         if clash:
             raise CommandError(f"--compiled draws the program's kernels, one box each, as svg/png/pdf/dot; it does "
                                f"not take {', '.join(clash)} (an .html explorer does)")
-    if args.values or args.compiled:
-        check_values_memory(args, "--values" if args.values else "--compiled")
+    if args.check and (fmt != "html" or args.model):
+        raise CommandError("--check colours an explorer page of one block: --out must end in .html" if fmt != "html"
+                           else "--check compares one block's backward with the hand-derived one (manual/); "
+                                "drop --model")
+    if args.values or args.compiled or args.check:
+        check_values_memory(args, "--values" if args.values else "--compiled" if args.compiled else "--check")
     try:
         return report.graph_data(cfg, path, model=args.model, depth=args.depth, backward=args.backward,
                                  seq_len=args.seq_len, batch=args.batch, values=args.values, device=args.device,
                                  all_layers=args.all_layers, dpi=args.dpi, compiled=args.compiled,
-                                 warn=lambda w: print(f"{PROG} graph: warning: {w}", file=sys.stderr))
+                                 check=args.check, warn=lambda w: print(f"{PROG} graph: warning: {w}", file=sys.stderr))
     except MissingAsset as e:                                        # the explorer's own files, not --out's
         raise CommandError(str(e)) from None
     except RuntimeError as e:                                        # graphviz (package or `dot`) missing

@@ -12,15 +12,15 @@ from pathlib import Path
 from . import accounting, measure
 from .cuda import jit_by_default
 from .dtypes import int64
-from .explore import explorer
+from .explore import explore, explorer
 from .generator import Generator
 from .graph import render
 from .hf_folder import write_text
 from .measure import DTYPES, PHASES
-from .nn import LM, PRESETS, BlockConfig
+from .nn import LM, PRESETS, BlockConfig, TransformerBlock
 from .nn.hf_config import config_from_hf
 from .nn.pretrained import checkpoint_files
-from .tensor import tensor
+from .tensor import randn, tensor
 
 GRAPH_FORMATS = ("svg", "png", "pdf", "dot", "html")        # html: the explorer page (explore.py)
 
@@ -158,15 +158,19 @@ def calc_data(cfg: BlockConfig, L: int, B: int = 1, dtype: str = "bf16", *, gpus
 # ---------------------------------------------------------------- graph
 def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int | None = None,
                backward: bool = False, seq_len: int = 16, batch: int = 1, values: bool = False, device: str = "cpu",
-               all_layers: bool = False, dpi: int | None = None, compiled: bool = False,
+               all_layers: bool = False, dpi: int | None = None, compiled: bool = False, check: bool = False,
                warn: Callable[[str], None] = print) -> dict:
     """Record one block (or the model) and write its graph to `path`, whose extension (GRAPH_FORMATS) says how:
-    DOT text, a drawing by graphviz (a RuntimeError when it is missing), or the explorer page. The view's
-    warnings (a drawing too big to read) go to `warn`."""
+    DOT text, a drawing by graphviz (a RuntimeError when it is missing), or the explorer page; `check`: the page of
+    a block run on the CPU, with the gradient check (explore.gradient_check). The view's warnings (a drawing too
+    big to read) go to `warn`."""
     fmt = path.suffix.lstrip(".").lower()
     start = time.perf_counter()
     if compiled and fmt != "html":
         return compiled_graph(cfg, path, fmt, model=model, backward=backward, seq_len=seq_len, batch=batch, dpi=dpi)
+    if check:
+        return checked_graph(cfg, path, depth=depth, seq_len=seq_len, batch=batch, values=values, compiled=compiled,
+                             all_layers=all_layers, start=start)
     graph = measure.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
                            values=values, device=device)
     title = (f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}"
@@ -194,6 +198,24 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
         render(view.to_dot(title), path, dpi=dpi)
     return shown | {"nodes": len(view.nodes), "edges": len(view.edges),
                     "seconds": round(time.perf_counter() - start, 3)}
+
+
+def checked_graph(cfg: BlockConfig, path: Path, *, depth: int | None, seq_len: int, batch: int, values: bool,
+                  compiled: bool, all_layers: bool, start: float) -> dict:
+    """The explorer page of one block run on the CPU, forward and backward, with the gradient check: each module's
+    backward against manual/'s hand-derived pair, in float64 (explore.gradient_check)."""
+    g = Generator(0)
+    block = TransformerBlock(cfg, generator=g)
+    x = randn(batch, seq_len, cfg.d_model, generator=g)
+    title = f"{cfg.name} block, x {(batch, seq_len)}, gradient check" + (", compiled" if compiled else "")
+    page = explore(block, x, depth=1 if depth is None else depth, fold=not all_layers, values=values, title=title,
+                   compiled=compiled, check=True)
+    page.save(path)
+    whole = page.data["check"][""]["max"]
+    return {"command": "graph", "preset": cfg.name, "model": False, "depth": depth, "backward": True,
+            "seq_len": seq_len, "batch": batch, "path": str(path), "format": "html", "check": whole,
+            "nodes": len(page.data["nodes"]), "edges": sum(map(len, page.data["edges"].values())),
+            "bytes": path.stat().st_size, "seconds": round(time.perf_counter() - start, 3)}
 
 
 def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backward: bool, seq_len: int, batch: int,

@@ -210,6 +210,11 @@ def calc_text(data: dict) -> list[str]:
 def graph_text(data: dict) -> list[str]:
     """One line: what was drawn, where, and how big."""
     what = "the model" if data["model"] else "one block"
+    if "check" in data:
+        return [f"graph: {data['preset']}, one block, forward and backward, with the gradient check (autograd against "
+                f"the hand-derived backward of each module, float64; the whole block differs by "
+                f"{data['check']:.1e}): wrote the explorer {data['path']} ({data['bytes'] / 2**20:.1f} MiB, "
+                f"{data['seconds']:.2f} s); colour by 'gradient check' in a browser"]
     if data.get("compiled") and data["format"] == "html":
         return [f"graph: {data['preset']}, {what}, forward and backward, compiled: wrote the explorer {data['path']} "
                 f"({data['kernels']:,} kernels for {data['primitives']:,} primitives, {data['fused_chains']} fused "

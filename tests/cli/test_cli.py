@@ -580,6 +580,27 @@ def test_graph_compiled_html_writes_the_explorer_with_a_pane_of_kernels(tmp_path
     assert (info["kernels"], info["primitives"], info["format"]) == (len(model.kernels), len(model.plain), "html")
 
 
+def test_graph_check_writes_the_explorer_with_the_gradient_check_and_refuses_what_it_cannot_colour(tmp_path,
+                                                                                                     command_line):
+    """`graph --check`: the page of one block with each module's backward against its hand-derived pair, equal
+    to what tb.explore(block, x, check=True) computes for the same block and input (float64 round-off here); a
+    drawing that is not an explorer page, or the whole model, is one line and status 2."""
+    out = command_line.out("graph", "--preset", "tiny", "--check", "--out", tmp_path / "k.html")
+    text = (tmp_path / "k.html").read_text()
+    data = json.loads(text.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    g = tb.Generator(0)
+    block = nn.TransformerBlock(nn.preset("tiny"), generator=g)
+    want = tb.explore(block, tb.randn(1, 16, 64, generator=g), check=True).data["check"]
+    assert data["check"].keys() == want.keys() and len(want) > 5
+    assert all(data["check"][k]["max"] == want[k]["max"] <= 1e-10 for k in want)
+    assert out.startswith("graph: tiny, one block, forward and backward, with the gradient check") and \
+        f"differs by {want['']['max']:.1e}" in out
+    assert "--out must end in .html" in command_line.mistake("graph", "--preset", "tiny", "--check", "--out",
+                                                             tmp_path / "k.svg")
+    assert "drop --model" in command_line.mistake("graph", "--preset", "tiny", "--check", "--model", "--out",
+                                                  tmp_path / "m.html")
+
+
 # ---------------------------------------------------------------- one prefix per line
 SMALLEST_ARGV = {"tour": [], "presets": [], "params": ["--preset", "tiny"], "walk": ["--preset", "tiny"],
                  "flops": ["--preset", "tiny", "--seq-len", "8"], "memory": ["--preset", "tiny", "--seq-len", "8"],
