@@ -18,7 +18,7 @@ from tinygrad_block import accounting, measure, nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.nn.cache import KVCache, StaticKVCache
 from tinygrad_block.nn.decode import Decoder
-from tinygrad_block.nn.model import keep_top_k, next_token
+from tinygrad_block.nn.decode import keep_top_k, next_token
 
 TINY = nn.preset("tiny")                                               # Llama layout, GQA: 4 query heads, 2 KV heads
 GPT2 = nn.BlockConfig(16, 4, 4, 24, norm="layer", ffn="gelu_tanh", bias=True, rope=False, max_seq_len=24,

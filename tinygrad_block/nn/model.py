@@ -13,7 +13,7 @@ from ..trace import no_grad, scope
 from ..tensor import Tensor, arange, concat
 from .block import make_block
 from .cache import KVCache, StaticKVCache
-from .decode import Decoder, argmax, keep_top_k, next_token  # noqa: F401 (argmax, keep_top_k: their old home)
+from .decode import Decoder, next_token
 from .config import BlockConfig
 from .layers import Embedding, Linear, norm
 from .module import Module, default_generator
