@@ -21,7 +21,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -113,9 +112,10 @@ class Explorer:
         """The page as saved at `path`: its links to the lessons lead from that folder to the course's lessons/
         (in a clone of the repository; elsewhere they stay relative, lessons/NN_name.py)."""
         from .course import LESSONS
+        from .hf_folder import relative_path
         if not self.data.get("lessons") or not LESSONS.is_dir():
             return self.html
-        root = Path(os.path.relpath(LESSONS, Path(path).resolve().parent)).as_posix()
+        root = relative_path(LESSONS, Path(path).resolve().parent)
         return page(self.title, self.data | {"lesson_root": root + "/"})
 
     def _repr_html_(self) -> str:

@@ -63,6 +63,11 @@ def shown_list(names, limit: int = 10, show: Callable = lambda name: shown(name,
 
 
 # ---------------------------------------------------------------- paths
+def relative_path(target: Path, start: Path) -> str:
+    """`target` as a path from folder `start`, with / between names (a link from a page saved in `start`)."""
+    return Path(os.path.relpath(target, start)).as_posix()
+
+
 def inside(folder: Path, name, op: str, what: str) -> Path:
     """folder / name, where `name` comes from a file in the folder: a plain file name (no folders, no '..', not
     absolute, nothing unprintable), whose real path, symlinks followed, lies in the folder. Anything else is
