@@ -244,10 +244,10 @@ def test_ffn_rejects_an_unknown_activation(rng):
 
 
 # ------------------------------------------------------------------ the SwiGLU worked example of 004
-def test_swiglu_worked_example_of_004():
-    """004, "SwiGLU Worked Example": x = [1, -0.5, 0.2, 0.8], d_model = 4, d_ff = 3. The document writes
-    x @ W with W (d_model, d_ff); our weights are stored (out, in), so we pass its matrices transposed.
-    It gives no W_down, so only the values it prints (gate .. hidden) are checked."""
+def test_swiglu_on_four_numbers_gives_the_hand_worked_values():
+    """A SwiGLU example worked by hand: x = [1, -0.5, 0.2, 0.8], d_model = 4, d_ff = 3, written as x @ W with
+    W (d_model, d_ff); our weights are stored (out, in), so its matrices go in transposed. It has no W_down, so
+    the values up to the hidden layer (gate .. hidden) are checked."""
     x = np.array([[[1.0, -0.5, 0.2, 0.8]]])
     w_gate = np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.2], [-0.1, 0.3, 0.5], [0.3, -0.1, 0.2]])
     w_up = np.array([[0.4, 0.2, -0.1], [-0.3, 0.5, 0.3], [0.1, -0.2, 0.4], [0.2, 0.1, -0.3]])
@@ -539,9 +539,9 @@ def test_pitfall_4_kv_gradients_reshaped_with_d_model(rng, n_heads, n_kv_heads):
         assert rel_err(grads_wrong["q_proj.weight"], grads["q_proj.weight"]) <= 1e-15
 
 
-def test_the_doc_literal_kv_reshape_fails_loudly_under_gqa(rng):
-    """004's exact line, grad_K.transpose(0, 2, 1, 3).reshape(B, L, d_model), on the summed dK of GQA:
-    the sizes do not match, and numpy says so."""
+def test_merging_gqa_key_gradients_to_d_model_columns_fails_loudly(rng):
+    """grad_K.transpose(0, 2, 1, 3).reshape(B, L, d_model), the merge written for multi-head attention, on GQA's
+    summed dK (n_kv_heads heads, fewer than d_model columns): the sizes do not match, and numpy says so."""
     dk = rng.standard_normal((B, 2, L, 2))                              # (B, n_kv_heads, L, d_head), d_model = 8
     with pytest.raises(ValueError, match="cannot reshape"):
         dk.transpose(0, 2, 1, 3).reshape(B, L, 8)
