@@ -8,9 +8,9 @@ import tinygrad_block as tb
 from conftest import failures, solution
 
 
-def _attention(scale=None, masked=1, lower=False, after_softmax=False):
-    """Attention with one slip: another scale, the mask on another diagonal or triangle, or the future weights
-    zeroed after the softmax."""
+def _attention(scale=None, masked=1, lower=False, after_softmax=False, axis=-1, transposed=False):
+    """Attention with one slip: another scale, the mask on another diagonal or triangle, the future weights
+    zeroed after the softmax, the softmax over another axis, or the weights transposed before they read V."""
     def attention(q, k, v, causal):
         L, d = q.shape[-2], q.shape[-1]
         s = (q @ k.mT) * (1 / math.sqrt(d) if scale is None else scale)
@@ -19,7 +19,8 @@ def _attention(scale=None, masked=1, lower=False, after_softmax=False):
             if after_softmax:
                 return (s.softmax(axis=-1) * tb.tensor(1 - future, dtype=q.dtype)) @ v
             s = s + tb.tensor(np.where(future > 0, -np.inf, 0.0), dtype=q.dtype)
-        return s.softmax(axis=-1) @ v
+        weights = s.softmax(axis=axis)
+        return (weights.mT if transposed else weights) @ v
     return attention
 
 
@@ -80,25 +81,14 @@ def test_attention_failing_otherwise_keeps_its_own_error():
 
 
 def test_attention_summing_v_over_the_queries_is_rejected_with_the_reason():
-    def columns(q, k, v, causal):
-        L = q.shape[-2]
-        s = (q @ k.mT) / math.sqrt(q.shape[-1])
-        if causal:
-            s = s + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
-        return s.softmax(axis=-1).mT @ v                                 # out_i = sum_j A_ji v_j
+    columns = _attention(transposed=True)                                # out_i = sum_j A_ji v_j
     why = failures(6, solution(6, attention=columns))["attention"]
     assert why.startswith("attention(causal=False) is off by up to")
     assert "V was read along the wrong axis of the weights" in why and "row i" in why
 
 
 def test_attention_with_the_softmax_over_the_queries_is_rejected_with_the_reason():
-    def over_queries(q, k, v, causal):
-        L = q.shape[-2]
-        s = (q @ k.mT) / math.sqrt(q.shape[-1])
-        if causal:
-            s = s + tb.tensor(np.triu(np.full((L, L), -np.inf), k=1), dtype=q.dtype)
-        return s.softmax(axis=-2) @ v
-    why = failures(6, solution(6, attention=over_queries))["attention"]
+    why = failures(6, solution(6, attention=_attention(axis=-2)))["attention"]
     assert "normalised each key's column (over the queries)" in why and "must sum to 1" in why
 
 
