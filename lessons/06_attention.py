@@ -517,7 +517,8 @@ show(fig, OUT / "attention_patterns.png")
 #    `attention(q, k, v, causal)` returns softmax($q k^\top / \sqrt{d_{head}}$ + mask) $v$, with the causal mask
 #    when `causal` is true. The checker compares with a numpy implementation and with the hand-derived gradient,
 #    and it recognises the usual slips: a missing scale, the mask on the wrong triangle, the mask applied after
-#    the softmax.
+#    the softmax, a transpose of k that turns every axis instead of the last two, the softmax taken over the
+#    queries, and the values summed along the wrong axis of the weights.
 # 2. `stable_softmax`: `stable_softmax(x, axis)` is a softmax that stays finite for scores of ±1000 and gives
 #    exactly 0 to entries of $-\infty$ (masked keys), along any axis. Its gradient must be the Jacobian product
 #    $p \odot (g - p \cdot g)$.

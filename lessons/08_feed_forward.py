@@ -521,7 +521,8 @@ show(fig, OUT / "parameter_shares.png")
 #    the fraction of all parameters of `nn.LM(cfg)` (embedding and LM head included) that sit in the FFNs, from
 #    the config's numbers. It must handle SwiGLU (three matrices) and the classic FFN with biases (two matrices),
 #    and tied and untied embeddings. The checker counts the parameters of each model built on the shape-only
-#    device.
+#    device, and it recognises the usual slips: the share of one block instead of the whole model, a matrix too
+#    many or too few per FFN, an LM head counted when it is tied (or missing when it is not), missing biases.
 #
 # `python -m tinygrad_block exercise 08` writes `exercise_08.py` with the three functions to fill in;
 # `python -m tinygrad_block check 08` checks them and says what is wrong.

@@ -163,8 +163,8 @@ def check_stable_softmax(solution) -> None:
             if "broadcast" not in str(e):
                 raise
             raise CheckFailed(f"stable_softmax(x, axis={axis}) on x of shape {x.shape} raised ValueError: {e}. A "
-                              "reduction drops its axis unless keepdims=True: x.max(axis, keepdims=True) and "
-                              "e.sum(axis, keepdims=True) keep it, so that they broadcast against x") from None
+                              "reduction removes the axis it reduces, so the maxima and the sums no longer line up with x's "
+                              "rows: keep that axis, with length 1, so that they broadcast back against x") from None
         got = tensor_result(out, "stable_softmax", x.shape)
         want = _softmax(x, axis)
         lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
@@ -173,8 +173,8 @@ def check_stable_softmax(solution) -> None:
             if not np.isfinite(gi).all():
                 hint = ("e^1000 overflows to inf, and inf/inf is NaN: subtract each row's maximum before exp"
                         if xi.max() > 700 else
-                        "every e^x underflows to 0 here, and 0/0 is NaN: subtract each row's own maximum "
-                        "(x.max(axis, keepdims=True)), not the maximum of the whole tensor")
+                        "every e^x underflows to 0 here, and 0/0 is NaN: subtract each row's own maximum along "
+                        "`axis`, not the maximum of the whole tensor")
                 raise CheckFailed(f"{where} is not finite: {gi.tolist()}; {hint}")
             if (gi[xi == -INF] != 0.0).any():
                 raise CheckFailed(f"{where}: entries of -inf (masked keys) must get weight exactly 0; got "
@@ -183,8 +183,7 @@ def check_stable_softmax(solution) -> None:
                 if axis != -1 and np.abs(got - _softmax(x, -1)).max() < 1e-12:
                     hint = f"; that is the softmax along the last axis: use the `axis` argument ({axis})"
                 elif abs(gi.sum() - 1) > 1e-9:
-                    hint = (f"; it sums to {gi.sum():.6f}, not 1: divide by the sum along `axis` "
-                            "(keepdims=True)")
+                    hint = f"; it sums to {gi.sum():.6f}, not 1: divide by the sum along `axis`"
                 else:
                     hint = ""
                 raise CheckFailed(f"{where} is {np.round(gi, 6).tolist()}, expected {np.round(wi, 6).tolist()}"

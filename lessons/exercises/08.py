@@ -31,10 +31,9 @@ def _swiglu_np(x, w_gate, w_up, w_down, slip: str = ""):
     return manual.swiglu_forward(x, manual.Linear(w_gate), manual.Linear(w_up), manual.Linear(w_down))[0]
 
 
-SWIGLU_SLIPS = [("gate on up", "SiLU went on the up projection; the gate is SiLU(x @ w_gate.mT), and the up "
-                               "projection x @ w_up.mT passes through unchanged"),
-                ("sigmoid", "that is GLU, whose gate is sigmoid(x @ w_gate.mT); SwiGLU's gate is "
-                            "SiLU(z) = z * sigmoid(z)"),
+SWIGLU_SLIPS = [("gate on up", "SiLU went on the up projection; SiLU belongs on the gate projection, and the "
+                               "up projection passes through unchanged"),
+                ("sigmoid", "that is GLU, whose gate is a sigmoid; SwiGLU's gate is SiLU(z) = z * sigmoid(z)"),
                 ("no gate", "the gate is missing: the hidden vector is SiLU(gate) * up, not up alone")]
 
 
@@ -44,8 +43,8 @@ def _call_swiglu(solution, arrays, where: str) -> np.ndarray:
         got = solution.swiglu(x, wg, wu, wd)
     except (ValueError, IndexError) as e:
         raise CheckFailed(f"swiglu on {where} raised {type(e).__name__}: {e}. The weights are stored (out, in): "
-                          "w_gate is (d_ff, d_model), so the gate is x @ w_gate.mT, and w_down is (d_model, d_ff), "
-                          "so the output is hidden @ w_down.mT") from None
+                          "w_gate and w_up are (d_ff, d_model) and w_down is (d_model, d_ff), so each projection multiplies "
+                          "by its weight turned round (its last two axes swapped)") from None
     return tensor_result(got, "swiglu", x.shape)
 
 
@@ -161,8 +160,9 @@ def check_ffn_share(solution) -> None:
         want = n["ffn"] / n["total"]
         if abs(got - want) < 1e-12:
             continue
-        raise CheckFailed(f"ffn_share(preset({name!r})) = {float(got):.6f}, but counted on the model it is "
-                          f"{n['ffn']:,} / {n['total']:,} = {want:.6f}{_share_hint(cfg, float(got), n)}")
+        side = "more" if got > want else "less"
+        raise CheckFailed(f"ffn_share(preset({name!r})) = {float(got):.6f}, {side} than the share counted on the "
+                          f"model{_share_hint(cfg, float(got), n)}")
     share = solution.ffn_share(nn.preset("llama2-7b"))
     if not share > 0.6:
         raise CheckFailed(f"Llama-2-7B's FFN share is {share:.4f}, not more than 0.6")
@@ -196,7 +196,7 @@ def _share_hint(cfg: nn.BlockConfig, got: float, n: dict) -> str:
         return hint
     off = round(n["ffn"] / got) - total                                   # the learner's total, if their FFN is right
     per_block = f" ({cfg.n_layers} blocks x {abs(off) // cfg.n_layers:,})" if off % cfg.n_layers == 0 else ""
-    return (f" (if your FFN count, {n['ffn']:,}, is right, your total has {abs(off):,} parameters "
+    return (f" (if your FFN count is right, your total has {abs(off):,} parameters "
             f"{'too few' if off < 0 else 'too many'}{per_block}: compare each part with the model's "
             "named_parameters())" if off else "")
 

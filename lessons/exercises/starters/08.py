@@ -19,9 +19,7 @@ def swiglu_width(d_model: int, multiple_of: int, multiplier: float | None = None
 
 
 def ffn_share(cfg: nn.BlockConfig) -> float:
-    """The fraction of ALL the parameters of nn.LM(cfg) that sit in the blocks' FFNs, worked out from the config's
-    numbers (lesson 08, section 5), not by building the model. ALL: the embedding, every block (attention, its two
-    norms, its FFN), the final norm and the LM head, and whatever else this config gives the model: read what
-    cfg.ffn, cfg.bias, cfg.norm, cfg.tie_embeddings and cfg.rope change. It must hold for Llama's SwiGLU and for
-    GPT-2's classic FFN alike. Llama-2-7B: more than 0.6."""
+    """The fraction of all the parameters of nn.LM(cfg) that sit in the blocks' FFNs, worked out from the config's
+    numbers (lesson 08, section 5), not by building the model. All means every parameter the model holds, for
+    Llama's SwiGLU models and GPT-2's classic FFN alike. Llama-2-7B: more than 0.6."""
     raise NotImplementedError
