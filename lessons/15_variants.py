@@ -660,9 +660,10 @@ show(fig, OUT / "moe_parameters.png")
 # ## Exercises
 #
 # 1. `lora_forward`: the LoRA layer by hand. `lora_forward(x, W, A, B, alpha)` returns
-#    $x W^\top + \frac{\alpha}{r} (x A^\top) B^\top$ with $r$ the number of rows of $A$. The checker compares
-#    it with `nn.Linear` holding the same matrices and with numpy. It recognises a scale of $\alpha$ instead of
-#    $\alpha / r$, a missing frozen term, and a missing scale.
+#    $x W^\top + \frac{\alpha}{r} (x A^\top) B^\top$ with $r$ the adapter's rank. The checker compares it with
+#    `nn.Linear` holding the same matrices and with numpy. It recognises a scale of $\alpha$ instead of
+#    $\alpha / r$, the scale upside down, a missing frozen term, a missing scale, and the rank read from the
+#    wrong axis of $A$ or $B$.
 # 2. `lora_saving`: `lora_saving(d, k, r)` returns how many times fewer parameters a rank-$r$ adapter has than
 #    the $d \times k$ weight it adapts: count both from the shapes. It is checked on square and non-square
 #    weights against the parameters of a real `nn.Linear` with LoRA.
@@ -671,7 +672,8 @@ show(fig, OUT / "moe_parameters.png")
 #    square root in place of the 4th.
 # 4. `moe_params`: the total and active parameters of a model config with a mixture of experts, from the
 #    config's numbers. The checker counts the parameters of the model built on the shape-only device. It
-#    recognises active parameters taken as $k/E$ of the total, and idle experts counted for one block only.
+#    recognises active parameters taken as $k/E$ of the total, idle experts counted for one block only, the
+#    router counted as idle, and a tied LM head counted twice.
 #
 # `python -m tinygrad_block exercise 15` writes `exercise_15.py` with the four functions to fill in;
 # `python -m tinygrad_block check 15` checks them and says what is wrong.

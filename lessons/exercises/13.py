@@ -58,8 +58,9 @@ def check_forward_flops_per_token(solution) -> None:
             if not hint and got == 2 * accounting.total_params(cfg):
                 hint = (": that is the 2N rule of thumb; count the matmuls instead (no embedding, no norms, and "
                         "attention over the context)")
-            raise CheckFailed(f"{call} = {got:,}, but the model's forward counted on the shape-only device costs "
-                              f"{want:,} matmul FLOPs per token (off by {got - want:+,}){hint}")
+            side = "more" if got > want else "fewer"
+            raise CheckFailed(f"{call} = {got:,}, {side} matmul FLOPs per token than the model's forward counted on "
+                              f"the shape-only device{hint}")
 
 
 MFU_CASES = [("70B on 1.4e12 tokens, 1,000 GPUs of 990 TFLOP/s, 42 days", (70e9, 1.4e12, 1000, 990e12, 42)),

@@ -133,7 +133,11 @@ def check_moe_params(solution) -> None:
         where = (f"d_model {cfg.d_model}, {cfg.n_layers} blocks, {cfg.n_experts} experts, top {cfg.experts_top_k}"
                  f"{', tied' if cfg.tie_embeddings else ''}")
         if got[0] != want[0]:
-            raise CheckFailed(f"moe_params total = {got[0]:,}, but the model holds {want[0]:,} parameters ({where})")
+            head = cfg.vocab_size * cfg.d_model
+            hint = ("" if got[0] != want[0] + head or not cfg.tie_embeddings else
+                    ": the LM head is tied to the embedding (cfg.tie_embeddings), one matrix counted once")
+            raise CheckFailed(f"moe_params total = {got[0]:,}, {'more' if got[0] > want[0] else 'fewer'} than the "
+                              f"parameters the model holds ({where}){hint}")
         idle_one_block = (cfg.n_experts - cfg.experts_top_k) * 3 * cfg.d_model * cfg.d_ff
         slips = [(want[0] * cfg.experts_top_k // cfg.n_experts, "that is top_k / n_experts of everything; only the "
                   "experts are idle: attention, norms, router, embedding and head run for every token"),
@@ -143,8 +147,8 @@ def check_moe_params(solution) -> None:
                  (want[1] - cfg.n_layers * cfg.n_experts * cfg.d_model, "the router runs for every token: its "
                   "parameters are active")]
         hint = next((h for value, h in slips if got[1] == value), "")
-        raise CheckFailed(f"moe_params active = {got[1]:,}, but one token uses {want[1]:,} of the {want[0]:,} "
-                          f"({where})" + (f": {hint}" if hint else ""))
+        raise CheckFailed(f"moe_params active = {got[1]:,}, {'more' if got[1] > want[1] else 'fewer'} than the "
+                          f"parameters one token uses ({where})" + (f": {hint}" if hint else ""))
 
 
 CHECKS = [("lora_forward", check_lora_forward), ("lora_saving", check_lora_saving),

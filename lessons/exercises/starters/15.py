@@ -23,9 +23,8 @@ def deepnorm_alpha_beta(n_layers: int) -> tuple:
 
 
 def moe_params(cfg: nn.BlockConfig) -> tuple:
-    """(total, active) parameters of nn.LM(cfg) for a config with a mixture of experts (lesson 15, section 8):
-    every block holds cfg.n_experts SwiGLU experts where a dense block holds one FFN, and a router that picks
-    cfg.experts_top_k of them for each token. Total: every parameter of the model. Active: those one token's
-    forward pass uses. Work both out from the config's numbers (not tinygrad_block.accounting); like a dense
-    model, a mixture may tie its LM head to the embedding (cfg.tie_embeddings)."""
+    """(total, active) parameters of nn.LM(cfg) for a config with a mixture of experts, cfg.n_experts experts of
+    which cfg.experts_top_k run for each token (lesson 15, section 8). Total: every parameter the model holds.
+    Active: those one token's forward pass uses. Work both out from the config's numbers (not
+    tinygrad_block.accounting)."""
     raise NotImplementedError
