@@ -4,7 +4,7 @@ from tinygrad_block import nn
 
 def forward_flops_per_token(cfg: nn.BlockConfig, seq_len: int) -> int:
     """Forward matmul FLOPs per token of the whole Llama-style model cfg (SwiGLU FFN, no biases) reading one
-    sequence of seq_len tokens, as this engine computes it (lessons 13 sections 1 and 3): every matmul of the
+    sequence of seq_len tokens, as this engine computes it (lesson 13, sections 1 and 3): every matmul of the
     forward pass, attention's over the whole seq_len x seq_len square included (no saving from the causal mask),
     per token. Fields: cfg.d_model, n_heads, n_kv_heads, d_head, d_ff, n_layers, vocab_size."""
     raise NotImplementedError
