@@ -104,8 +104,9 @@ def parts(device: str, quick: bool, names: list[str]) -> list[Part]:
                        block + ["--sizes", "xl", "--rounds", "3", "--phases", "both"], 90)]
         train = ["--model", "text", "--rounds", "3", "--steps", "5", "--warmup", "5"]
         generate = ["--sizes", "64x2", "256x4", "512x8", "--new", "50", "--rounds", "3"]
-    # pytest-xdist, where installed, spreads the tests (and CuPy's first compiles of their kernels) over 4 processes
-    workers = ["-n", "4"] if not quick and importlib.util.find_spec("xdist") else []
+    # pytest-xdist, where installed, spreads the tests (and CuPy's first compiles of their kernels) over 4 processes;
+    # the quick rehearsal runs its one file in this process (`-n 0` overrides the project's own `-n auto`)
+    workers = (["-n", "0" if quick else "4"]) if importlib.util.find_spec("xdist") else []
     every = [
         Part("tests", "the tests marked gpu (pytest -m gpu)", ["-m", "pytest", "-q", "-m", "gpu", "-p",
              "no:cacheprovider", *workers, "tests/engine/test_devices.py" if quick else "tests"], 150,
