@@ -305,6 +305,9 @@ def test_the_static_cache_holds_the_dynamic_caches_keys_and_values(name):
             assert (np.array_equal(filled, want.numpy()) if i == 0 else rel_err(filled, want.numpy()) <= 1e-12)
             assert not rest.any()
     assert static.nbytes == accounting.kv_cache_bytes(cfg, 14, 2, 8)
+    assert repr(static) == f"StaticKVCache(layers={cfg.n_layers}, batch=2, max_len=14, nbytes={static.nbytes})"
+    assert repr(dynamic) == f"KVCache(layers={cfg.n_layers}, batch=2, length=9, " \
+                            f"nbytes={accounting.kv_cache_bytes(cfg, 9, 2, 8)})"
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -49,7 +49,26 @@ class LayerCache:
         return 0 if self.k is None else self.k.nbytes + self.v.nbytes
 
 
-class KVCache:
+class PerLayer:
+    """What both caches share: one layer cache per block in `layers`, their bytes, and a one-line repr that names
+    the sizes `_sizes` gives."""
+    layers: list
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every K and V tensor held: 2 n_layers B n H_kv d_head bytes_per_element, n the positions a layer
+        holds (KVCache: those seen so far; StaticKVCache: all max_len slots)."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def _sizes(self) -> dict:
+        raise NotImplementedError
+
+    def __repr__(self):
+        sizes = "".join(f", {name}={value}" for name, value in self._sizes().items())
+        return f"{type(self).__name__}(layers={len(self.layers)}{sizes}, nbytes={self.nbytes})"
+
+
+class KVCache(PerLayer):
     """One LayerCache per block of `model` (an nn.LM), for `batch` sequences. Pass it to the model's forward:
     `model(ids, cache=cache)` runs positions cache.length .. cache.length + L - 1 and fills it."""
 
@@ -65,13 +84,8 @@ class KVCache:
         """Positions held (every layer holds the same)."""
         return self.layers[0].length
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of every cached K and V tensor: 2 n_layers B n H_kv d_head bytes_per_element."""
-        return sum(layer.nbytes for layer in self.layers)
-
-    def __repr__(self):
-        return f"KVCache(layers={len(self.layers)}, batch={self.batch}, length={self.length}, nbytes={self.nbytes})"
+    def _sizes(self) -> dict:
+        return {"batch": self.batch, "length": self.length}
 
 
 class StaticLayerCache:
@@ -113,7 +127,7 @@ class StaticLayerCache:
         return self.k.nbytes + self.v.nbytes
 
 
-class StaticKVCache:
+class StaticKVCache(PerLayer):
     """One StaticLayerCache per block of `model` (an nn.LM), for `batch` sequences of up to `max_len` positions,
     and `position`, the next position to fill, as a 0-d int64 tensor. Every call of the same L has the same
     shapes and reads the position as data, not as a Python number, so a compiled decode step (tb.jit) replays
@@ -206,11 +220,5 @@ class StaticKVCache:
         self.position.data = (first + L).data
         return positions
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of every K and V buffer: 2 n_layers B max_len H_kv d_head bytes_per_element."""
-        return sum(layer.nbytes for layer in self.layers)
-
-    def __repr__(self):
-        return f"StaticKVCache(layers={len(self.layers)}, batch={self.batch}, max_len={self.max_len}, " \
-               f"nbytes={self.nbytes})"
+    def _sizes(self) -> dict:
+        return {"batch": self.batch, "max_len": self.max_len}
