@@ -12,7 +12,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.tokenizer import CharTokenizer
 
-from .common import CheckFailed, tensor_result
+from .common import CheckFailed, softmax_np, tensor_result
 
 
 def _close(a, b, tol: float = 1e-10) -> bool:
@@ -85,19 +85,13 @@ def check_embed(solution) -> None:
 
 
 # ---------------------------------------------------------------- next_token_probs
-def _softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
-    """numpy's stable softmax in float64."""
-    e = np.exp(z - z.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
 def _probs_slips(z: np.ndarray) -> list:
     """(probabilities, hint) of the usual mistakes."""
-    return [(_softmax(z, axis=1)[:, -1], "the softmax ran over the positions (axis 1); it runs over the "
+    return [(softmax_np(z, axis=1)[:, -1], "the softmax ran over the positions (axis 1); it runs over the "
                                          "vocabulary, the last axis"),
-            (_softmax(z, axis=0)[:, -1], "the softmax ran over the batch (axis 0); it runs over the vocabulary, "
+            (softmax_np(z, axis=0)[:, -1], "the softmax ran over the batch (axis 0); it runs over the vocabulary, "
                                          "the last axis"),
-            (_softmax(z[:, 0]), "that is the first position's distribution; the next token after the text is "
+            (softmax_np(z[:, 0]), "that is the first position's distribution; the next token after the text is "
                                 "predicted at the last position, logits[:, -1]"),
             (z[:, -1], "those are the logits themselves; softmax turns them into probabilities that sum to 1"),
             (np.exp(z[:, -1]), "exp alone does not sum to 1: divide by the sum over the vocabulary")]
@@ -115,7 +109,7 @@ def check_next_token_probs(solution) -> None:
     for name, z in _probs_cases():
         B, L, V = z.shape
         logits = tb.tensor(z, dtype=tb.float64)
-        want = _softmax(z[:, -1])
+        want = softmax_np(z[:, -1])
         assert _close(want, logits[:, -1].softmax(axis=-1).numpy(), 1e-12)     # the two oracles agree
         call = f"next_token_probs(logits {z.shape}, {name})"
         got = tensor_result(solution.next_token_probs(logits), call, (B, V))
@@ -151,7 +145,7 @@ def _next_slips(z: np.ndarray, k: int) -> list:
     """(pairs, hint) of the usual mistakes, from the logits z (L, V) of one prompt."""
     def pairs(scores, order):
         return [(CHARS[i], float(scores[i])) for i in order[:k]]
-    p, first = _softmax(z[-1]), _softmax(z[0])
+    p, first = softmax_np(z[-1]), softmax_np(z[0])
     return [(pairs(p, np.argsort(p)), "that is the least likely first: sort from the most likely down"),
             (pairs(first, np.argsort(-first)), "those are the first position's predictions; the character after "
                                                "the text is predicted at the last position"),
@@ -178,7 +172,7 @@ def check_most_likely_next(solution) -> None:
         if not all(isinstance(q, numbers.Real) for _, q in got):
             raise CheckFailed(f"{call}: each probability must be a number (a float); got {[q for _, q in got]!r}")
         z = model(tb.tensor([tok.encode(text)])).numpy()[0]            # (L, V): the oracle's logits
-        p = _softmax(z[-1])
+        p = softmax_np(z[-1])
         want = [(CHARS[i], float(p[i])) for i in np.argsort(-p)[:k]]
         if _same(got, want):
             continue

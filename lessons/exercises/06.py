@@ -9,11 +9,7 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import manual
 
-from .common import CheckFailed, tensor_result
-
-def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
-    """manual.softmax_forward along `axis`: each row shifted by its own maximum; entries of -inf get weight 0."""
-    return np.moveaxis(manual.softmax_forward(np.moveaxis(s, axis, -1))[0], -1, axis)
+from .common import CheckFailed, softmax_np, tensor_result
 
 
 # ---------------------------------------------------------------- attention
@@ -27,7 +23,7 @@ def _attention_np(q, k, v, causal: bool, slip: str = "") -> np.ndarray:
     mask = manual.causal_mask(L, q) if causal else None                                  # (L, L): -inf where j > i
     if slip in ("softmax over queries", "weights transposed"):
         s = q @ np.swapaxes(k, -1, -2) / np.sqrt(d) + (0 if mask is None else mask)      # (B, H, L, L)
-        a = _softmax(s, -2 if slip == "softmax over queries" else -1)
+        a = softmax_np(s, -2 if slip == "softmax over queries" else -1)
         return (np.swapaxes(a, -1, -2) if slip == "weights transposed" else a) @ v       # (B, H, L, d_head)
     if slip == "every axis":
         k = np.swapaxes(k.T, -1, -2)                                  # so that sdpa's k^T is k.T: (d, L, H, B)
@@ -42,8 +38,8 @@ def _attention_np(q, k, v, causal: bool, slip: str = "") -> np.ndarray:
     elif causal and slip in ("weights zeroed", "scores zeroed"):
         s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(d))                                # (B, H, L, L)
         if slip == "weights zeroed":
-            return np.where(np.isinf(mask), 0.0, _softmax(s)) @ v
-        return _softmax(np.where(np.isinf(mask), 0.0, s)) @ v
+            return np.where(np.isinf(mask), 0.0, softmax_np(s)) @ v
+        return softmax_np(np.where(np.isinf(mask), 0.0, s)) @ v
     with np.errstate(invalid="ignore"):
         return manual.sdpa_forward(q, k, v, mask)[0]
 
@@ -163,10 +159,11 @@ def check_stable_softmax(solution) -> None:
             if "broadcast" not in str(e):
                 raise
             raise CheckFailed(f"stable_softmax(x, axis={axis}) on x of shape {x.shape} raised ValueError: {e}. A "
-                              "reduction removes the axis it reduces, so the maxima and the sums no longer line up with x's "
-                              "rows: keep that axis, with length 1, so that they broadcast back against x") from None
+                              "reduction removes the axis it reduces, so the maxima and the sums no longer line up "
+                              "with x's rows: keep that axis, with length 1, so that they broadcast back against x"
+                              ) from None
         got = tensor_result(out, "stable_softmax", x.shape)
-        want = _softmax(x, axis)
+        want = softmax_np(x, axis)
         lines = (lambda a: a) if axis == -1 else (lambda a: a.T)          # the rows or the columns, one by one
         for xi, gi, wi in zip(lines(x), lines(got), lines(want)):
             where = f"stable_softmax(x, axis={axis}) for the {kind} {xi.tolist()}"
@@ -180,7 +177,7 @@ def check_stable_softmax(solution) -> None:
                 raise CheckFailed(f"{where}: entries of -inf (masked keys) must get weight exactly 0; got "
                                   f"{np.round(gi, 4).tolist()}")
             if not np.abs(gi - wi).max() < 1e-12:
-                if axis != -1 and np.abs(got - _softmax(x, -1)).max() < 1e-12:
+                if axis != -1 and np.abs(got - softmax_np(x, -1)).max() < 1e-12:
                     hint = f"; that is the softmax along the last axis: use the `axis` argument ({axis})"
                 elif abs(gi.sum() - 1) > 1e-9:
                     hint = f"; it sums to {gi.sum():.6f}, not 1: divide by the sum along `axis`"

@@ -43,8 +43,8 @@ def _call_swiglu(solution, arrays, where: str) -> np.ndarray:
         got = solution.swiglu(x, wg, wu, wd)
     except (ValueError, IndexError) as e:
         raise CheckFailed(f"swiglu on {where} raised {type(e).__name__}: {e}. The weights are stored (out, in): "
-                          "w_gate and w_up are (d_ff, d_model) and w_down is (d_model, d_ff), so each projection multiplies "
-                          "by its weight turned round (its last two axes swapped)") from None
+                          "w_gate and w_up are (d_ff, d_model) and w_down is (d_model, d_ff), so each projection "
+                          "multiplies by its weight turned round (its last two axes swapped)") from None
     return tensor_result(got, "swiglu", x.shape)
 
 
