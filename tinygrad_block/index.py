@@ -44,47 +44,8 @@ def _checked_index(arr, backend, axis: int, shape: tuple):
 def getitem(t, key):
     """numpy indexing from primitives: Slice for unit-step slices, Gather for stepped slices and integer
     arrays (several arrays are merged into one flat index), Reshape for ints and None."""
-    key = key if isinstance(key, tuple) else (key,)
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("getitem: an index can have only one ellipsis ('...')")
-    used = sum(k is not None and k is not Ellipsis for k in key)
-    if used > t.ndim:
-        raise IndexError(f"getitem: too many indices ({used}) for a tensor of shape {t.shape}")
-    fill = (slice(None),) * (t.ndim - used)
-    at = next((i for i, k in enumerate(key) if k is Ellipsis), len(key))
-    key = key[:at] + fill + key[at + 1:]
-    is_array = [is_tensor(k) or isinstance(k, list) or hasattr(k, "__array__") for k in key]
-    if any(is_array) and any(k is None for k in key):
-        raise IndexError("getitem: None together with integer-array indices is not supported; reshape after")
-    bounds, stepped, arrays, axis = [], [], [], 0
-    for k, arr in zip(key, is_array):
-        if k is None:
-            continue
-        size = t.shape[axis]
-        if arr:
-            arrays.append((axis, _index_array(t, k, axis)))
-            bounds.append((0, size))
-        elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step == 1:
-                bounds.append((start, max(start, stop)))
-            else:
-                bounds.append((0, size))
-                stepped.append((axis, t.backend.arange(start, stop, step, int64)))
-        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
-            if not -size <= k < size:
-                raise IndexError(f"getitem: index {k} is out of bounds for axis {axis} with size {size} "
-                                 f"(shape {t.shape})")
-            k = int(k) % size
-            if any(is_array):  # numpy treats an int next to arrays as a 0-d index array
-                arrays.append((axis, t.backend.asarray(k, int64)))
-                bounds.append((0, size))
-            else:
-                bounds.append((k, k + 1))
-        else:
-            raise TypeError(f"getitem: unsupported index {k!r} ({type(k).__name__}); use ints, slices, None, "
-                            "... or integer arrays")
-        axis += 1
+    key, is_array = _full_key(t, key if isinstance(key, tuple) else (key,))
+    bounds, stepped, arrays = _read_key(t, key, is_array)
     out = t if all(b == (0, s) for b, s in zip(bounds, t.shape)) else Slice.apply(t, bounds=tuple(bounds))
     for axis, idx in stepped:
         out = Gather.apply(out, idx=idx, axis=axis)
@@ -99,6 +60,59 @@ def getitem(t, key):
             shape.append(out.shape[axis])
         axis += 1
     return out.reshape(tuple(shape))
+
+
+def _full_key(t, key: tuple) -> tuple[tuple, list]:
+    """The key with its ellipsis (or the missing trailing axes) spelled out as full slices, and which of its
+    entries are integer arrays; IndexError for two ellipses, too many indices, or None beside arrays."""
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("getitem: an index can have only one ellipsis ('...')")
+    used = sum(k is not None and k is not Ellipsis for k in key)
+    if used > t.ndim:
+        raise IndexError(f"getitem: too many indices ({used}) for a tensor of shape {t.shape}")
+    fill = (slice(None),) * (t.ndim - used)
+    at = next((i for i, k in enumerate(key) if k is Ellipsis), len(key))
+    key = key[:at] + fill + key[at + 1:]
+    is_array = [is_tensor(k) or isinstance(k, list) or hasattr(k, "__array__") for k in key]
+    if any(is_array) and any(k is None for k in key):
+        raise IndexError("getitem: None together with integer-array indices is not supported; reshape after")
+    return key, is_array
+
+
+def _read_key(t, key: tuple, is_array: list) -> tuple[list, list, list]:
+    """Axis by axis: the (start, stop) each keeps, the stepped slices as (axis, index array), and the integer
+    arrays as (axis, index array); an int beside arrays is a 0-d index array, as in numpy."""
+    bounds, stepped, arrays, axis = [], [], [], 0
+    for k, arr in zip(key, is_array):
+        if k is None:
+            continue
+        size = t.shape[axis]
+        if isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            k = _int_index(t, k, axis)
+            bounds.append((0, size) if any(is_array) else (k, k + 1))
+            if any(is_array):  # numpy treats an int next to arrays as a 0-d index array
+                arrays.append((axis, t.backend.asarray(k, int64)))
+        elif arr:
+            arrays.append((axis, _index_array(t, k, axis)))
+            bounds.append((0, size))
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(size)
+            bounds.append((start, max(start, stop)) if step == 1 else (0, size))
+            if step != 1:
+                stepped.append((axis, t.backend.arange(start, stop, step, int64)))
+        else:
+            raise TypeError(f"getitem: unsupported index {k!r} ({type(k).__name__}); use ints, slices, None, "
+                            "... or integer arrays")
+        axis += 1
+    return bounds, stepped, arrays
+
+
+def _int_index(t, k, axis: int) -> int:
+    """An int index made non-negative, or IndexError if it is out of bounds for the axis."""
+    size = t.shape[axis]
+    if not -size <= k < size:
+        raise IndexError(f"getitem: index {k} is out of bounds for axis {axis} with size {size} (shape {t.shape})")
+    return int(k) % size
 
 
 def _gather_arrays(t, arrays: list):
