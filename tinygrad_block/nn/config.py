@@ -71,6 +71,15 @@ class BlockConfig:
         return FFNS[self.ffn][0]
 
     def __post_init__(self):
+        """Every field checked, and named in the error, before any array is sized by it."""
+        self._check_fields()
+        self._check_heads()
+        self._check_lora()
+        self._check_experts()
+        self._check_rope_scaling()
+
+    def _check_fields(self) -> None:
+        """Each field of its own: sizes positive ints, numbers finite and in range, switches bools, choices known."""
         for key in ("d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len", "vocab_size", "n_layers"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -86,21 +95,25 @@ class BlockConfig:
         for key, allowed in CHOICES.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"BlockConfig: {key} must be one of {allowed}, got {getattr(self, key)!r}")
+
+    def _check_heads(self) -> None:
+        """The heads fit d_model (check_heads); qk_norm needs RMSNorm."""
         try:
             check_heads(self.d_model, self.n_heads, self.n_kv_heads, self.head_dim, self.rope)
         except ValueError as e:
             raise ValueError(f"BlockConfig: {e}") from None
         if self.head_dim == self.d_model / self.n_heads:     # the default spelt out: kept as None, so equal models
             object.__setattr__(self, "head_dim", None)        # have equal configs, and with_(d_model=...) rescales
+        if self.qk_norm and self.norm != "rms":
+            raise ValueError(f"BlockConfig: qk_norm=True normalises q and k with RMSNorm (Qwen3), so it needs "
+                             f"norm='rms'; got norm={self.norm!r}")
+
+    def _check_lora(self) -> None:
+        """lora_rank an int >= 0; with adapters, targets among the projections."""
         if not isinstance(self.lora_rank, int) or isinstance(self.lora_rank, bool) or self.lora_rank < 0:
             raise ValueError(f"BlockConfig: lora_rank must be an int >= 0 (0: no LoRA), got {self.lora_rank!r}")
         if self.lora_rank and not set(self.lora_targets) <= set(PROJECTIONS):
             raise ValueError(f"BlockConfig: lora_targets must be among {PROJECTIONS}, got {self.lora_targets!r}")
-        if self.qk_norm and self.norm != "rms":
-            raise ValueError(f"BlockConfig: qk_norm=True normalises q and k with RMSNorm (Qwen3), so it needs "
-                             f"norm='rms'; got norm={self.norm!r}")
-        self._check_experts()
-        self._check_rope_scaling()
 
     def _check_experts(self) -> None:
         """n_experts >= 1, 1 <= experts_top_k <= n_experts; a mixture (n_experts > 1) is of bias-free SwiGLU
