@@ -225,6 +225,81 @@ assert "ragged nested list" in said["a ragged list"]
 assert "only floating-point tensors can require grad" in said["gradient of an integer"]
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Softmax has no backward rule of its own. How does `backward()` still differentiate it?
+#
+#    <details><summary>Answer</summary>
+#
+#    Softmax is a composite: it runs seven primitive calls (max, expand, sub, exp, sum, expand, div), and the graph
+#    records each of them. The backward pass applies each primitive's own backward rule in turn, so the composite's
+#    derivative comes out of its parts.
+#
+#    </details>
+#
+# 2. For $y = x \cdot x + 3x$ at $x = 2$, the forward pass makes 3 primitive calls and the backward pass 5. Where do
+#    the 5 come from, and what do they give?
+#
+#    <details><summary>Answer</summary>
+#
+#    The `mul` in $x \cdot x$ sends two gradients to $x$ and the `mul` in $3x$ one: 3 multiplications. The three
+#    gradients meet at the leaf $x$ and are summed: 2 additions. The `add` passes its gradient on without a call.
+#    The result is $dy/dx = 2 \cdot 2 + 3 = 7$.
+#
+#    </details>
+#
+# 3. A (8192, 28672) float32 tensor on the device `'meta'` is made instantly. Why, and what does it still know?
+#
+#    <details><summary>Answer</summary>
+#
+#    `'meta'` keeps only the shape and the dtype, no numbers, so nothing is allocated. It still knows that the data
+#    would take 8192 · 28672 · 4 = 939,524,096 bytes, 0.875 GiB.
+#
+#    </details>
+#
+# 4. Adding a (3, 4) tensor to a (4, 3) tensor could be made to work by transposing one of them. Why does the
+#    engine raise an error instead?
+#
+#    <details><summary>Answer</summary>
+#
+#    Any guess would hide a bug in the code that made the shapes. The error names the op (`add`) and both shapes,
+#    so the mistake is found where it happens.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **tensor**: an array of numbers together with its shape, dtype and device, which also records the call that
+#   made it when a gradient is wanted (§1)
+# - **shape**: how many numbers a tensor holds along each of its axes, such as (2, 3) (§1)
+# - **dtype**: how each number of a tensor is stored, such as `float32` (4 bytes) or `int64` (§1)
+# - **device**: where a tensor's data lives: `'cpu'`, `'cuda'` (a GPU) or `'meta'`, which keeps the shape and
+#   dtype but no numbers (§1)
+# - **GPU**: a graphics processor, the chip that large models are trained and run on; the device `'cuda'` (§1)
+# - **parameter**: one of the numbers a model learns; a "70B" model has 70 billion of them (§1)
+# - **primitive**: one of the engine's thirty or so basic operations, a class that holds its forward, its backward
+#   and its FLOP rule side by side (§2)
+# - **elementwise**: computed for each number on its own, as `add`, `mul` and `exp` are (§2)
+# - **reduction**: an operation that combines the numbers along an axis into one, such as `sum` or `max` (§2)
+# - **FLOP**: one floating-point operation, such as an addition, a multiplication or a comparison; costs are
+#   counted in FLOPs (§2)
+# - **gradient**: the derivative of one final number with respect to each entry of a tensor, so it has the
+#   tensor's shape (§2)
+# - **composite**: an operation written with other tensor operations, which needs no backward of its own (§3)
+# - **softmax**: the composite that turns a row of numbers into positive numbers summing to 1,
+#   $e^{z_i - m} / \sum_j e^{z_j - m}$ with $m$ the row's maximum (§3)
+# - **forward pass**: running a computation from its inputs to its output (§4)
+# - **backward pass**: running the primitives' backward rules from the output back to the inputs, to get gradients
+#   (§4)
+# - **leaf**: a tensor made by no operation, such as an input or a weight; gradients are collected there (§4)
+# - **computation graph**: the record of primitive calls, each linked to the calls that made its inputs, that a
+#   forward pass leaves behind (§4)
+# - **language model**: a model that predicts the next piece of a text from the pieces before it (§4)
+# - **transformer block**: the unit that a language model repeats dozens of times, built in lessons 04 to 09 (§4)
+# - **autograd**: computing derivatives automatically, by running the recorded graph backward (§5)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `softplus`: $\log(1 + e^x)$ written with tensor operations, so that autograd differentiates it. It must

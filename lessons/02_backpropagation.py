@@ -415,6 +415,76 @@ assert "element (2,): autograd 2.0 vs finite differences" in caught and abs(nume
 assert np.allclose(Square.apply(v).numpy(), v.numpy() ** 2)                 # the forward was fine
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why does one backward pass beat finite differences for finding the gradient of a model's loss?
+#
+#    <details><summary>Answer</summary>
+#
+#    One backward sweep gives the gradient with respect to every parameter at once, for a small multiple of the
+#    forward pass's cost. A four-point finite difference needs four evaluations of the whole model per parameter:
+#    26,953,662,464 forward passes for the 6,738,415,616 parameters of Llama-2-7B.
+#
+#    </details>
+#
+# 2. In $y = h + e^{h \cdot h}$ with $h = \sin x$, what goes wrong if `sin`'s backward runs as soon as the walk
+#    reaches it, breadth-first from $y$?
+#
+#    <details><summary>Answer</summary>
+#
+#    Only the `add`'s share of $\partial y / \partial h$, 1, has arrived, so `sin` would pass on
+#    $\cos(0.7) \cdot 1 \approx 0.765$ instead of $(1 + 2h\,e^{h^2}) \cos x \approx 2.257$. A topological order runs
+#    `sin` only after every call that reads $h$ has sent its share.
+#
+#    </details>
+#
+# 3. A tensor is read three times in a graph. How many accumulating additions does the backward pass make for it,
+#    and why are they additions?
+#
+#    <details><summary>Answer</summary>
+#
+#    Two, $n - 1$ for $n$ reads. To first order a nudge to the tensor moves the output through every path that
+#    reads it, and those effects add, so the gradient is the sum of the shares each use sends back.
+#
+#    </details>
+#
+# 4. Why does `tb.gradcheck` use four points at $h = 10^{-3}$ rather than the two-point central difference?
+#
+#    <details><summary>Answer</summary>
+#
+#    The two-point difference has a truncation error of order $h^2$: a relative $1.7 \times 10^{-7}$ for $\sin$ at
+#    $x = 1$, above the $10^{-8}$ gradcheck demands. Four points cancel the $h^2$ term; at its best $h$ the error is
+#    about $2.7 \times 10^{-13}$, a hundred times better than the two-point's best, $2.8 \times 10^{-11}$.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **loss**: one number that says how wrong a model's outputs are; training moves the parameters to make it
+#   smaller (§1)
+# - **chain rule**: the derivative of a composition is the product of the local derivatives along the way (§1)
+# - **local derivative**: the derivative of one primitive's output with respect to one of its inputs, which the
+#   primitive knows without seeing the rest of the graph (§1)
+# - **upstream gradient**: the gradient of the loss with respect to a primitive's output, which its backward turns
+#   into gradients of its inputs (§1)
+# - **backpropagation**: computing the chain rule's product from the output end, one primitive at a time (§1)
+# - **Llama-2-7B**: an open language model published by Meta, with 6,738,415,616 parameters (§1)
+# - **topological order**: an order of a graph's calls in which each call comes before the calls that made its
+#   inputs, so that every gradient is complete before it is passed on (§2)
+# - **batch**: a group of examples run through a model together (§3)
+# - **PyTorch**: the most widely used deep-learning library, the reference this course's numbers are checked
+#   against (§3)
+# - **finite differences**: estimates of a derivative from values of the function itself at nearby points (§4)
+# - **central difference**: the finite difference $(f(x + h) - f(x - h)) / 2h$, or a combination of such
+#   differences at several widths (§4)
+# - **truncation error**: the error a finite difference makes because $h$ is not zero, of order $h^2$ or $h^4$ (§4)
+# - **rounding**: storing each number in a finite number of binary digits, an error that dividing by a small $h$
+#   magnifies (§4)
+# - **gradcheck**: `tb.gradcheck`, which compares autograd's gradients with four-point finite differences, element
+#   by element, in float64 (§5)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `central_difference`: the derivative of a Python function `f` at a point `x` from four of its values, with

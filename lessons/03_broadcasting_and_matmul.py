@@ -312,16 +312,17 @@ assert gap_a < 1e-14 and gap_b < 1e-14 and checked
 #
 # Llama's linear layers have no bias: in Llama-2-7B, `q_proj` ($4096 \to 4096$, the first of attention's four
 # matrices, lesson 06) holds 16,777,216 parameters, and `up_proj` ($4096 \to 11008$, a first layer of the
-# feed-forward network, or FFN, lesson 08) holds 45,088,768. GPT-2 (OpenAI's language model of 2019) has biases in
-# its layers: its FFN's first layer, $768 \to 3072$, holds 2,359,296 weights and 3,072 biases, 2,362,368 in all.
+# feed-forward network, or FFN, lesson 08) holds 45,088,768. GPT-2 (OpenAI's language model of 2019) has biases
+# in its layers: its FFN's first layer (lesson 08), $768 \to 3072$, holds 2,359,296 weights and 3,072 biases,
+# 2,362,368 in all.
 #
 # Its backward follows from sections 1 and 4. Flatten every leading axis of $X$ and of the upstream gradient
 # $dY$ into rows. Then
 #
 # $$dX = dY\,W, \qquad dW = dY^\top X, \qquad db = \textstyle\sum_{\text{rows}} dY.$$
 #
-# $dW$ sums over every row, because the same $W$ served every row (every token, in a model); $db$ sums over every
-# row, because the bias was broadcast to every row. Written by hand in numpy, they match autograd.
+# $dW$ sums over every row, because the same $W$ served every row (every token, in a model; lesson 04); $db$ sums
+# over every row, because the bias was broadcast to every row. Written by hand in numpy, they match autograd.
 
 # %%
 g = tb.Generator(3)
@@ -407,6 +408,67 @@ for label, (forward, dx, dw) in cases.items():
     print(f"{label.replace(chr(10), ' '):38} forward {forward:,}  dX {dx:,}  dW {dw:,}")
 matmul = 2 * rows * d_in * d_out                                          # the forward product, 2 R d_in d_out
 assert list(cases.values()) == [(matmul, matmul, matmul), (matmul, 0, matmul), (matmul, matmul, 0)]
+
+# %% [markdown]
+# ## Check yourself
+#
+# 1. A bias of shape (4,) is added to every row of a (3, 4) tensor. What is the bias's gradient, and why?
+#
+#    <details><summary>Answer</summary>
+#
+#    The sum of the upstream gradient down the rows (over axis 0), shape (4,). The `expand` copied each $b_j$ into 3
+#    places, and a change in $b_j$ moves all 3 copies, so their gradients add: the backward of an expand is a sum.
+#
+#    </details>
+#
+# 2. How many FLOPs does a $(M, K) @ (K, N)$ product cost, and how many does its backward cost when both inputs
+#    need a gradient?
+#
+#    <details><summary>Answer</summary>
+#
+#    $2MNK$ forward, counting a multiply and an add for each of the $K$ terms of each of the $MN$ outputs. The
+#    backward is two products of the same three sizes, $G B^\top$ and $A^\top G$, so exactly $4MNK$: twice the
+#    forward.
+#
+#    </details>
+#
+# 3. When does a matmul's backward cost only as much as its forward?
+#
+#    <details><summary>Answer</summary>
+#
+#    When only one input needs a gradient: the first layer, whose input is data, or a frozen weight. Then only one
+#    of the two products runs.
+#
+#    </details>
+#
+# 4. Why does the gradient of `nn.Linear`'s weight, $dW = dY^\top X$, sum over every row of the input?
+#
+#    <details><summary>Answer</summary>
+#
+#    The same $W$ served every row, so each row's contribution to the loss adds to $W$'s
+#    gradient. The bias's gradient sums over the rows for the same reason.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **broadcasting**: lining two shapes up from the right and stretching axes of size 1, which the engine does with
+#   an explicit `expand` whose backward is a sum (§1)
+# - **matmul**: the matrix product `a @ b`, which costs $2MNK$ FLOPs for an $(M, K)$ and a $(K, N)$ matrix (§3)
+# - **fused multiply-add**: a multiplication followed by an addition run as one instruction and counted as 2 FLOPs
+#   (§3)
+# - **accelerator**: a GPU or a similar chip built to multiply matrices fast (§3)
+# - **shape-only device**: the device `'meta'`, on which tensors have shapes and dtypes but no numbers, so that
+#   costs can be counted without computing (§3)
+# - **frozen**: said of a weight that training leaves as it is, so that no gradient of it is computed (§4)
+# - **fine-tune**: to train an already trained model further, on new text (§4)
+# - **bias**: a learned vector added to every row of a layer's output (§5)
+# - **linear layer**: `nn.Linear`, which computes $Y = X W^\top + b$ with its weight stored as (out, in) (§5)
+# - **checkpoint**: the files a published model comes in, such as its weights and its configuration (§5)
+# - **Hugging Face**: the main site where models are published, whose checkpoint layout the library reads (§5)
+# - **GPT-2**: OpenAI's language model of 2019, whose layers have biases (§5)
+# - **hidden layer**: a layer with other learned layers before it, so that it needs both $dX$ and $dW$ (§5)
 
 # %% [markdown]
 # ## Exercises

@@ -334,6 +334,78 @@ assert len(rows) == 4 and all(r.shape == (64,) for r in rows) and p[0, top[0]] =
 show(fig, OUT / "one_token.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. What does a tokenizer turn the text `"The for loop"` into, with the character tokenizer and with BPE?
+#
+#    <details><summary>Answer</summary>
+#
+#    A list of token ids, integers from 0 to $V - 1$. The character tokenizer gives 12 ids, one per character; the
+#    BPE tokenizer gives a handful, since `The` and ` for` are one token each. Over the whole text BPE needs about 3
+#    times fewer tokens than characters.
+#
+#    </details>
+#
+# 2. Why is the embedding lookup `weight[ids]` the same as a linear layer fed one-hot vectors, and why do libraries
+#    look the row up instead?
+#
+#    <details><summary>Answer</summary>
+#
+#    A one-hot vector times the table picks out the row at the token's id, so the product and the lookup give the
+#    same vector. The product spends $2Vd$ FLOPs per token, nearly all on zeros; the lookup spends none.
+#
+#    </details>
+#
+# 3. Which position's logits give the prediction for the token after the prompt, and why can one pass predict at
+#    every position?
+#
+#    <details><summary>Answer</summary>
+#
+#    The last position's. The logits at position $i$ score the candidates for token $i + 1$, and position $i$ sees
+#    only tokens $0 \dots i$, so every position makes its own prediction in the same pass.
+#
+#    </details>
+#
+# 4. An untrained model's next-token entropy lies within 15 % of $\ln V$. What does that say?
+#
+#    <details><summary>Answer</summary>
+#
+#    $\ln V$ is the entropy of the uniform distribution, the largest there is. The untrained model spreads its
+#    probability almost evenly over the vocabulary, so it says nothing about the text yet.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **prompt**: the text a model is given to continue (§1)
+# - **tokenizer**: what cuts a text into tokens and replaces each by its token id (§1)
+# - **token**: one piece of a text taken from a fixed list, a character or a subword (§1)
+# - **vocabulary**: the fixed list of tokens a tokenizer knows (§1)
+# - **token id**: a token's place in the vocabulary, an integer from 0 to $V - 1$ (§1)
+# - **vocabulary size**: the number of tokens in the vocabulary, $V$ (§1)
+# - **subword**: a piece of a word that a tokenizer keeps as one token, so that frequent words are one token and
+#   rare ones a few (§1)
+# - **BPE**: byte-pair encoding, a tokenizer trained by merging the most frequent pair of neighbouring tokens again
+#   and again (§1)
+# - **preset**: a named set of a model's sizes, such as `tiny` (§2)
+# - **d_model**: the model's width, the number of features of every token's vector (§2)
+# - **embedding**: the model's first layer, a table of one learned vector per token id, read with `weight[ids]` (§2)
+# - **batch axis**: the axis B of a (B, L, d) tensor, which counts the sequences (§2)
+# - **sequence axis**: the axis L of a (B, L, d) tensor, which counts the positions of each sequence (§2)
+# - **one-hot**: a vector of zeros with a single 1, at a token's id (§2)
+# - **residual stream**: the (B, L, d) tensor that runs from block to block, to which each block adds its output
+#   (§3)
+# - **feature**: one of the $d$ numbers of a token's vector (§4)
+# - **gain**: a learned factor per feature that a norm multiplies its output by (§4)
+# - **LM head**: the last layer, a linear map from $d$ to $V$ that gives every position one score per token of the
+#   vocabulary (§4)
+# - **logit**: one of those scores; a higher logit means a more likely next token (§4)
+# - **entropy**: $H = -\sum_v p_v \ln p_v$, how spread a distribution is: $\ln V$ for the uniform one, 0 when one
+#   token gets everything (§5)
+# - **nat**: the unit of entropy and of losses measured with the natural logarithm (§5)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `embed`: `embed(weight, ids)` looks up the vectors of token ids (B, L) in a table (V, d), by a one-hot

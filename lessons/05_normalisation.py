@@ -445,8 +445,8 @@ assert np.abs(bn_out.mean(-1)).max() > 0.1
 # single number. Its mean is that number and its variance is 0, so every output is $0 / \sqrt{\varepsilon} = 0$: the
 # layer erases its input. Generating text, which picks a next token from the probabilities of lesson 04, appends it
 # and runs again, can feed the model one new token at a time ($B = 1$, $L = 1$): the model keeps what attention
-# computed for the earlier tokens, its KV cache (lesson 07), and runs only the new one. That is the same situation
-# even when the statistics also run over the positions.
+# (lesson 06) computed for the earlier tokens, its KV cache (lesson 07), and runs only the new one. That is the same
+# situation even when the statistics also run over the positions.
 #
 # **One sequence, normalised over its positions.** Now the statistics come from the sequence's own tokens,
 # including the ones after the current token. In a causal language model, where position $i$ may use only the
@@ -630,6 +630,66 @@ assert np.abs(radial - predicted).max() < 1e-13 and np.abs(cos0).max() < 1e-14
 # LayerNorm's backward is the same formula with one more projection. The forward removed the mean of $x$, and
 # the backward removes the mean of $\bar n$: $\bar x = r\,(\bar n - \mathrm{mean}(\bar n) - n\,\mathrm{mean}(\bar
 # n \odot n))$. Deriving and checking it is the second exercise.
+
+# %% [markdown]
+# ## Check yourself
+#
+# 1. Where does RMSNorm put every token, and what does LayerNorm do first?
+#
+#    <details><summary>Answer</summary>
+#
+#    With gain 1 and $\varepsilon = 0$, RMSNorm keeps the token's direction and sets its length to $\sqrt d$ (8 at
+#    $d = 64$): every token lands on the sphere of radius $\sqrt d$. LayerNorm first subtracts the mean, which drops
+#    the token onto the plane $\sum_i x_i = 0$, and then does the same: $\mathrm{LayerNorm}(x) =
+#    \mathrm{RMSNorm}(x - \mu)$.
+#
+#    </details>
+#
+# 2. What does $\varepsilon$ save a constant token from?
+#
+#    <details><summary>Answer</summary>
+#
+#    A constant token has $\sigma = 0$ and $x - \mu = 0$, so $(x - \mu)/\sigma$ is $0/0$, NaN, which later layers
+#    spread to the whole sequence. With $\varepsilon$ the division is by $\sqrt{\varepsilon}$ and the token comes out
+#    as zeros.
+#
+#    </details>
+#
+# 3. What does dropping the centring save, for Llama-2-7B's width?
+#
+#    <details><summary>Answer</summary>
+#
+#    One RMSNorm costs $4d + 3$ = 16,387 FLOPs per token forward, LayerNorm $6d + 3$, so the saving is small in
+#    FLOPs. It matters more that RMSNorm makes one pass over each token instead of two in the forward.
+#
+#    </details>
+#
+# 4. Why does BatchNorm not suit a language model that generates one token at a time?
+#
+#    <details><summary>Answer</summary>
+#
+#    On a batch of one token each feature's statistics come from a single number: the mean is that number, the
+#    variance 0, and every output is 0. Over a sequence's own positions it would also read the future, and a
+#    token's output would depend on the other sequences in its batch. LayerNorm and RMSNorm look at one token only.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **LayerNorm**: a norm that subtracts a token's mean, divides by its standard deviation, then applies a gain and
+#   a bias per feature (§1)
+# - **RMSNorm**: a norm that divides a token's vector by the root mean square of its entries, then applies a gain;
+#   Llama's norm (§1)
+# - **root mean square**: $\sqrt{\tfrac1d \sum_i x_i^2}$, the typical size of a vector's entries (§1)
+# - **constant token**: a token whose entries are all equal, which the formula without $\varepsilon$ turns into NaN
+#   (§2)
+# - **padding**: filler positions that bring a short sequence to the length of the others in its batch (§2)
+# - **centring**: subtracting each token's mean, the step RMSNorm drops (§4)
+# - **rstd**: the reciprocal of the root mean square, $1 / \sqrt{m + \varepsilon}$ (§4)
+# - **BatchNorm**: a norm that normalises each feature by its mean and variance over the batch, not over the token
+#   (§5)
+# - **inference**: running a trained model only, to generate text for example, with no training step (§5)
 
 # %% [markdown]
 # ## Exercises

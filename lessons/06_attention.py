@@ -511,6 +511,70 @@ fig.suptitle("Causal attention patterns of four heads (random weights; grey: the
 show(fig, OUT / "attention_patterns.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why are the scores divided by $\sqrt{d_k}$?
+#
+#    <details><summary>Answer</summary>
+#
+#    A score is a sum of $d_k$ products, so with entries of variance 1 its variance is $d_k$: the scores spread as
+#    $\sqrt{d_k}$, about 11 at $d_k = 128$. Unscaled, softmax saturates: at $d_k = 128$ the largest weight averages
+#    more than 0.85, over 40 % of the rows put more than 99 % on one key, and the gradient is more than 15 times
+#    smaller. Dividing brings the variance back to 1.
+#
+#    </details>
+#
+# 2. Why is the causal mask added as $-\infty$ before the softmax rather than applied as zeros after it?
+#
+#    <details><summary>Answer</summary>
+#
+#    Before the softmax, $e^{-\infty} = 0$ gives every future key a weight of exactly 0 and the row's weight is
+#    spread over the keys that remain, so each row still sums to 1. Zeroing after the softmax leaves rows that sum to
+#    less than 1: row 0 would keep only the 0.14 it gave itself.
+#
+#    </details>
+#
+# 3. Why does softmax subtract each row's maximum first?
+#
+#    <details><summary>Answer</summary>
+#
+#    It changes nothing mathematically, since the same factor cancels above and below, but it makes the largest
+#    exponent $e^0 = 1$. Without it scores such as $[100, 99, 98]$ overflow float32 to $\infty / \infty$, NaN, and
+#    scores near $-110$ underflow to $0 / 0$.
+#
+#    </details>
+#
+# 4. Merging the heads only puts their outputs side by side. What does the output projection $W_O$ add?
+#
+#    <details><summary>Answer</summary>
+#
+#    Mixing: attention's output is a sum of one contribution per head, $o_h W_{O,h}^\top$, each of the full width
+#    $d_{model}$. Without $W_O$ each head would write only its own $d_{head}$ features.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **attention**: the sublayer in which each token gathers information from the other tokens, as a weighted sum of
+#   the vectors they hand over, their values (§1)
+# - **query**: the vector $q_i = W_Q x_i$ that says what token $i$ is looking for (§1)
+# - **key**: the vector $k_i = W_K x_i$ that says what token $i$ can be found by (§1)
+# - **attention weights**: the softmax of a query's scores, its dot products with the keys, positive and summing to 1
+#   over the keys (§1)
+# - **Jacobian**: the table of a function's partial derivatives, $\partial p_i / \partial s_j$ for the softmax (§3)
+# - **saturate**: for a softmax, to put nearly all the weight on one entry, where its gradient nearly vanishes (§3)
+# - **causal mask**: an $L \times L$ table added to the scores, 0 where key $j \le i$ and $-\infty$ where $j > i$,
+#   so that no position reads the future (§4)
+# - **stable softmax**: softmax computed after subtracting each row's maximum, so that no exponent overflows (§5)
+# - **heads**: the $H$ slices of width $d_{head} = d_{model} / H$ into which attention cuts its queries, keys and
+#   values, each running attention on its own (§6)
+# - **d_head**: the width of one attention head, $d_{model} / H$; the $d_k$ of the scale (§6)
+# - **output projection**: $W_O$ (`o_proj`), the linear map that mixes the merged heads into the $d_{model}$
+#   numbers attention returns (§6)
+# - **attention pattern**: one head's $L \times L$ table of attention weights, row $i$ for query position $i$ (§8)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `attention`: scaled dot-product attention from tensor operations. Given q, k, v of shape (B, H, L, d_head),

@@ -474,6 +474,67 @@ assert 10 * mha70 == 100 * GiB == 107_374_182_400 and round(10 * mha70 / 1e9) ==
 assert math.ceil(80e9 / mha70) == 8 and weights_bf16 == 137_953_296_384 and round(weights_bf16 / 1e9) == 138
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why does a score between a RoPE-rotated query and key depend only on the distance between the two tokens?
+#
+#    <details><summary>Answer</summary>
+#
+#    Rotations compose by adding angles and are undone by their transpose, so $(R_m q)^\top (R_n k) = q^\top
+#    R_{n-m}\, k$: the absolute positions cancel and only $n - m$ remains. That is why `block(x, offset=37)` equals
+#    `block(x)` to within $10^{-12}$.
+#
+#    </details>
+#
+# 2. Why are the values not rotated?
+#
+#    <details><summary>Answer</summary>
+#
+#    Position belongs in the query–key product, which decides how much each key is read. The values are what is
+#    read; rotating them would stamp each key's absolute position onto its content, so the same text started at
+#    another position would give another output.
+#
+#    </details>
+#
+# 3. What does raising θ from 10000 to 500000 change, at $d_{head} = 128$?
+#
+#    <details><summary>Answer</summary>
+#
+#    The slowest pair's wavelength, $2\pi\,\theta^{1 - 2/d_{head}}$, grows from 54,410 tokens to 2,559,196, so
+#    the slow pairs still keep long distances apart in a longer context. The fastest pair's wavelength stays
+#    $2\pi$.
+#
+#    </details>
+#
+# 4. Llama-2-70B has 64 query heads and 8 KV heads. By how much does GQA cut its KV cache, and why not by the
+#    number of KV heads?
+#
+#    <details><summary>Answer</summary>
+#
+#    By the group size $H / H_{kv} = 64 / 8 = 8$: 1.25 GiB per 4,096-token sequence instead of MHA's 10 GiB. The cut
+#    is the group size, so 8 KV heads under 32 query heads (Llama-3-8B) cut it only 4 ×.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **RoPE**: rotary position embedding, which rotates each pair of a query's and a key's dimensions by an angle
+#   that grows with the token's position (§1)
+# - **rope_theta**: the base θ of RoPE's frequencies $\omega_i = \theta^{-2i/d_{head}}$, 10000 by default (§1)
+# - **wavelength**: the number of tokens after which a RoPE pair comes back to where it started,
+#   $2\pi\,\theta^{2i/d_{head}}$ (§3)
+# - **context**: the most tokens a model reads at once (§3)
+# - **multi-head attention**: attention in which every query head has its own key and value head (MHA) (§5)
+# - **GQA**: grouped-query attention, in which each key/value head serves a group of $H / H_{kv}$ query heads (§5)
+# - **MQA**: multi-query attention, in which every query head reads the same single key/value head (§5)
+# - **KV head**: a head of keys and values, which several query heads may share (§5)
+# - **KV cache**: the keys and values of every earlier token, kept by every layer so that generating the next
+#   token does not recompute them (§6)
+# - **bf16**: bfloat16, a 2-byte float with float32's range but only 8 significant binary digits, the format large
+#   models are usually run in (§6)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `rope`: `rope(x, positions, theta)` rotates queries or keys (B, H, L, $d_{head}$) standing at the given

@@ -506,6 +506,65 @@ ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=5, frameon=Fals
 show(fig, OUT / "parameter_shares.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why does an FFN need an activation between its two matrices?
+#
+#    <details><summary>Answer</summary>
+#
+#    Without it the two matrices multiply into one, $W_{down} W_{up}$, and the FFN is a single linear map: the
+#    lesson's 768 → 3072 → 768 FFN without its activation equals one (768, 768) affine map within $10^{-12}$.
+#
+#    </details>
+#
+# 2. What can SwiGLU's gate do to a hidden unit that GLU's sigmoid gate cannot?
+#
+#    <details><summary>Answer</summary>
+#
+#    The sigmoid lies strictly between 0 and 1, so it can only shrink a unit. SiLU dips to about $-0.278$, which
+#    flips a unit's sign, and has no upper bound, so it can also amplify.
+#
+#    </details>
+#
+# 3. Why is Llama-2-7B's FFN 11008 wide rather than $4d$ = 16384?
+#
+#    <details><summary>Answer</summary>
+#
+#    A gate adds a third matrix, so the width is cut to $\tfrac23 \cdot 4d = \tfrac83 d$ to keep the parameters near
+#    the vanilla FFN's $8d^2$. Meta's code takes $\lfloor \tfrac83 \cdot 4096 \rfloor = 10922$ and rounds it up to
+#    the next multiple of 256: $43 \times 256 = 11008$.
+#
+#    </details>
+#
+# 4. What share of Llama-2-7B's parameters sits in its FFNs?
+#
+#    <details><summary>Answer</summary>
+#
+#    4,328,521,728 of 6,738,415,616: 64.2 % of the model and 66.8 % of each block, counted from
+#    `named_parameters()` on the shape-only device.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **FFN**: the feed-forward network, the sublayer that transforms each position's vector on its own with two or
+#   three matrices and an activation (§1)
+# - **activation**: the non-linear function an FFN applies to each number on its own between its matrices (§1)
+# - **ReLU**: the activation $\max(0, z)$ (§1)
+# - **GELU**: the activation $z\,\Phi(z)$, with $\Phi$ the Gaussian CDF, used by BERT and GPT-2 (§1)
+# - **SiLU**: the activation $z\,\sigma(z) = z / (1 + e^{-z})$, also called swish, which dips to about $-0.278$
+#   (§1)
+# - **vanilla FFN**: the classic FFN, $W_{down}\,\mathrm{act}(W_{up}\,x + b_{up}) + b_{down}$, which widens each
+#   vector to $d_{ff}$ numbers and narrows it back (§2)
+# - **d_ff**: the FFN's hidden width, $4\,d_{model}$ in the vanilla FFN and about $\tfrac83 d_{model}$ in Llama's
+#   (§2)
+# - **GLU**: the gated linear unit, an FFN whose hidden units are one projection of the input scaled by a sigmoid of
+#   another (§3)
+# - **gate**: the second projection of a gated FFN, which sets how much of each hidden unit gets through (§3)
+# - **SwiGLU**: the gated FFN Llama uses, $W_{down}(\mathrm{SiLU}(W_{gate}\,x) \odot W_{up}\,x)$ (§3)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `swiglu`: the SwiGLU FFN from tensor operations. Given $x$ (B, L, $d_{model}$) and the three weights
