@@ -689,7 +689,7 @@ assert np.abs(radial - predicted).max() < 1e-13 and np.abs(cos0).max() < 1e-14
 # - **rstd**: the reciprocal of the root mean square, $1 / \sqrt{m + \varepsilon}$ (§4)
 # - **BatchNorm**: a norm that normalises each feature by its mean and variance over the batch, not over the token
 #   (§5)
-# - **inference**: running a trained model only, to generate text for example, with no training step (§5)
+# - **inference**: running a trained model only, to generate text for example, without training it further (§5)
 
 # %% [markdown]
 # ## Exercises

@@ -52,9 +52,9 @@ OUT = out_dir(10)          # lessons/out/10/: this lesson's pictures
 # forward, `*_forward(...)`, returns the output and a **cache**: whatever its backward will need (the input of
 # a matmul, $\sigma(z)$ of a SiLU, the softmax probabilities). The backward, `*_backward(dout, cache)`, takes
 # `dout`, the gradient of the loss with respect to the output, and returns the gradients of the input and of
-# the weights. To test a backward we pick the loss $\mathcal L = \sum \mathrm{out} \odot \mathrm{dout}$ for a
-# fixed random `dout`: then $\partial \mathcal L / \partial\,\mathrm{out}$ is exactly `dout`, and every number
-# of the output takes part.
+# the weights. A fused kernel's backward, written by hand, has this shape too. To test a backward we pick the
+# loss $\mathcal L = \sum \mathrm{out} \odot \mathrm{dout}$ for a fixed random `dout`: then
+# $\partial \mathcal L / \partial\,\mathrm{out}$ is exactly `dout`, and every number of the output takes part.
 #
 # Three ways to get the same gradients, each trusting something different:
 #
@@ -140,12 +140,12 @@ assert max(errors["vs finite differences"].values()) <= 1e-8
 # differences of the second half of the block, $h \mapsto \sum (h + F(h)) \odot g$, at all 1,024 numbers of
 # $h$. Each agrees to better than $10^{-8}$.
 #
-# The sizes show the identity path at work (it is often called the gradient highway). The identity term is $g$
-# itself, whatever the weights are. The branches add corrections of comparable size here, at initialisation:
-# $\partial\mathcal L/\partial x$ differs from $g$ by 81 % of $g$'s length. Scale the two output projections
-# $W_O$ and $W_{down}$ by 0.01 and the branches shrink with them, while the identity path does not: the
-# difference falls to 1.3 %. Then $\partial\mathcal L/\partial x \approx g$, and the gradient reaches the block's
-# input whole.
+# The sizes show the identity path at work (it is often called the gradient highway, drawn in lesson 11). The
+# identity term is $g$ itself, whatever the weights are. The branches add corrections of comparable size here,
+# at initialisation: $\partial\mathcal L/\partial x$ differs from $g$ by 81 % of $g$'s length. Scale the two
+# output projections $W_O$ and $W_{down}$ by 0.01 and the branches shrink with them, while the identity path
+# does not: the difference falls to 1.3 %. Then $\partial\mathcal L/\partial x \approx g$, and the gradient
+# reaches the block's input whole.
 
 # %%
 d_f, _ = manual.swiglu_backward(D, cache["ffn"])                         # the branch at h: back through the FFN
@@ -697,6 +697,67 @@ assert max(c["max"] for c in checks.values()) < 1e-13 and len(checks) == 12
 assert lit == ["block.ffn"] and red == {"block.ffn"}
 assert bad[""]["max"] > 1e-2 and bad["block.ffn"]["max"] > 1e-2
 assert all(bad[p]["max"] == checks[p]["max"] for p in checks if p not in ("", "block.ffn"))
+
+# %% [markdown]
+# ## Check yourself
+#
+# 1. At $\mathrm{out} = h + F(h)$, what is $\partial \mathcal L / \partial h$, and what goes wrong if the first term
+#    is dropped?
+#
+#    <details><summary>Answer</summary>
+#
+#    $g + J_F^\top g$: the add copies $g$ to both inputs (the split), and the identity copy and the branch's
+#    gradient add at $h$ (the merge). Dropping $g$ keeps only the branch, one of the four pitfalls: it runs without
+#    complaint and spoils $x$'s gradient and everything computed after it.
+#
+#    </details>
+#
+# 2. Under GQA, why is a key/value head's gradient a sum over the query heads of its group?
+#
+#    <details><summary>Answer</summary>
+#
+#    `repeat_kv` copies each KV head once per query head of its group, so each of its numbers is used $G$ times and
+#    the $G$ gradients that come back add. The sum is the transpose of the copy. Taking only the first head of each
+#    group is off by 68 % on random gradients.
+#
+#    </details>
+#
+# 3. What is RoPE's backward, and why does a test at position 0 alone miss a sign slip in it?
+#
+#    <details><summary>Answer</summary>
+#
+#    A rotation is orthogonal, so its backward is the rotation by minus the same angle: $dx = dy \cos -
+#    \mathrm{rotate\_half}(dy) \sin$. At position 0 every angle is 0, so the forward rotation and its inverse agree
+#    exactly there; from position 1 on the slip is off by 68 %.
+#
+#    </details>
+#
+# 4. A popular statement says that reshaping the K gradient with $d_{model}$ under GQA "silently" gives wrong
+#    results. Is that so?
+#
+#    <details><summary>Answer</summary>
+#
+#    Not as stated: after the group sum the gradient holds 512 numbers and (B, L, $d_{model}$) needs 1,024, so numpy
+#    raises a `ValueError`. The silent mistake is the one that also skips the group sum, where the numbers fit and
+#    only the gradients are wrong.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **kernel**: one program that a GPU runs over whole tensors, usually for a single op (§1)
+# - **fused kernel**: a kernel that does several steps in one program, so that its backward is written by hand and
+#   must be checked against autograd (§1)
+# - **hand-derived pair**: a `*_forward` that returns its output and a cache of what its backward needs, and a
+#   `*_backward(dout, cache)` derived on paper (§1)
+# - **product rule**: the derivative of a product, $(uv)' = u'v + uv'$, so each factor gets the upstream gradient
+#   times the other factor (§3)
+# - **group sum**: under GQA, the sum of the gradients of the query heads that share one key/value head (§4)
+# - **dot-product test**: checking that an operation and its claimed transpose satisfy
+#   $\langle A k, g \rangle = \langle k, A^\top g \rangle$ for random $k$ and $g$ (§4)
+# - **rotate_half**: the quarter turn $(x_1, x_2) \mapsto (-x_2, x_1)$ of every pair, with which RoPE is written
+#   $x \cos + \mathrm{rotate\_half}(x) \sin$ (§5)
 
 # %% [markdown]
 # ## Exercises

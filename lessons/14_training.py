@@ -445,6 +445,75 @@ for ax in (left, mid):
 show(fig, OUT / "logit_lens.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why does the loss count only the second half of each sequence?
+#
+#    <details><summary>Answer</summary>
+#
+#    The first half is random tokens: nothing can predict them, and the best loss there is chance, $\ln 32 \approx
+#    3.466$ nats. From position 9 on, the next token is a copy of the one 9 places back, which only attention can
+#    fetch, so that half measures what the model learns.
+#
+#    </details>
+#
+# 2. Why does AdamW's first step move every weight by about the same amount, and what does that suggest?
+#
+#    <details><summary>Answer</summary>
+#
+#    At $t = 1$, $\hat m = g$ and $\hat v = g^2$, so the update is $\eta\,g / (|g| + \epsilon)$: every weight moves
+#    by $\eta$, up or down, whatever the size of its gradient. A gradient from one batch thus moves every weight by
+#    the full step, one reason to start with a small learning rate and warm it up.
+#
+#    </details>
+#
+# 3. With $\eta_{max} = 3 \times 10^{-3}$, 20 warmup steps, 150 steps and $\eta_{min} = 3 \times 10^{-4}$, what is
+#    the learning rate at the first step, and at step 85?
+#
+#    <details><summary>Answer</summary>
+#
+#    $\eta_{max} / 20 = 1.5 \times 10^{-4}$ at step 0, rising linearly to $\eta_{max}$ at step 19. Step 85 is halfway
+#    through the cosine, so the rate is halfway between the two: $(\eta_{max} + \eta_{min}) / 2 = 1.65 \times
+#    10^{-3}$.
+#
+#    </details>
+#
+# 4. The trained model copies the token 9 places back. Does it work like an induction head found in trained
+#    language models?
+#
+#    <details><summary>Answer</summary>
+#
+#    No. With $n$ fixed at 10 the token to copy is always 9 back, and RoPE makes a fixed offset easy, so its head
+#    copies by position. An induction head copies by content, at any distance; on sequences with other $n$ this
+#    model's accuracy falls to chance.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **cross-entropy**: the loss $-\ln p$ of the probability a model gives the right next token, averaged over the
+#   predicted positions (§1)
+# - **training step**: one batch through the model, the loss's backward pass, gradient clipping and one optimizer
+#   update (§2)
+# - **global norm**: the length of all the gradients of a model taken together as one long vector (§2)
+# - **clipping**: scaling every gradient down by one factor when their global norm is above a limit, so that one
+#   unlucky batch cannot throw the weights far (§2)
+# - **AdamW**: the optimizer that divides a running average of each weight's gradient by the root of a running
+#   average of its square, with weight decay decoupled from the gradient (§2)
+# - **weight decay**: pulling every weight towards zero by the fraction $\eta\lambda$ at each step (§2)
+# - **learning rate**: the step size $\eta$ of an optimizer's update (§2)
+# - **warmup**: the first steps of training, in which the learning rate rises linearly from a small value (§3)
+# - **learning-rate schedule**: how the learning rate changes over training; here it rises through the warmup,
+#   then follows half a cosine down to a minimum at the last step (§3)
+# - **held-out**: said of examples kept apart and never trained on, to measure what a model does on data it has
+#   not seen (§4)
+# - **accuracy**: the fraction of targets that are the model's top choice (§5)
+# - **circuit**: heads in different layers that work together on one task, such as copying earlier text (§5)
+# - **induction head**: a head that finds the earlier position whose previous token matches the current one and
+#   copies the token after it, by content, at any distance (§6)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `adamw_step`: `adamw_step(p, g, m, v, t, lr, betas, eps, weight_decay)` takes numpy arrays (the weights,
