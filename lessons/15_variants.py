@@ -657,6 +657,67 @@ ax.legend(loc="lower right")
 show(fig, OUT / "moe_parameters.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. What does DeepNorm change in a post-norm block, and what are its constants at 8 blocks?
+#
+#    <details><summary>Answer</summary>
+#
+#    It keeps the norm after the add but weights the residual by $\alpha = (2N)^{1/4}$ and starts the FFN, $W_V$
+#    and $W_O$ smaller by $\beta = (8N)^{-1/4}$. At $N = 8$, $\alpha = 2$ and $\beta \approx 0.354$, and the 8-block
+#    stack that post-norm could not train learns.
+#
+#    </details>
+#
+# 2. Why does a bias on the keys do nothing in attention without RoPE?
+#
+#    <details><summary>Answer</summary>
+#
+#    It adds $q_i \cdot b$ to every score of query $i$, the same for every key, and softmax ignores a constant added
+#    to all its inputs: the output moves by under $10^{-15}$. With RoPE the bias is rotated by each key's position,
+#    so the term differs from key to key and the bias matters.
+#
+#    </details>
+#
+# 3. Why does LoRA start $B$ at zero and $A$ at random, and what does it save on one 4096 × 4096 weight at rank 16?
+#
+#    <details><summary>Answer</summary>
+#
+#    With $B = 0$ the adapted model equals the trained one exactly, and $B$ still gets a gradient at once; had both
+#    been zero, neither would ever get one. The adapter trains $r(d + k)$ = 131,072 parameters against the weight's
+#    16,777,216: 128 times fewer.
+#
+#    </details>
+#
+# 4. Mixtral-8x7B stores 46.7 billion parameters. Why is that not 8 × 7B, and what does each token compute with?
+#
+#    <details><summary>Answer</summary>
+#
+#    Only the FFNs are copied into 8 experts; attention, the norms, the embedding and the head exist once. Each token
+#    runs through 2 experts, so its active parameters are 12.9 billion: the FLOPs per token follow those, the memory
+#    the 46.7 billion.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **DeepNorm**: post-norm with the residual weighted by $\alpha = (2N)^{1/4}$ and some initial weights scaled by
+#   $\beta = (8N)^{-1/4}$, which lets deep post-norm stacks train (§2)
+# - **parallel block**: a block whose attention and FFN both read the block's input and add to it side by side,
+#   $x + \mathrm{attn}(\mathrm{norm}_1(x)) + \mathrm{ffn}(\mathrm{norm}_2(x))$ (§5)
+# - **LoRA**: low-rank adaptation, which freezes a weight $W$ and trains a correction $\frac{\alpha}{r} BA$ of rank
+#   $r$ beside it (§6)
+# - **adapter**: the small trained matrices that LoRA adds beside a frozen weight (§7)
+# - **full fine-tuning**: fine-tuning in which every parameter of the model trains (§7)
+# - **mixture of experts**: a layer that replaces the FFN with several FFNs, the experts, and a router that sends
+#   each token through a few of them (§8)
+# - **expert**: one of the FFNs of a mixture of experts (§8)
+# - **router**: the part of a mixture of experts that scores every expert for each token and keeps the top $k$ (§8)
+# - **total parameters**: all the parameters a mixture of experts stores and must load (§8)
+# - **active parameters**: the parameters one token computes with, which set the FLOPs per token (§8)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `lora_forward`: the LoRA layer by hand. `lora_forward(x, W, A, B, alpha)` returns

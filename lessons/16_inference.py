@@ -683,6 +683,80 @@ assert abs(random_text - perplexity_np(model, text)) < 1e-9 and abs(own_text - p
 assert round(random_text, 1) == 478.5 > V and round(own_text, 1) == 33.0 and cached.shape == (1, 46)
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why can a decode step run the new token alone, and what do prefill and decode each do?
+#
+#    <details><summary>Answer</summary>
+#
+#    In a causal model nothing about an earlier position changes when a token is appended, so every layer keeps
+#    its keys and values in the KV cache. Prefill runs the whole prompt in one call and fills the cache; decode runs
+#    one token per call against it. For Llama-2-7B writing 1,000 tokens after a 1,000-token prompt, recomputing
+#    instead costs 1,503 times the FLOPs.
+#
+#    </details>
+#
+# 2. Why is decoding one sequence bound by memory and not by arithmetic?
+#
+#    <details><summary>Answer</summary>
+#
+#    Each weight is read to do one multiply and one add, 2 FLOPs for its 2 bytes in bf16: an arithmetic intensity
+#    of 1.0 FLOP per byte, far below the H100's ridge point of 295.5. Prefill reuses each weight for all 1,000
+#    prompt tokens, about 1,000 FLOPs per byte, and is compute-bound.
+#
+#    </details>
+#
+# 3. What does the online softmax keep per query, and why is the result exact?
+#
+#    <details><summary>Answer</summary>
+#
+#    A running maximum $m$, a running sum $\ell$ and an accumulator. When a new block of keys raises the maximum, the
+#    old sum and accumulator are rescaled by $e^{m - m'}$, so at the end $\mathrm{acc} / \ell$ is exactly
+#    $\mathrm{softmax}(s)\,V$, without ever holding all the scores.
+#
+#    </details>
+#
+# 4. What perplexity does a model with uniform logits have over a vocabulary of 256, and what does a lower one mean?
+#
+#    <details><summary>Answer</summary>
+#
+#    Exactly 256, the vocabulary size: every token costs $\log V$. Perplexity is the exponential of the mean
+#    cross-entropy, the number of equally likely tokens the model is choosing among on average, so lower is better
+#    and 1 is sure and right.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **prefill**: the first phase of generation, the whole prompt in one call, which fills the KV cache (§1)
+# - **decode**: the second phase of generation, one new token per call against the KV cache (§1)
+# - **greedy**: generation that always picks the most likely next token (§1)
+# - **arithmetic intensity**: a step's FLOPs per byte moved to and from memory (§3)
+# - **HBM**: high-bandwidth memory, the GPU's main memory (§3)
+# - **bandwidth**: the bytes per second a device can read from memory (§3)
+# - **ridge point**: a device's peak FLOP/s over its bandwidth, the intensity at which a step stops waiting for
+#   memory (§3)
+# - **memory-bound**: said of a step whose arithmetic intensity is below the ridge point, so that it waits for
+#   memory (§3)
+# - **compute-bound**: said of a step whose arithmetic intensity is above the ridge point, so that it waits for
+#   arithmetic (§3)
+# - **roofline**: the bound min(peak, intensity × bandwidth) on a step's FLOP/s, plotted against intensity (§3)
+# - **memory traffic**: the bytes a computation reads from and writes to the GPU's main memory (§4)
+# - **fusion**: running neighbouring kernels as one, so that a tensor made and used inside it never reaches main
+#   memory (§4)
+# - **online softmax**: a softmax over keys that arrive in blocks, keeping a running maximum and sum and rescaling
+#   what came before (§5)
+# - **tiled attention**: attention computed tile by tile with the online softmax, which keeps $O(L)$ numbers for the
+#   backward instead of $O(L^2)$ (§6)
+# - **temperature**: the number $T$ the logits are divided by before sampling; below 1 it sharpens the distribution,
+#   above 1 it flattens it (§7)
+# - **top-k**: sampling from the $k$ likeliest tokens only, renormalised (§7)
+# - **top-p**: sampling from the smallest set of likeliest tokens whose probabilities sum to at least $p$ (§7)
+# - **perplexity**: the exponential of the mean cross-entropy, the number of equally likely tokens a model is on
+#   average choosing among (§8)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `merge_softmax_states`: two partial results of the online softmax over two disjoint sets of keys, each

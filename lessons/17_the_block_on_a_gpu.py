@@ -602,6 +602,67 @@ ax.legend(loc="lower left", fontsize=8.5)
 show(fig, OUT / "zero_stages.png")
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why must a timer wait for the GPU before reading the clock, and why is the work run twice first?
+#
+#    <details><summary>Answer</summary>
+#
+#    A GPU call returns as soon as its kernels are queued, so the clock alone measures Python and the launches, not
+#    the work. The first calls are slower (CuPy compiles each elementwise kernel the first time, threads and fresh
+#    memory start up), so the lesson warms up twice and takes the median of five runs.
+#
+#    </details>
+#
+# 2. Why does the tiny block reach only a sliver of the peak FLOP/s while a large one approaches the GEMM's rate?
+#
+#    <details><summary>Answer</summary>
+#
+#    A block's forward and backward make the same 280 primitive calls at every size, each with a fixed overhead. The
+#    tiny block does almost no arithmetic per call, so its time is that overhead; a large block's matmuls grow as
+#    $B L d^2$ for the same number of calls.
+#
+#    </details>
+#
+# 3. In Megatron's tensor parallelism, why is $W_O$ split by rows, and what does that cost?
+#
+#    <details><summary>Answer</summary>
+#
+#    Each device holds its own heads' outputs, so it multiplies them by its rows of $W_O$ and gets a partial sum of
+#    attention's output. Adding the partial sums is an all-reduce: for Llama-2-70B at 4,096 tokens in bf16, a
+#    (B, L, $d_{model}$) tensor of 64 MiB, two per block in a forward pass.
+#
+#    </details>
+#
+# 4. How many bytes per parameter does each device hold under ZeRO-3 with $t$ devices, and what does that give for
+#    Llama-2-70B?
+#
+#    <details><summary>Answer</summary>
+#
+#    $16/t$: the bf16 weights, the gradients and Adam's fp32 state are all divided. At $t = 64$ that is 17.2 GB per
+#    device against 1,103.6 GB with plain data parallelism, and the state fits 80 GB cards from 14 devices on.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **tensor core**: a GPU's unit for matmuls, which runs float16 products summed in float32 (§1)
+# - **launch**: handing one kernel to the device, a fixed cost of some microseconds on every call (§2)
+# - **GEMM**: general matrix multiply, the BLAS name for a matmul (§2)
+# - **BLAS**: the library of matrix products that numpy (on the CPU) and cuBLAS (on the GPU) call (§2)
+# - **achieved FLOP/s**: a step's matmul FLOPs divided by its measured time (§3)
+# - **tensor parallelism**: splitting each matrix of a block over several devices, each computing part of every
+#   matmul (§7)
+# - **all-reduce**: summing a tensor across devices so that every device holds the sum (§7)
+# - **ring all-reduce**: an all-reduce in which the devices stand in a ring and pass pieces of the tensor to their
+#   neighbours (§8)
+# - **data parallelism**: every device keeping a whole copy of the model and training on its own share of the batch
+#   (§9)
+# - **ZeRO**: the zero redundancy optimizer, which divides the training state over the devices in three stages,
+#   ZeRO-3 dividing the weights too (§9)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `tp_params_per_device`: `tp_params_per_device(cfg, t)` returns the parameters one device holds when the

@@ -14,15 +14,17 @@ from tools import glossary
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = ROOT / "lessons"
-NAMED = re.compile(r"\blessons?\s+(\d\d(?:\s*(?:,|and|or|to|–|-)\s*\d\d)*)")
+NAMED = re.compile(r"\blessons?\s+(\d\d(?:\s*(?:,|and|or|to|–|-)\s*\d\d)*)", flags=re.I)
 
 
 def mentions(term: str, text: str) -> bool:
-    """Whether `text` uses `term`, any case, as whole words; a plural or a hyphen for a space counts too."""
+    """Whether `text` uses `term` as whole words; a plural or a hyphen for a space counts too. A term written in
+    lower case matches in any case ("Softmax" at the start of a sentence); one spelled with capitals, an acronym
+    or a name (RoPE, ZeRO, PyTorch), only as spelled, so that ZeRO is not the word "zero"."""
     words = [re.escape(w) for w in re.split(r"[\s-]+", term.strip())]
     pattern = r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?:s|es)?(?![\w])"
     plain = re.sub(r"_\{(\w+)\}", r"_\1", text.replace("*", ""))              # **bold**, and $d_{ff}$ as d_ff
-    return re.search(pattern, plain, flags=re.I) is not None
+    return re.search(pattern, plain, flags=re.I if term == term.lower() else 0) is not None
 
 
 def sentences(text: str) -> list[str]:
@@ -185,8 +187,9 @@ def test_a_lesson_without_its_end_cells_or_with_an_answer_missing_is_caught(copy
 def test_the_matcher_takes_plurals_and_hyphens_and_whole_words_only():
     assert mentions("KV cache", "the KV-caches grow") and mentions("token", "two Tokens")
     assert not mentions("token", "a tokenizer") and not mentions("norm", "pre-norm") and not mentions("head", "ahead")
+    assert mentions("softmax", "Softmax turns") and mentions("ZeRO", "ZeRO-3") and not mentions("ZeRO", "at zero")
     assert lessons_named("as lessons 04 to 09 show") == set(range(4, 10))
-    assert lessons_named("lessons 12 and 13; lesson 20") == {12, 13, 20}
+    assert lessons_named("lessons 12 and 13; Lesson 20") == {12, 13, 20}
 
 
 # the generator's errors, on lessons written for the purpose
