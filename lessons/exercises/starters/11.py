@@ -7,7 +7,7 @@ from tinygrad_block.graph import record_graph
 def predict_meetings(graph) -> int:
     """`graph` was recorded around a forward pass only:  with record_graph(module, x) as graph: out = module(x).
     Return how many additions backward() will make where gradients meet (the 'paths meet' sums of lesson 11,
-    section 4), before it runs.
+    section 5), before it runs.
 
     Work it out from the recording: graph.ops("forward") lists the indices of the primitive calls;
     graph.nodes[i].inputs lists the indices of the nodes call i read (as often as it read them);
