@@ -388,6 +388,8 @@ show(fig, OUT / "one_token.png")
 #   rare ones a few (§1)
 # - **BPE**: byte-pair encoding, a tokenizer trained by merging the most frequent pair of neighbouring tokens again
 #   and again (§1)
+# - **pre-tokenizer**: the step before BPE that cuts a text into words, at whitespace for example, or writes its
+#   bytes as characters (§1)
 # - **preset**: a named set of a model's sizes, such as `tiny` (§2)
 # - **d_model**: the model's width, the number of features of every token's vector (§2)
 # - **embedding**: the model's first layer, a table of one learned vector per token id, read with `weight[ids]` (§2)

@@ -781,6 +781,68 @@ assert "zero the gradients" in str(leftover) and replaced == (6, 4)
 assert new_weight_equal and not old_weight_equal
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. Why does `tb.jit` capture two calls before it replays?
+#
+#    <details><summary>Answer</summary>
+#
+#    One call proves nothing about the next. Only if two calls in a row run the same primitives on the same shapes
+#    and constants is the list trusted; from then on each call replays the list on the arrays, with no `Tensor`,
+#    no graph and no Python of yours in between.
+#
+#    </details>
+#
+# 2. The tiny block's forward and backward make 282 primitive calls. Why does its compiled program hold only 206
+#    kernels?
+#
+#    <details><summary>Answer</summary>
+#
+#    25 groups of elementwise primitives, 86 in all, each became one fused kernel, which folds 61 primitives away,
+#    and 15 `expand`s were dropped because numpy broadcasts their small array on the fly.
+#
+#    </details>
+#
+# 3. When does an elementwise step join the kernel of the op that reads it?
+#
+#    <details><summary>Answer</summary>
+#
+#    When it has exactly one reader and that reader is in the kernel language too (with the further conditions of
+#    section 4). A result that two ops read must be written to memory, where both can find it, so it ends its group.
+#
+#    </details>
+#
+# 4. A compiled function contains `if out.sum().item() > 0:`. What does `tb.jit` do, and why?
+#
+#    <details><summary>Answer</summary>
+#
+#    It raises `tb.JitError` naming the read. A value read while capturing may decide which primitives run, and a
+#    replay, which runs none of your Python, would repeat the branch taken once even when the next call should take
+#    the other.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **eager**: running each operation at once, as it is written, with its bookkeeping for autograd (§1)
+# - **capture**: running a function eagerly while recording every primitive it calls, with the arrays each reads
+#   and writes (§2)
+# - **replay**: running a captured list of primitives again straight on the arrays, with no tensors and no graph
+#   (§2)
+# - **kernel language**: the small set of elementwise operations a fused kernel is written in, which the backend
+#   turns into C or CUDA C (§4)
+# - **generated kernel**: a fused kernel that the program writes as one loop of C and compiles (§4)
+# - **compiled pane**: the explorer's third pane, which draws the compiled program's kernels beside the primitives
+#   they run (§5)
+# - **CUDA C**: the C dialect of NVIDIA's GPUs, in which a kernel is a function run once per element on its own
+#   thread (§7)
+# - **vector instruction**: a CPU instruction that works on several numbers at once (§7)
+# - **guard**: a check with which `tb.jit` refuses, or captures again, wherever a replay might not do what your
+#   Python would (§8)
+# - **0-d tensor**: a tensor of shape `()`, one number, which a compiled function reads anew at every call (§8)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `fused_groups`: the grouping rule of section 4, written by you. Given a program's steps (each an op name,

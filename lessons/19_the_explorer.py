@@ -380,6 +380,56 @@ assert ctotal["compiled"] == fc.total("forward", matmul_only=False) + fc.total("
 show(cpage.save(OUT / "block_compiled.html"))              # press "compiled" for the kernels' pane alone
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. What does every number the explorer page shows come from, and how does the lesson check them?
+#
+#    <details><summary>Answer</summary>
+#
+#    From `page.data`, the data Python put into the page. Each claim is read off it and checked against something
+#    that never saw the page: a second recording of the same call, the FLOP counter and the modules' own parameter
+#    counts.
+#
+#    </details>
+#
+# 2. Hovering over `q_proj`'s matmul on an (8, 64) input, what FLOPs and bytes does its card show?
+#
+#    <details><summary>Answer</summary>
+#
+#    $2 \cdot 8 \cdot 64 \cdot 64$ = 65,536 FLOPs; it reads $4 (8 \cdot 64 + 64 \cdot 64)$ = 18,432 bytes of float32
+#    inputs and writes 2,048. The permute before it reads and writes 0 bytes, since it is a view of the weight.
+#
+#    </details>
+#
+# 3. Clicking that matmul lights up four backward ops. Which, and what does that say about the backward's cost?
+#
+#    <details><summary>Answer</summary>
+#
+#    Two permutes (transposes, views) and two matmuls, one for each input's gradient, each with as many FLOPs as the
+#    forward matmul: every forward matmul becomes two, which is where "backward costs twice the forward" comes from.
+#
+#    </details>
+#
+# 4. The input $x$ is read four times. How many additions sum its gradients, and where does the page show them?
+#
+#    <details><summary>Answer</summary>
+#
+#    Four reads give four gradients and three additions, made as the gradients arrive. The page draws the chain as
+#    one "+" node where paths meet; clicking `x` lights its sums up.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **self-contained file**: a page that holds its data, its script and everything it needs to draw, so that it
+#   opens offline in any browser (§1)
+# - **stepper**: the explorer's → and ← keys, which walk the backward pass one op at a time in the order autograd
+#   ran them (§1)
+# - **module tree**: the nesting of a model's modules, each box on the page summing the parameters, FLOPs and bytes
+#   of everything inside it (§2)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `differentiating_ops`, of a page's `data` and a forward op's id: the ids of the backward ops that

@@ -434,6 +434,60 @@ assert refusal is not None and "truncated" in refusal and f"{len(raw):,} bytes" 
 assert f"has {len(raw) - 100:,}" in refusal and status == 2 and refusal in err.getvalue()
 
 # %% [markdown]
+# ## Check yourself
+#
+# 1. What does a model folder in Hugging Face's layout hold, and which file can be read without loading any
+#    weight?
+#
+#    <details><summary>Answer</summary>
+#
+#    A `config.json` with the architecture and its sizes, the weights in safetensors files, and the tokenizer
+#    (`tokenizer.json` and `tokenizer_config.json`). A safetensors file starts with an 8-byte length and a JSON
+#    header of names, dtypes, shapes and byte ranges, so the parameters can be counted from the headers alone.
+#
+#    </details>
+#
+# 2. Why does `from_pretrained` build the model on the shape-only device before it allocates anything?
+#
+#    <details><summary>Answer</summary>
+#
+#    The folder is untrusted input. On the shape-only device the model's bytes are counted without being
+#    allocated, so a config that asks for more than the free memory is refused before any array is made.
+#
+#    </details>
+#
+# 3. A download stopped early and `model.safetensors` lost its last 100 bytes. What happens on loading?
+#
+#    <details><summary>Answer</summary>
+#
+#    The header still promises every tensor, but the last one now ends past the end of the file. `from_pretrained`
+#    refuses it while reading the header, before any weight, with one `ValueError` that names the file and gives
+#    both sizes; the command line says it in one line and exits with status 2.
+#
+#    </details>
+#
+# 4. What does the BOS token do, and who puts it there?
+#
+#    <details><summary>Answer</summary>
+#
+#    It marks the beginning of every text the model reads. The tokenizer's post-processor, stored in
+#    `tokenizer.json`, puts it in front of every encoded text (id 0 here), and decoding leaves it out.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **special tokens**: tokens with a role rather than a piece of text, such as the beginning and end of a sequence
+#   (§1)
+# - **BOS**: the beginning-of-sequence token that starts every text the model reads (§1)
+# - **EOS**: the end-of-sequence token that marks the end of a text (§1)
+# - **post-processor**: the part of a tokenizer that adds special tokens, such as BOS, to every encoded text (§1)
+# - **untrusted input**: a file written by someone else, carelessly or with intent, which is checked before
+#   anything is built from it (§3)
+# - **QK-norm**: an RMSNorm on each head's queries and keys, as in Qwen3 (§6)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `params_from_config`: `params_from_config(config)` returns the parameter count of a Llama-shaped model from
