@@ -249,7 +249,7 @@ def random_block(cfg, seed: int = 0, device: str = "cpu", dtype=F64) -> nn.Trans
 
 def block_program(block, x):
     """The program tb.jit makes of block(x) and its backward from ones, compiled here on its own (not through
-    the library's measure.program_of, which the explorer uses): captured until it replays."""
+    the library's compiled.program_of, which the explorer uses): captured until it replays."""
     import tinygrad_block as tb
 
     def run(x):

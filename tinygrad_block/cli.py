@@ -18,9 +18,10 @@ from . import __version__, course, report, tables
 from .cuda import jit_by_default
 from .curriculum import notes_for
 from .device import get_backend
-from .explore import MissingAsset
+from .explorer_page import MissingAsset
 from .graph import PNG_DPI
-from .measure import DTYPES, inspect_text, record_bytes
+from .measure import DTYPES, inspect_text
+from .recordings import record_bytes
 from .nn import PRESETS, BlockConfig, preset
 from .nn.config import check_heads
 from .nn.pretrained import read_config

@@ -40,7 +40,7 @@ from . import trace
 from .function import SetRows, is_tensor
 from .fuse import describe, fuse_program, layout, to_dot
 from .fuse import kernel_steps as fuse_steps
-from .tensor import Tensor
+from .tensor import Tensor, ones_like
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
 MAX_CAPTURES = 3          # eager captures tried before two in a row must agree
@@ -612,3 +612,28 @@ def jit(fn=None, *, fuse: bool = True, modules=None):
     return Compiled(fn, fuse, modules)
 
 
+def program_of(module, *inputs: Tensor, backward: bool = True):
+    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones): captured
+    until two calls agree, then replayed once (a replay may still switch a program back to its unfused kernels).
+    The inputs and the module's gradients are left as they were."""
+    def run(*xs):
+        out = module(*xs)
+        if backward:
+            out.backward(ones_like(out))
+        return out
+    f = jit(run, modules=[module])
+    xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
+    leaves = module.parameters()
+    kept = [t.grad for t in leaves]
+    try:
+        while f.replays == 0:
+            for t in leaves + xs:
+                t.grad = None
+            f(*xs)
+            if f.captures > 4:
+                raise RuntimeError(f"program_of: {type(module).__name__}'s call does not repeat itself, so tb.jit "
+                                   "cannot compile it")
+    finally:
+        for t, grad in zip(leaves, kept):
+            t.grad = grad
+    return f.program

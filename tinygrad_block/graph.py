@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .function import Movement, primitive
 from .graph_view import GraphView, build
 from .hf_folder import check_target, write_atomic
 from .trace import observe
@@ -189,3 +190,10 @@ def render(source: str | GraphView, path, format: str | None = None, *, dpi: int
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, lambda f: f.write(data))                      # a temporary renamed into place, as a checkpoint
     return path
+
+
+def is_movement(name: str, *, aliasing: bool = False) -> bool:
+    """Whether the op called `name` (a node's label, an event's op.name) is a movement primitive (Movement); with
+    `aliasing`, one whose output is a view of its input's memory on every device (Movement.aliases)."""
+    op = primitive(name)
+    return op is not None and issubclass(op, Movement) and (op.aliases or not aliasing)

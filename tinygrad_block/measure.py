@@ -1,7 +1,7 @@
 """Measuring models with the engine itself: built on the shape-only 'meta' device, so even a 70B model counts
 in milliseconds. Parameters from named_parameters(), FLOPs (per module, found by the scope the model gives it) and
-activation bytes from observers at the choke point, the recorded graph, the walk of one token through a block,
-step by step, by the named steps, and generation's two phases (prefill, decode) with what each computes and
+activation bytes from observers at the choke point, the walk of one token through a block, step by step, by
+the named steps, and generation's two phases (prefill, decode) with what each computes and
 reads."""
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .accounting import total_params
-from .compiled import jit
 from .dtypes import float16, float32, int64
 from .generator import Generator
 from .counting import FlopCounter, count_flops, count_saved_bytes
-from .function import Movement, primitive
-from .graph import Graph, record_graph
+from .graph import is_movement
 from .hf_folder import shown, shown_list
 from .nn import LM, BlockConfig, Module, TransformerBlock
-from .tensor import Tensor, ones_like, randn, zeros
+from .tensor import Tensor, zeros
 from .nn.cache import KVCache
 from .nn.config import PRESETS
 from .nn.hf_config import config_from_hf
@@ -151,75 +149,6 @@ def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
         model(meta_ids(B, L))
     per_layer = saved.total(scope_of(model, model.layers[0]))
     return {"per_layer": per_layer, "layers": per_layer * cfg.n_layers, "model": saved.total()}
-
-
-# ---------------------------------------------------------------- recorded graphs
-def record(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool, values: bool,
-           device: str = "cpu") -> Graph:
-    """Run one block (or the whole model) forward (and backward) under record_graph; shape-only unless values
-    are asked for, then on `device`, every intermediate keeping its gradient."""
-    device = device if values else "meta"
-    g = Generator(0)
-    module = LM(cfg, generator=g, device=device) if whole_model else TransformerBlock(cfg, generator=g, device=device)
-    x = zeros(B, L, dtype=int64, device=device) if whole_model else \
-        randn(B, L, cfg.d_model, generator=g, device=device, requires_grad=True)
-    with record_graph(module, x, retain_grads=values) as graph:
-        out = module(x)
-        if backward:
-            out.backward(ones_like(out))
-    return graph
-
-
-def compiled_program(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool):
-    """The program tb.jit makes of one block's (or the whole model's) forward, or forward and backward, run on
-    the CPU with real values at these sizes (compiled.Program: print it, or draw it with .to_dot())."""
-    g = Generator(0)
-    module = LM(cfg, generator=g) if whole_model else TransformerBlock(cfg, generator=g)
-    x = zeros(B, L, dtype=int64) if whole_model else randn(B, L, cfg.d_model, generator=g, requires_grad=True)
-    return program_of(module, x, backward=backward)
-
-
-def program_of(module: Module, *inputs: Tensor, backward: bool = True):
-    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones): captured
-    until two calls agree, then replayed once (a replay may still switch a program back to its unfused kernels).
-    The inputs and the module's gradients are left as they were."""
-    def run(*xs):
-        out = module(*xs)
-        if backward:
-            out.backward(ones_like(out))
-        return out
-    f = jit(run, modules=[module])
-    xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
-    leaves = module.parameters()
-    kept = [t.grad for t in leaves]
-    try:
-        while f.replays == 0:
-            for t in leaves + xs:
-                t.grad = None
-            f(*xs)
-            if f.captures > 4:
-                raise RuntimeError(f"program_of: {type(module).__name__}'s call does not repeat itself, so tb.jit "
-                                   "cannot compile it")
-    finally:
-        for t, grad in zip(leaves, kept):
-            t.grad = grad
-    return f.program
-
-
-def is_movement(name: str, *, aliasing: bool = False) -> bool:
-    """Whether the op called `name` (a node's label, an event's op.name) is a movement primitive (Movement); with
-    `aliasing`, one whose output is a view of its input's memory on every device (Movement.aliases)."""
-    op = primitive(name)
-    return op is not None and issubclass(op, Movement) and (op.aliases or not aliasing)
-
-
-def record_bytes(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool) -> int:
-    """Memory that `record(..., values=True)` holds at its end, measured by recording on meta: the graph keeps
-    every tensor it saw (parameters, inputs, each op's output and, after backward, each gradient) alive; views
-    share their input's memory (Movement.aliases: permute, expand, slice; a reshape is counted, as it copies a
-    transposed input)."""
-    graph = record(cfg, whole_model=whole_model, B=B, L=L, backward=backward, values=False)
-    return sum(n.tensor.nbytes for n in graph.nodes if n.kind != "op" or not is_movement(n.label, aliasing=True))
 
 
 # ---------------------------------------------------------------- the walk

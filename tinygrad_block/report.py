@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import accounting, measure
+from . import accounting, measure, recordings
 from .cuda import jit_by_default
 from .dtypes import int64
-from .explore import explore, explorer
+from .explorer_page import explore, page_of
 from .generator import Generator
 from .graph import render
 from .hf_folder import write_text
@@ -22,7 +22,7 @@ from .nn.hf_config import config_from_hf
 from .nn.pretrained import checkpoint_files
 from .tensor import randn, tensor
 
-GRAPH_FORMATS = ("svg", "png", "pdf", "dot", "html")        # html: the explorer page (explore.py)
+GRAPH_FORMATS = ("svg", "png", "pdf", "dot", "html")        # html: the explorer page (explorer_page.py)
 
 
 # ---------------------------------------------------------------- presets and parameters
@@ -171,16 +171,16 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
     if check:
         return checked_graph(cfg, path, depth=depth, seq_len=seq_len, batch=batch, values=values, compiled=compiled,
                              all_layers=all_layers, start=start)
-    graph = measure.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
+    graph = recordings.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
                            values=values, device=device)
     title = (f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}"
              f"{', backward' if backward else ''}{f', depth {depth}' if depth is not None else ''}")
     shown = {"command": "graph", "preset": cfg.name, "model": model, "depth": depth, "backward": backward,
              "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt}
     if fmt == "html":
-        program = measure.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=True) \
+        program = recordings.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=True) \
             if compiled else None
-        page = explorer(graph, title=title.replace(", backward", "") + (", compiled" if compiled else ""),
+        page = page_of(graph, title=title.replace(", backward", "") + (", compiled" if compiled else ""),
                         depth=1 if depth is None else depth, fold=not all_layers, values=values,
                         show=["backward"] if backward and not compiled else None, program=program)  # compiled: all
         page.save(path)
@@ -222,7 +222,7 @@ def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backw
                    dpi: int | None) -> dict:
     """The program tb.jit makes of one block (or the model), forward or forward and backward, drawn to `path`."""
     start = time.perf_counter()
-    program = measure.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=backward)
+    program = recordings.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=backward)
     title = f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}, " \
             f"{'forward and backward' if backward else 'forward'}, compiled"
     dot = program.to_dot(title)

@@ -13,7 +13,7 @@ from .generator import Generator
 from .counting import count_flops
 from .trace import observe
 from .gradcheck import numerical_grad, rel_err
-from .explore import explorer
+from .explorer_page import page_of
 from .graph import record_graph, render
 from .nn import TransformerBlock, preset
 from .tensor import Tensor, randn
@@ -71,7 +71,7 @@ def _graphs(graph, out_dir: Path, out) -> list[Path]:
             paths.append(out_dir / f"{name}.dot")
             paths[-1].write_text(dot)
         out(f"  graph, {what}: {paths[-1]}")
-    page = explorer(graph, title="tiny block, x (2, 8, 64): forward and backward", depth=1, values=True)
+    page = page_of(graph, title="tiny block, x (2, 8, 64): forward and backward", depth=1, values=True)
     paths.append(page.save(out_dir / "tiny_block_explorer.html"))
     out(f"  graph explorer, both phases (open it in a browser; click a box to open it): {paths[-1]}")
     return paths

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tinygrad_block as tb
 from tinygrad_block import nn
-from tinygrad_block.explore import explore
+from tinygrad_block.explorer_page import explore
 
 EXPAND_ALL = """() => { const t = performance.now(); document.getElementById('expand-all').click();
                         return performance.now() - t; }"""

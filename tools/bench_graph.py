@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tinygrad_block import nn
-from tinygrad_block.measure import record
+from tinygrad_block.recordings import record
 
 
 def main(argv=None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinygrad_block import nn
-from tinygrad_block.measure import record
+from tinygrad_block.recordings import record
 from tinygrad_block.graph import render
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"

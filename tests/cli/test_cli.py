@@ -521,7 +521,7 @@ def test_record_bytes_is_what_the_recording_holds():
     allocations to tracemalloc): within 20 %, never below it by more than 5 %."""
     import tracemalloc
 
-    from tinygrad_block.measure import record, record_bytes
+    from tinygrad_block.recordings import record, record_bytes
     for name, model, B, L in (("tiny", True, 2, 32), ("gpt2-small", False, 1, 16)):
         cfg = nn.preset(name)
         estimate = record_bytes(cfg, whole_model=model, B=B, L=L, backward=True)
@@ -551,9 +551,9 @@ def test_graph_prints_the_views_warnings_as_one_line_each(capsys, tmp_path, monk
 
 
 def test_graph_compiled_draws_the_program_of_kernels(tmp_path, command_line):
-    from tinygrad_block import measure
+    from tinygrad_block import recordings
     data = command_line.json("graph", "--preset", "tiny", "--compiled", "--backward", "--out", tmp_path / "p.dot")
-    program = measure.compiled_program(nn.preset("tiny"), whole_model=False, B=1, L=16, backward=True)
+    program = recordings.compiled_program(nn.preset("tiny"), whole_model=False, B=1, L=16, backward=True)
     assert (data["kernels"], data["primitives"]) == (len(program.kernels), len(program.plain)) == (206, 282)
     dot = (tmp_path / "p.dot").read_text()
     assert dot.startswith("digraph program") and dot.count("[label=") == data["kernels"]
@@ -565,9 +565,9 @@ def test_graph_compiled_draws_the_program_of_kernels(tmp_path, command_line):
 
 
 def test_graph_compiled_html_writes_the_explorer_with_a_pane_of_kernels(tmp_path, command_line):
-    from tinygrad_block import measure
+    from tinygrad_block import recordings
     out = command_line.out("graph", "--preset", "tiny", "--compiled", "--depth", "2", "--out", tmp_path / "c.html")
-    program = measure.compiled_program(nn.preset("tiny"), whole_model=False, B=1, L=16, backward=True)
+    program = recordings.compiled_program(nn.preset("tiny"), whole_model=False, B=1, L=16, backward=True)
     assert out.startswith(f"graph: tiny, one block, forward and backward, compiled: wrote the explorer "
                           f"{tmp_path / 'c.html'} ({len(program.kernels)} kernels for {len(program.plain)} primitives")
     text = (tmp_path / "c.html").read_text()
@@ -576,7 +576,7 @@ def test_graph_compiled_html_writes_the_explorer_with_a_pane_of_kernels(tmp_path
     assert data["depth"] == 2 and data["program"]["kernels"] == len(program.kernels)
     assert len([n for n in data["nodes"] if n["phase"] == "compiled"]) == len(program.kernels)
     info = command_line.json("graph", "--preset", "tiny", "--model", "--compiled", "--out", tmp_path / "m.html")
-    model = measure.compiled_program(nn.preset("tiny"), whole_model=True, B=1, L=16, backward=True)
+    model = recordings.compiled_program(nn.preset("tiny"), whole_model=True, B=1, L=16, backward=True)
     assert (info["kernels"], info["primitives"], info["format"]) == (len(model.kernels), len(model.plain), "html")
 
 

@@ -49,7 +49,7 @@ def test_lesson_runs_and_its_pictures_are_there(path, lesson_run):
             head = picture.read_bytes()[:8]
             assert picture.parent == ROOT / "lessons" / "out" / path.stem[:2], line
             assert head == b"\x89PNG\r\n\x1a\n" or head.startswith(b"<?xml"), line
-        if line.startswith("explorer: "):                          # a graph explorer page (explore.py)
+        if line.startswith("explorer: "):                          # a graph explorer page (explorer_page.py)
             page = ROOT / line.removeprefix("explorer: ")
             assert page.parent == ROOT / "lessons" / "out" / path.stem[:2], line
             assert page.read_text().startswith("<!DOCTYPE html>") and 'id="data"' in page.read_text(), line

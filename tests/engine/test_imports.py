@@ -82,3 +82,35 @@ def test_the_architecture_picture_places_every_room_above_what_it_imports():
     assert arrows["manual/"] >= {"device.py"} and "accounting.py" not in arrows["nn/"]     # nn never reaches up
     with pytest.raises(ValueError, match="import circle: a.py -> b.py -> a.py"):
         arch.floors({"a.py": {"b.py"}, "b.py": {"a.py"}})
+
+
+# The engine, the devices' backends and nn are what a first example needs; the explorer page, the compiler and
+# everything the commands measure load when first used.
+FIRST_EXAMPLE = {"", "autograd", "backend", "cpu_kernels", "cuda", "cuda_kernels", "device", "dtypes", "function",
+                 "generator", "gradcheck", "hf_folder", "index", "kernels", "optim", "strict", "tensor", "trace", "nn",
+                 "nn.attention", "nn.block", "nn.cache", "nn.config", "nn.decode", "nn.layers", "nn.model",
+                 "nn.module", "nn.moe", "nn.tiled"}
+
+
+def loaded_after(code: str) -> set[str]:
+    """The package's modules loaded in a fresh interpreter after `code`, named relative to the package."""
+    import json
+    import subprocess
+    import sys
+    probe = (f"import sys, json\n{code}\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'tinygrad_block')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return {m.removeprefix("tinygrad_block").removeprefix(".") for m in json.loads(out)}
+
+
+def test_import_tinygrad_block_loads_the_engine_and_nn_alone():
+    assert loaded_after("import tinygrad_block") == FIRST_EXAMPLE
+
+
+def test_the_explorer_and_the_compiler_load_when_first_used():
+    assert {"compiled", "fuse"} <= loaded_after("import tinygrad_block as tb; tb.jit") - FIRST_EXAMPLE
+    after = loaded_after("import tinygrad_block as tb; assert callable(tb.explore)")
+    assert {"explorer_page", "graph", "compiled"} <= after and "measure" not in after
+    with pytest.raises(Exception, match="no attribute 'explorer'"):
+        import tinygrad_block
+        tinygrad_block.explorer

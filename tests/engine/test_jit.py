@@ -275,8 +275,8 @@ def test_the_program_draws_as_a_graph():
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward+backward"])
 def test_a_compiled_programs_flops_equal_the_closed_form(backward):
-    from tinygrad_block import accounting, measure
-    program = measure.compiled_program(CFG, whole_model=False, B=2, L=16, backward=backward)
+    from tinygrad_block import accounting, recordings
+    program = recordings.compiled_program(CFG, whole_model=False, B=2, L=16, backward=backward)
     want = accounting.block_forward_flops(CFG, 16, 2, matmul_only=False)
     if backward:
         want += accounting.block_backward_flops(CFG, 16, 2, matmul_only=False)

@@ -1,5 +1,5 @@
 """A model whose names are hostile to an HTML page, a script and a DOT file, run on float64 values at the edges of
-the float64 range: the DOT text (test_graph.py), the explorer's data (test_explore.py) and the page in a browser
+the float64 range: the DOT text (test_graph.py), the explorer's data (test_explorer_page.py) and the page in a browser
 (test_explorer_browser.py) must hold and draw every name as written, and its statistics honestly. With Affine
 layers its compiled program generates kernels whose source names every module (the explorer shows it as text)."""
 import numpy as np

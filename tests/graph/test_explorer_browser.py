@@ -1,4 +1,4 @@
-"""The explorer page (explore.py) in a real browser: headless Chromium driven by Playwright opens each page from a
+"""The explorer page (explorer_page.py) in a real browser: headless Chromium driven by Playwright opens each page from a
 file:// URL and clicks, hovers, types and steps through it. Every number the page shows is checked against an
 independent recording of the same computation (record_graph, count_flops, num_parameters, numpy).
 
@@ -20,7 +20,7 @@ from tinygrad_block import cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import LESSONS
-from tinygrad_block.explore import explore
+from tinygrad_block.explorer_page import explore
 from tinygrad_block.graph import record_graph
 from hostile import FINITE, NAMES, ROOT, TITLE, Affine, hostile
 
@@ -523,7 +523,7 @@ def fills(page: Loaded, phase: str) -> list:
 def test_the_gradient_check_colours_a_planted_bug_where_it_lives(browser, tmp_path, monkeypatch):
     """A bug planted in swiglu's hand-derived backward reddens the FFN's own backward ops, and only them; the
     Linear modules inside it (linear's pair) and every other module stay round-off green."""
-    from test_explore import planted
+    from test_explorer_page import planted
     planted(monkeypatch, "swiglu")
     page = Loaded(browser, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
     try:

@@ -8,7 +8,7 @@ import pytest
 import tinygrad_block as tb
 from tinygrad_block import nn
 
-explore = importlib.import_module("tinygrad_block.explore")         # the module (tb.explore is its function)
+explore = importlib.import_module("tinygrad_block.explorer_page")
 
 ASSETS = ("template.html", "explorer.js", "explorer.css", "viz-global.js")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import numbers
 
-from ..compiled import fingerprint, jit
 from ..dtypes import float64
 from ..function import KthLargest
 from ..generator import Generator
@@ -137,6 +136,7 @@ class Decoder:
         step inside `tokens` costs only its kernels. A changed model gets a new compiled step (captured again)."""
         if not self.jit:
             return
+        from ..compiled import fingerprint, jit       # the compiler loads with the first compiled decoder
         seen = fingerprint([self.model])
         if seen != self.model_seen:
             self.compiled, self.model_seen = jit(self.forward, fuse=self.fuse, modules=[]), seen

@@ -1,4 +1,4 @@
-"""explore.py: what the explorer page holds, against independent oracles — the recorded Graph (ops, their order,
+"""explorer_page.py: what the explorer page holds, against independent oracles — the recorded Graph (ops, their order,
 the op each backward call differentiates), count_flops (FLOPs per module), the modules' own parameter counts and
 accounting's closed forms (a folded 70B model). The page itself is driven in a real browser in
 test_explorer_browser.py."""
@@ -22,7 +22,7 @@ from tinygrad_block import accounting, cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import LESSONS
-from tinygrad_block.explore import ASSETS, LESSON_FILES, MODULE_LESSONS, OP_LESSONS, Explorer, explorer
+from tinygrad_block.explorer_page import ASSETS, LESSON_FILES, MODULE_LESSONS, OP_LESSONS, Explorer, page_of
 from tinygrad_block.fuse import kernel_steps
 from tinygrad_block.graph import record_graph
 
@@ -160,7 +160,7 @@ def test_the_page_is_one_self_contained_file(tiny, tmp_path):
     with pytest.raises(ValueError, match="must end in .html"):
         page.save(tmp_path / "page.svg")
     with pytest.raises(ValueError, match="depth must be an int >= 0"):
-        explorer(None, depth=-1)
+        page_of(None, depth=-1)
 
 
 # ---------------------------------------------------------------- hostile names, titles and values
@@ -227,11 +227,11 @@ def test_a_phase_to_show_that_the_page_lacks_is_an_error_naming_it(tiny):
     _, _, _, graph, _ = tiny
     with pytest.raises(ValueError, match=r"show=\['forward', 'compiled'\] names 'compiled', not a phase of this "
                                          r"page; expected some of 'forward', 'backward'"):
-        explorer(graph, show=["forward", "compiled"])
+        page_of(graph, show=["forward", "compiled"])
     with pytest.raises(TypeError, match="show must be a list of phases, got str 'forward'"):
-        explorer(graph, show="forward")
+        page_of(graph, show="forward")
     with pytest.raises(TypeError, match="title must be a str, got int 7"):
-        explorer(graph, title=7)
+        page_of(graph, title=7)
 
 
 def test_the_graph_command_writes_the_explorer(tmp_path, command_line):

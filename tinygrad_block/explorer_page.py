@@ -28,11 +28,11 @@ from pathlib import Path
 from . import cpu_kernels, cuda_kernels
 from .dtypes import as_dtype
 from .fuse import kernel_bytes, kernel_flops, kernel_steps
-from .graph import Graph, record_graph
+from .compiled import program_of
+from .graph import Graph, is_movement, record_graph
 from .graph_dot import STYLE
 from .graph_view import GraphView, finite, folded_layers, moments
 from .kernels import EXPR, TYPES, op_name
-from .measure import is_movement, program_of
 
 ASSETS = Path(__file__).parent / "explorer"
 PLACEHOLDER = re.compile(r"/\*(TITLE|STYLE|VIZ|SCRIPT|DATA)\*/")     # in template.html
@@ -41,7 +41,7 @@ SAMPLE = 200_000                            # values a histogram or statistic lo
 KINDS = {"op": "op", "residual": "op", "accumulate": "op", "box": "module",      # data-kind; the rest are tensors
          "kernel": "op", "fused": "op", "check": "op"}
 # Where the course teaches each op and module: primitive (or node kind) / module class -> (lesson, section heading).
-# A card links to the lesson's file; tests/graph/test_explore.py checks that every heading is in its lesson.
+# A card links to the lesson's file; tests/graph/test_explorer_page.py checks that every heading is in its lesson.
 LESSON_FILES = {1: "01_tensors_and_the_graph", 2: "02_backpropagation", 3: "03_broadcasting_and_matmul",
                 4: "04_from_text_to_probabilities", 5: "05_normalisation", 6: "06_attention",
                 7: "07_positions_and_sharing", 8: "08_feed_forward", 9: "09_the_prenorm_block", 15: "15_variants",
@@ -116,7 +116,7 @@ class Explorer:
         if not self.data.get("lessons") or not LESSONS.is_dir():
             return self.html
         root = relative_path(LESSONS, Path(path).resolve().parent)
-        return page(self.title, self.data | {"lesson_root": root + "/"})
+        return page_html(self.title, self.data | {"lesson_root": root + "/"})
 
     def _repr_html_(self) -> str:
         """The page in an inline frame, sandboxed: its script runs, in an origin of its own, away from the notebook."""
@@ -133,7 +133,7 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
     """Run `module(*inputs)` (and, with `backward`, the backward of sum(out * ones)) under record_graph and return
     its explorer page, opened at `depth`. `values` (default: the inputs hold values, not the shape-only device)
     adds each tensor's statistics and histogram, and gradients. `compiled` adds the program tb.jit makes of the
-    same call (measure.program_of): its kernels in a pane of their own. `check` (a transformer block and its input)
+    same call (compiled.program_of): its kernels in a pane of their own. `check` (a transformer block and its input)
     adds the gradient check (gradient_check): each backward op coloured by how far autograd is from manual/'s
     hand-derived backward of the module around it. The gradients the module's parameters and the inputs held
     before are put back afterwards, untouched."""
@@ -155,14 +155,14 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
             if backward:
                 out.backward(ones_like(out))
         classes = {path: type(m).__name__ for path, m in module.named_modules(name)}
-        return explorer(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes,
+        return page_of(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes,
                         checks=checks)
     finally:
         for t, grad in zip(leaves, kept):
             t.grad = grad
 
 
-def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
+def page_of(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = True, values: bool = False,
              show: list | None = None, program=None, classes: dict | None = None,
              checks: dict | None = None) -> Explorer:
     """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
@@ -185,10 +185,10 @@ def explorer(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool =
         raise ValueError(f"explore: show={show!r} names {', '.join(map(repr, unknown))}, not a phase of this page; "
                          f"expected some of {', '.join(map(repr, data['phases']))}")
     data["show"] = list(show or data["phases"])
-    return Explorer(page(title, data), title, data)
+    return Explorer(page_html(title, data), title, data)
 
 
-def page(title: str, data: dict) -> str:
+def page_html(title: str, data: dict) -> str:
     """The template with its placeholders filled in one pass, so nothing filled in (a title that reads /*DATA*/)
     is read as a placeholder again. The data is JSON with `<`, `>` and `&` written as \\u escapes, so no name in it
     can end its <script> element (`</script>`) or open a comment there (`<!--`); a number that is not finite
