@@ -9,8 +9,8 @@
 # %% [markdown]
 # # Lesson 19 — The graph explorer
 #
-# Lesson 11 drew the block's graph and ended with a page you can click through: the **explorer**. This lesson
-# is a guided tour of that page. We open the tiny block's page, then walk through what you see and what each
+# Lesson 11 drew the block's graph; here the same graph is a page you can click through: the **explorer**. This
+# lesson is a guided tour of that page. We open the tiny block's page, then walk through what you see and what each
 # click does: the module tree and its totals, a box opened down to its primitives, the card an op shows when
 # you hover over it, the backward ops that light up when you click a forward op, the backward pass followed
 # step by step with the → key, the places where gradients add up, and the compiled pane of lesson 18. The
@@ -98,7 +98,7 @@ assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import", page.html)    
 #
 # ## 2. The module tree and its totals
 #
-# The page opens at depth 1, like lesson 11's first drawing: the block's four sublayers as green boxes, the
+# The page opens at depth 1, like lesson 11's drawing of the block: the block's four sublayers as green boxes, the
 # two residual adds as circles, and the input. Hover over a box and a card shows what the module sums up
 # over everything it holds: its parameters, its FLOPs forward and backward (with the share done by matmuls),
 # the bytes its forward ops write (its activations) and the bytes it moves. These numbers are in
