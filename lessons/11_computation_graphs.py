@@ -35,6 +35,7 @@ import importlib.util
 import io
 import json
 import shutil
+from collections import Counter
 
 import numpy as np
 
@@ -115,8 +116,8 @@ draw(norm_graph, "rmsnorm_forward.png", title="RMSNorm, forward, every primitive
 # %% [markdown]
 # Now the whole block, recorded the same way, forward and then backward from a random upstream gradient. Its
 # forward pass makes **118** primitive calls, and `count_flops`, which watched the same run from the same choke
-# point, counts exactly as many. Its source nodes are the input, the 9 weights and some constants (the RoPE tables,
-# the causal mask).
+# point, counts exactly as many. Its source nodes are the input, the 9 weights and constants: the two RoPE tables,
+# the (8, 8) causal mask, and scalars such as the norms' $\varepsilon$.
 #
 # Follow the edges back from attention's scores, $QK^\top$, and you meet the input, `norm1.weight`,
 # `q_proj.weight` and `k_proj.weight`: nothing else. The graph says the scores do not depend on `v_proj` or on
@@ -166,15 +167,21 @@ def scores_with(shifted: str) -> np.ndarray:
 
 
 calls = len(graph.ops("forward"))
+sources = [n for n in graph.nodes if n.kind != "op" and n.phase == "forward"]
 counted = sum(n for (phase, *_), n in fc.calls.items() if phase == "forward")
 scores = graph.nodes[scores_node(graph)]
 moved = {w: float(np.abs(scores_with(w) - scores.tensor.numpy()).max())
          for w in ("attn.k_proj.weight", "norm1.weight", "attn.v_proj.weight", "ffn.up_proj.weight")}
 print(f"forward: {calls} primitive calls recorded, {counted} counted by count_flops")
+print(f"source nodes: {dict(Counter(n.kind for n in sources))}; constants other than scalars: "
+      f"{[(n.label, n.shape) for n in sources if n.kind == 'const' and n.shape]}")
 print(f"the scores {scores.shape} depend on {leaves(graph, scores_node(graph))}")
 print(f"the output depends on {len(leaves(graph, graph.ops('forward')[-1]))} sources")
 print("largest change of the scores when a weight moves by 0.5: " + ", ".join(f"{w} {v:.3g}" for w, v in moved.items()))
 assert calls == counted == 118
+assert Counter(n.kind for n in sources) == {"input": 1, "param": 9, "const": 11}
+assert [(n.label, n.shape) for n in sources if n.kind == "const" and n.shape] == [
+    ("block.attn.rope_cos", (128, CFG.d_head)), ("block.attn.rope_sin", (128, CFG.d_head)), ("const", (L, L))]
 assert leaves(graph, scores_node(graph)) == ["block.attn.k_proj.weight", "block.attn.q_proj.weight",
                                              "block.norm1.weight", "input"]
 assert leaves(graph, graph.ops("forward")[-1]) == sorted([f"block.{k}" for k in block.state_dict()] + ["input"])
@@ -325,10 +332,10 @@ draw(attn_graph, "attention_forward.svg", depth=1, title="tiny attention, forwar
 # - each backward takes as many calls as its derivative needs: 2 `mul`s for a product (one gradient for each
 #   input), 3 for `reciprocal` ($-g / r^2$), one `sum` for an `expand` (copies add up, lesson 03).
 #
-# In the whole block, `backward()` makes 164 primitive calls for the 118 forward ones. 100 of the forward calls need a
-# gradient (the other 18 only touch constants: slices of
-# the RoPE tables, the mask's expand, softmax's row max, SiLU's sign test). 91 of them have backward calls, and 9
-# adds and subtractions hand their gradient on unchanged. Every one of the 9 forward matmuls, $C = AB$, has exactly
+# In the whole block, `backward()` makes 164 primitive calls for the 118 forward ones. 100 of the forward calls
+# need a gradient; the other 18 only touch constants (slices of the RoPE tables and their expands, the mask's
+# expand, softmax's row max and its expand, SiLU's sign test). 91 of the 100 have backward calls, and 9 adds and
+# subtractions hand their gradient on unchanged. Every one of the 9 forward matmuls, $C = AB$, has exactly
 # **two** matmuls in its backward, one for each input:
 #
 # $$\frac{\partial \mathcal L}{\partial A} = G B^\top, \qquad \frac{\partial \mathcal L}{\partial B} = A^\top G,
@@ -338,10 +345,10 @@ draw(attn_graph, "attention_forward.svg", depth=1, title="tiny attention, forwar
 #
 # **The order.** The backward graph is the forward read in reverse, so `backward()` must reach a call only after
 # every call that read its output: a reverse topological order (lesson 02). In the recording, the first backward
-# call differentiates the FFN's `down_proj`, the last forward computation, and the last differentiates norm1's
-# first `mul`. Over all 94 forward edges between two calls that have a backward, the reader's backward runs before
-# the writer's, every time. It is not simply the forward order turned round: any order that respects the edges
-# gives the same gradients, and the engine picks one.
+# call differentiates the FFN's `down_proj`, the last forward call before the residual add, and the last one
+# differentiates norm1's first `mul`. Over all 94 forward edges between two calls that have a backward, the
+# reader's backward runs before the writer's, every time. It is not simply the forward order turned round: any
+# order that respects the edges is correct, and the engine picks one.
 
 # %%
 def backward_of(graph) -> dict[int, list[int]]:
@@ -373,6 +380,7 @@ nodes = graph.nodes
 fwd_calls = graph.ops("forward")
 back = backward_of(graph)
 needs_grad = [i for i in fwd_calls if nodes[i].tensor.requires_grad]
+no_grad = Counter((nodes[i].step, nodes[i].label) for i in fwd_calls if i not in needs_grad)
 handed_on = sorted({nodes[i].label for i in needs_grad if i not in back})
 matmuls = [i for i in fwd_calls if nodes[i].label == "matmul"]
 two_each = [sum(nodes[j].label == "matmul" for j in back[i]) for i in matmuls]
@@ -390,6 +398,8 @@ print(f"backward starts with {'.'.join(nodes[runs[0]].scope)}'s {nodes[runs[0]].
       f"{runs == sorted(runs, reverse=True)}")
 assert (len(graph.ops("backward")), len(fwd_calls)) == (164, 118)
 assert (len(needs_grad), len(back), len(fwd_calls) - len(needs_grad)) == (100, 91, 18) and handed_on == ["add", "sub"]
+assert no_grad == {("rope", "slice"): 6, ("rope", "expand"): 8, ("mask", "expand"): 1, ("softmax", "max"): 1,
+                   ("softmax", "expand"): 1, ("activation", "compare"): 1}
 assert two_each == [2] * 9 and len(matmuls) == 9
 assert len(pairs) == in_order == 94
 assert nodes[runs[0]].scope == ("block", "ffn", "down_proj") and runs[0] == max(first)
@@ -444,6 +454,9 @@ def along_highway(view) -> list[str]:
 
 db = graph.view(depth=1, backward=True)
 circles = [(len(n.members), n.flops) for n in db.find(kind="accumulate")]
+norm_back_view = norm_graph.view(backward=True)
+norm_circles = norm_back_view.find(kind="accumulate")
+print(f"RMSNorm: x read {reads} times, {len(norm_circles)} 'paths meet' circles above ∂ input")
 print("edges: " + ", ".join(f"{s} -> {d}" for s, d in arrows(db)))
 print(f"highway: {' -> '.join(along_highway(db))}; 'paths meet' circles (additions, FLOPs): {circles}")
 assert [short(db, n) for n in db.nodes] == ["ffn", "∂ output", "norm2", "meet1", "attn", "norm1", "meet2", "∂ input"]
@@ -451,6 +464,8 @@ assert arrows(db) == [("∂ output", "ffn"), ("ffn", "norm2"), ("∂ output", "m
                       ("meet1", "attn"), ("attn", "norm1"), ("meet1", "meet2"), ("norm1", "meet2"),
                       ("meet2", "∂ input")]
 assert along_highway(db) == ["∂ output", "meet1", "meet2", "∂ input"]
+above_input = norm_back_view.predecessors(norm_back_view.find(label="∂ input")[0].name)
+assert len(norm_circles) == reads - 1 == 2 and [n.kind for n in above_input] == ["accumulate"]
 assert not any(n.kind == "box" for n in db.nodes if short(db, n) in along_highway(db))
 assert circles == [(4 - 1, 3 * 512), (4 - 1, 3 * 512)] and B * L * CFG.d_model == 512
 draw(graph, "block_backward_depth1.png", depth=1, backward=True, title="tiny block, backward, depth 1")
@@ -593,8 +608,8 @@ for name in ("ffn", "attn"):
 #
 # What the depths tell you here:
 #
-# - at depth 1, the model's whole architecture in 5 nodes: what feeds what, and where the FLOPs go (almost all in
-#   the layers);
+# - at depth 1, the model's whole architecture in 5 nodes: what feeds what, and where the FLOPs go (99.6 % in the
+#   layers);
 # - at depth 2 (the drawing below, 25 nodes), one layer opened into its norms, attn and ffn boxes and its two
 #   residual circles, inside a bold frame with the note "× 80 identical layers, drawn once";
 # - at every primitive, folded, one layer's every call: 149 nodes. Unfolded it would be 10,419, and a view that
@@ -631,6 +646,8 @@ assert {e.shape for e in m1.edges if e.highway} == {(1, 16, cfg70.d_model)} and 
 assert flops["layers.0"] == per_layer == 27_394_914_400 and 80 * per_layer == 2_191_593_152_000
 assert flops["norm"] == 524_336 and flops["lm_head"] == 2 * 16 * 8192 * cfg70.vocab_size == 8_388_608_000
 assert whole == 2_199_982_284_336 == accounting.model_forward_flops(cfg70, 16, 1, matmul_only=False)
+assert round(100 * 80 * per_layer / whole, 1) == 99.6
+assert "× 80\\lidentical layers,\\ldrawn once" in m2.to_dot()
 assert sizes70 == {"depth 2": 25, "every primitive": 149, "unfolded": 10_419}
 assert m1.warnings == [] and len(warning) == 1 and "10,419 nodes" in warning[0]
 assert [n.label for n in m2.find(kind="box")] == ["norm1", "attn", "norm2", "ffn"]
