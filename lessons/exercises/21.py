@@ -326,9 +326,9 @@ def check_train_it(solution) -> None:
     if not math.isfinite(loss):
         raise CheckFailed(f"{where}: training diverged; lower the learning rate or add warmup")
     if loss > LOSS_BAR:
-        hint = ("; the model has not found the copy yet (chance is ln 32 = {:.3f}): lesson 14 crossed the drop after "
-                "about 100 steps of 32 sequences at lr 3e-3. Train longer, and take the loss on the second half "
-                "(train.lm_loss with induction_batch's targets)").format(chance) if loss > 0.8 * chance else ""
+        hint = ("; the model has not found the copy yet: lesson 14 crossed the drop after about 100 steps of 32 "
+                "sequences at lr 3e-3. Train longer, and take the loss on the second half (train.lm_loss with "
+                "induction_batch's targets)") if loss > 0.8 * chance else ""
         raise CheckFailed(f"{where}, above the bar of {LOSS_BAR} (chance: {chance:.3f}){hint}")
     if seconds > SECONDS:
         raise CheckFailed(f"train_it(cfg) reached a loss of {loss:.4f} but took {seconds:.0f} s; keep it under "
@@ -337,23 +337,25 @@ def check_train_it(solution) -> None:
 
 # ---------------------------------------------------------------- 4. generation with the KV cache
 def cached_logits(model: nn.LM, ids: tb.Tensor, cache: nn.KVCache, offset: int) -> tb.Tensor:
-    """The model's forward for ids, placed at positions offset ..., every block with its layer cache: what
-    LM.forward does with a cache, written out, so the grader can run it with a wrong offset too."""
-    cfg, L = model.cfg, ids.shape[1]
+    """The model's forward for ids at positions cache.length ..., every block with its layer cache: what LM.forward
+    does with a cache, written out. Without RoPE the position embedding is read from `offset` on, so the grader
+    can run it with positions that do not advance."""
+    cfg, L, first = model.cfg, ids.shape[1], cache.length                 # first: where this call's tokens go
     h = model.embed(ids)                                                    # (B, L, d_model)
     if cfg.scale_embeddings:
         h = h * math.sqrt(cfg.d_model)
     if not cfg.rope:
         h = h + model.pos_embed(tb.arange(offset, offset + L))             # (L, d_model), broadcast over B
     for block, layer in zip(model.layers, cache.layers):
-        h = block(h, offset, layer)
+        h = block(h, first, layer)                                         # a block refuses any other offset
     h = model.norm(h)
     return h @ model.embed.weight.T if cfg.tie_embeddings else model.lm_head(h)    # (B, L, vocab_size)
 
 
 def cached_loop(model: nn.LM, ids: tb.Tensor, n: int, advance: bool = True, keep: bool = True) -> np.ndarray:
-    """Greedy tokens (B, L + n) from the cached loop; advance=False runs every step at position 0 again (the
-    positions never advance); keep=False runs each new token without the earlier keys and values."""
+    """Greedy tokens (B, L + n) from the cached loop; advance=False reads every step's position embedding at
+    position 0 again (without RoPE, the positions never advance; a block itself refuses an offset other than its
+    cache's length); keep=False runs each new token without the earlier keys and values."""
     B, tokens, new, cache = ids.shape[0], ids, ids, nn.KVCache(model, ids.shape[0])
     with tb.no_grad():
         for _ in range(n):
@@ -395,7 +397,7 @@ def check_generate_it(solution) -> None:
             cached_loop(model, ids, n + 1)                                   # one step more than needed
         call = f"generate_it(model, ids {ids.shape}, n={n})"
         with watching(MODEL_RUNS) as seen, count_flops() as fc:
-            got = solution.generate_it(model, ids, n)
+            got = _generated(solution, model, ids, n, call)
         if seen:
             raise CheckFailed(f"{call} called {seen[0]}: write the loop yourself, over the model's pieces (embed, "
                               "each block with its offset and layer cache, norm, head)")
@@ -411,6 +413,19 @@ def check_generate_it(solution) -> None:
                               f"matmul FLOPs, more than the prompt once and {n + 1} single tokens need "
                               f"({most.total('forward', matmul_only=True):,}): it recomputes earlier positions. Once "
                               "the prompt is in the cache, run each new token alone")
+
+
+def _generated(solution, model: nn.LM, ids: tb.Tensor, n: int, call: str):
+    """The learner's generate_it(model, ids, n); a block's refusal of an offset that is not its cache's length
+    named as the slip it is."""
+    try:
+        return solution.generate_it(model, ids, n)
+    except ValueError as e:
+        if "the offset must equal the cached length" not in str(e):
+            raise
+        raise CheckFailed(f"{call}: the positions do not advance ({e}). Each step must run at offset = cache.length "
+                          "(the prompt's length, then one more per token), so RoPE or the position embedding sees each "
+                          "token's true position") from None
 
 
 def _wrong_tokens(call: str, tokens: np.ndarray, want: np.ndarray, model: nn.LM, ids: tb.Tensor, n: int) -> None:
