@@ -24,6 +24,11 @@ def as_dtype(dtype, op: str = "dtype") -> np.dtype:
     return d
 
 
+def nbytes(shape, dtype) -> int:
+    """Bytes of an array of this shape and dtype (a name or a numpy dtype): the one byte count of the package."""
+    return math.prod(shape) * as_dtype(dtype).itemsize
+
+
 def names_a_dtype(name: str) -> bool:
     """Whether numpy reads `name` as a dtype at all (supported or not): 'complex64' does, 'cuda' does not."""
     try:

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import cpu_kernels, cuda_kernels
-from .dtypes import as_dtype
+from .dtypes import nbytes
 from .fuse import kernel_bytes, kernel_flops, kernel_steps
 from .compiled import program_of
 from .graph import Graph, is_movement, record_graph
@@ -261,8 +261,8 @@ def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool)
            "matmul_flops": n.flops if n.label == "matmul" else 0}
     if n.kind in KINDS:
         view = is_movement(n.label, aliasing=True)              # a view of its input: no bytes moved
-        written = 0 if view else _nbytes(n.shape, n.dtype)
-        out |= {"bytes_read": 0 if view else sum(_nbytes(i.shape, i.dtype) for i in ins),
+        written = 0 if view else nbytes(n.shape, n.dtype)
+        out |= {"bytes_read": 0 if view else sum(nbytes(i.shape, i.dtype) for i in ins),
                 "bytes_written": written}
     if phase == "backward" and n.kind != "grad" and g is not None and g.source is not None:
         out["source"] = ids["forward"].get(g.source)      # the forward op differentiated (a sum: whose gradient)
@@ -475,7 +475,7 @@ def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
             "inputs": [[list(shape), dtype] for shape, dtype in inputs], "flops": flops,
             "matmul_flops": flops if last.op.name == "matmul" else 0,
             "bytes_read": moved[0], "bytes_written": moved[1],
-            "bytes_saved": sum(_nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
+            "bytes_saved": sum(nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
             "runs": runs, "ops": [steps[k].op.name for k in ks]}
 
 
@@ -520,10 +520,6 @@ def _why_not(steps: list, lib: str) -> str:
     if dtype not in TYPES:
         return f"a chain of {dtype} stays {lib}'s: kernels are generated for {', '.join(TYPES)}"
     return f"a chain that stays {lib}'s functions: no kernel was planned for its operands' layouts or dtypes"
-
-
-def _nbytes(shape, dtype: str) -> int:
-    return math.prod(shape) * as_dtype(dtype).itemsize
 
 
 def _stats(t, what: str) -> dict:

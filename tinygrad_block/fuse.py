@@ -19,8 +19,8 @@ docs/compiled.md measures them each way: numpy op at a time, in place, and gener
 """
 from __future__ import annotations
 
-import math
 
+from .dtypes import nbytes
 from .graph_dot import text
 from .kernels import EXPR, build, op_name, reduces_last_axis
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
@@ -427,9 +427,8 @@ def kernel_bytes(program, kernel) -> tuple[int, int]:
         return 0, 0
     inside, alias = {s.out for s in steps}, program.alias
     reads = {alias.get(j, j) for s in steps for j in s.ins} - inside
-    size = lambda shape, dtype: math.prod(shape) * dtype.itemsize  # noqa: E731
     last = steps[-1]
-    return sum(size(*program.spec(j)) for j in reads), size(last.shape, last.dtype)
+    return sum(nbytes(*program.spec(j)) for j in reads), nbytes(last.shape, last.dtype)
 
 
 def describe(program) -> str:
@@ -465,13 +464,10 @@ def to_dot(program, title: str = "compiled program") -> str:
         for s in steps:
             index_of[s.out] = i
         last = steps[-1]
-        size = last.dtype.itemsize
-        for n in last.shape:
-            size *= n
         ops = "\\n".join(t.op.name for t in steps)
         colour = "#f6d8ae" if len(steps) > 1 else ("#dde8f4" if steps[0].op in UFUNCS else "#eeeeee")
         lines.append(f'  k{i} [label="{ops}\\n{last.shape} {last.dtype}\\n{kernel_flops(k):,} FLOPs, '
-                     f'{size:,} B", fillcolor="{colour}"];')
+                     f'{nbytes(last.shape, last.dtype):,} B", fillcolor="{colour}"];')
     alias = program.alias
     for i, k in enumerate(program.kernels):
         steps = kernel_steps(k)

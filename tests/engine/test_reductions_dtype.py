@@ -154,3 +154,10 @@ def test_a_compiled_replay_sums_bools_and_ints_as_eager_does(fuse):
             np.testing.assert_array_equal(g.numpy(), w)
             np.testing.assert_array_equal(e.numpy(), w)
     assert compiled.replays == 3
+
+
+@pytest.mark.parametrize("shape", [(), (0, 3), (2, 3, 5)])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int64", "bool"])
+def test_nbytes_is_numpys_count_of_the_arrays_bytes(shape, dtype):
+    from tinygrad_block.dtypes import nbytes
+    assert nbytes(shape, dtype) == np.zeros(shape, dtype).nbytes == nbytes(shape, np.dtype(dtype))
