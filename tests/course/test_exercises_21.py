@@ -250,3 +250,67 @@ def test_the_oracle_is_generation_recomputed():
     assert np.array_equal(grader.cached_loop(model, ids, 6), want)
     assert np.array_equal(ref.generate_it(model, ids, 6).numpy(), want)
     assert not np.array_equal(grader.cached_loop(model, ids, 6, keep=False), want)
+
+
+# ---------------------------------------------------------------- other variants than the reference's
+VARIANTS = {"post-norm, GQA, no RoPE, tied": dict(layout="post", n_kv_heads=2, rope=False, tie_embeddings=True),
+            "pre-norm, Gemma's norm and GeGLU": dict(norm="rms1p", ffn="geglu_tanh", scale_embeddings=True),
+            "pre-norm, ReLU MLP, q/k/v biases": dict(ffn="relu", qkv_bias=True)}
+
+
+def _pieces_backward(identity: bool = True):
+    """A pre- or post-norm block's backward from manual's sublayer pairs (the layout's own functions, written out),
+    the second residual's identity path optional."""
+    mb = manual.block
+
+    def block_backward_by_hand(x, params, cfg, dout):
+        _, c = mb.block_forward(x, params, cfg)
+        keep = dout if identity else 0.0
+        if cfg.layout == "pre":
+            d_f, g_ffn = mb.ffn_sublayer_backward(dout, c["ffn"], cfg)
+            dh_ffn, g_norm2 = mb.norm_backward(d_f, c["norm2"], cfg)
+            dh = keep + dh_ffn
+            d_a, g_attn = manual.attention_backward(dh, c["attn"])
+            dx_attn, g_norm1 = mb.norm_backward(d_a, c["norm1"], cfg)
+            dx = dh + dx_attn
+        else:
+            d_r2, g_norm2 = mb.norm_backward(dout, c["norm2"], cfg)
+            dh_ffn, g_ffn = mb.ffn_sublayer_backward(d_r2, c["ffn"], cfg)
+            d_r1, g_norm1 = mb.norm_backward((d_r2 if identity else 0.0) + dh_ffn, c["norm1"], cfg)
+            dx_attn, g_attn = manual.attention_backward(d_r1, c["attn"])
+            dx = d_r1 + dx_attn
+        return dx, manual.flatten({"norm1": g_norm1, "attn": g_attn, "norm2": g_norm2, "ffn": g_ffn})
+    return block_backward_by_hand
+
+
+def _pieces_generate(model, ids, n):
+    """The cached loop over the model's pieces, for any variant: scaled embeddings, learned positions, a tied head."""
+    cfg, B = model.cfg, ids.shape[0]
+    tokens, new, cache = ids, ids, nn.KVCache(model, B)
+    with tb.no_grad():
+        for _ in range(n):
+            offset, h = cache.length, model.embed(new)
+            h = h * cfg.d_model ** 0.5 if cfg.scale_embeddings else h
+            h = h if cfg.rope else h + model.pos_embed(tb.arange(offset, offset + new.shape[1]))
+            for block, layer in zip(model.layers, cache.layers):
+                h = block(h, offset, layer)
+            h = model.norm(h)
+            logits = h @ model.embed.weight.T if cfg.tie_embeddings else model.lm_head(h)
+            new = argmax(logits[:, -1]).reshape(B, 1)
+            tokens = tb.concat([tokens, new], axis=1)
+    return tokens
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_other_variants_are_graded_too(name):
+    """Counting, the backward and generation of other variants: right ones pass, a dropped identity is named."""
+    from tinygrad_block import accounting
+    cfg = nn.BlockConfig(d_model=32, n_heads=4, n_kv_heads=4, d_ff=64, n_layers=2, vocab_size=32, max_seq_len=32)
+    cfg = cfg.with_(**VARIANTS[name])
+    right = solution(21, build=lambda: cfg, count_params=accounting.params_per_block,
+                     forward_flops=lambda c, L: accounting.block_forward_flops(c, L),
+                     block_backward_by_hand=_pieces_backward(), generate_it=_pieces_generate)
+    for check in ("build_and_count", "block_backward_by_hand", "generate_it"):
+        assert why(check, right) is None, (check, why(check, right))
+    wrong = solution(21, build=lambda: cfg, block_backward_by_hand=_pieces_backward(identity=False))
+    assert "dx misses a residual's identity path" in why("block_backward_by_hand", wrong)
