@@ -44,7 +44,7 @@ def train_it(cfg: nn.BlockConfig) -> nn.LM:
     """Train an nn.LM of cfg on the copying task of lesson 14 (data.induction_batch(batch, 10, 32, generator):
     10 random tokens, then the same 10 again, the loss on the second half; train.train runs the loop) and return
     it. The checker scores it on 256 sequences it has never seen: the loss must fall below 0.25 nats (chance is
-    ln 32 = 3.47), within 60 s; a few hundred steps should take about 10 s."""
+    ln 32 = 3.47), within 60 s of processor time; a few hundred steps take about 10 s."""
     raise NotImplementedError
 
 
