@@ -12,9 +12,9 @@
 # Lesson 01 recorded a graph for a few operations on numbers and let `backward()` walk it in reverse. This lesson
 # reads the graph of a whole transformer block and asks what the picture tells you. Each node is one primitive
 # call, each edge one tensor handed from the call that made it to a call that reads it. Nothing is drawn by hand:
-# every primitive call, forward and backward, passes through one function, `Function.apply`, and a recorder
-# watching it writes down each call, as the FLOP counter of lesson 03 does. So each drawing is the computation
-# that really ran.
+# every primitive call, forward and backward, passes through one function, `Function.apply` (the engine's choke
+# point), and a recorder watching it writes down each call, as the FLOP counter of lesson 03 does. So each
+# drawing is the computation that really ran.
 #
 # **What you will learn**
 # - what depends on what: a path of edges from a tensor to a result, checked by changing the tensor;
@@ -119,7 +119,7 @@ draw(norm_graph, "rmsnorm_forward.png", title="RMSNorm, forward, every primitive
 # point, counts exactly as many. Its source nodes are the input, the 9 weights and constants: the two RoPE tables,
 # the (8, 8) causal mask, and scalars such as the norms' $\varepsilon$.
 #
-# Follow the edges back from attention's scores, $QK^\top$, and you meet the input, `norm1.weight`,
+# Follow the edges back from the matmul of attention's scores, $QK^\top$, and you meet the input, `norm1.weight`,
 # `q_proj.weight` and `k_proj.weight`: nothing else. The graph says the scores do not depend on `v_proj` or on
 # anything in the FFN. The block's output, by contrast, depends on all 9 weights and on the input. That claim can
 # be checked without the graph: build the block again with one weight shifted by 0.5 and run it. Shifting
@@ -136,7 +136,7 @@ with record_graph(block, x) as graph, count_flops() as fc:
 
 
 def ancestors(graph, i: int) -> set[int]:
-    """Every node a path of edges leads from into node i."""
+    """Every node from which a path of edges leads into node i."""
     seen, stack = set(), [i]
     while stack:
         for j in graph.nodes[stack.pop()].inputs:
@@ -331,24 +331,6 @@ draw(attn_graph, "attention_forward.svg", depth=1, title="tiny attention, forwar
 #   unchanged;
 # - each backward takes as many calls as its derivative needs: 2 `mul`s for a product (one gradient for each
 #   input), 3 for `reciprocal` ($-g / r^2$), one `sum` for an `expand` (copies add up, lesson 03).
-#
-# In the whole block, `backward()` makes 164 primitive calls for the 118 forward ones. 100 of the forward calls
-# need a gradient; the other 18 only touch constants (slices of the RoPE tables and their expands, the mask's
-# expand, softmax's row max and its expand, SiLU's sign test). 91 of the 100 have backward calls, and 9 adds and
-# subtractions hand their gradient on unchanged. Every one of the 9 forward matmuls, $C = AB$, has exactly
-# **two** matmuls in its backward, one for each input:
-#
-# $$\frac{\partial \mathcal L}{\partial A} = G B^\top, \qquad \frac{\partial \mathcal L}{\partial B} = A^\top G,
-# \qquad G = \frac{\partial \mathcal L}{\partial C},$$
-#
-# which is why the backward costs about twice the forward (section 6).
-#
-# **The order.** The backward graph is the forward read in reverse, so `backward()` must reach a call only after
-# every call that read its output: a reverse topological order (lesson 02). In the recording, the first backward
-# call differentiates the FFN's `down_proj`, the last forward call before the residual add, and the last one
-# differentiates norm1's first `mul`. Over all 94 forward edges between two calls that have a backward, the
-# reader's backward runs before the writer's, every time. It is not simply the forward order turned round: any
-# order that respects the edges is correct, and the engine picks one.
 
 # %%
 def backward_of(graph) -> dict[int, list[int]]:
@@ -374,6 +356,25 @@ assert sum(len(v) for v in norm_back.values()) == 16 and len(norm_back) == 9
 assert per_call[3] == ("add", []) and per_call[0] == ("mul", ["mul", "mul"]) and per_call[5][1] == ["mul", "mul", "neg"]
 assert [b for f, b in per_call if f == "expand"] == [["sum"], ["sum", "reshape"]]
 draw(norm_graph, "rmsnorm_backward.png", backward=True, title="RMSNorm, backward, every primitive")
+
+# %% [markdown]
+# In the whole block, `backward()` makes 164 primitive calls for the 118 forward ones. 100 of the forward calls
+# need a gradient; the other 18 only touch constants (slices of the RoPE tables and their expands, the mask's
+# expand, softmax's row max and its expand, SiLU's sign test). 91 of the 100 have backward calls, and 9 adds and
+# subtractions hand their gradient on unchanged. Every one of the 9 forward matmuls, $C = AB$, has exactly
+# **two** matmuls in its backward, one for each input:
+#
+# $$\frac{\partial \mathcal L}{\partial A} = G B^\top, \qquad \frac{\partial \mathcal L}{\partial B} = A^\top G,
+# \qquad G = \frac{\partial \mathcal L}{\partial C},$$
+#
+# which is why the backward costs about twice the forward (section 6).
+#
+# **The order.** The backward graph is the forward read in reverse, so `backward()` must reach a call only after
+# every call that read its output: a reverse topological order (lesson 02). In the recording, the first backward
+# call differentiates the FFN's `down_proj`, the last forward call before the residual add, and the last one
+# differentiates norm1's first `mul`. Over all 94 forward edges between two calls that have a backward, the
+# reader's backward runs before the writer's, every time. It is not simply the forward order turned round: any
+# order that respects the edges is correct, and the engine picks one.
 
 # %%
 nodes = graph.nodes
