@@ -387,8 +387,9 @@ assert 1e-4 < eps32 / tolerances["eps"] < 2e-4
 
 # %% [markdown]
 # And a bug, caught. Here is a new primitive, $x^2$, whose backward forgets the factor 2, the kind of slip that is
-# easy to make by hand. A primitive is a subclass of `tb.Function` with a `forward` on arrays (`self.backend` is the
-# array library of the tensor's device: numpy on the CPU) and a `backward`; `Square.apply(t)` runs it and records
+# easy to make by hand. A primitive is a subclass of `tb.Function` with a `forward` that takes the input tensors and
+# returns the output as a plain array, computed from their arrays `.data` with `self.backend` (the array library of
+# the tensor's device: numpy on the CPU), and a `backward` on tensors; `Square.apply(t)` runs it and records
 # the call, as for every built-in primitive. Its forward is right, so nothing looks wrong until gradcheck compares
 # it with finite differences. It names the element and both values: autograd says $x$, the function's slope is $2x$.
 

@@ -20,7 +20,7 @@
 # - AdamW, one parameter by hand, and why its first step moves every weight by the same amount;
 # - the warmup + cosine learning-rate schedule, plotted;
 # - the loss curve: where it starts (and why not at chance), the plateau, and the sudden drop;
-# - the copying head, seen in its attention pattern, and what it really learned: a fixed offset, not a match;
+# - the copying head, seen in its attention pattern, and what it really learned: a fixed distance back, not a match;
 # - the logit lens: each layer's residual stream read through the final norm and the unembedding, showing
 #   where in the model the right answer appears.
 #
@@ -310,7 +310,7 @@ show(fig, OUT / "loss_curve.png")
 # first half's keys.
 #
 # **What it learned, honestly.** With $n$ fixed at 10, "the token 9 back" is always at the same *relative*
-# position, and RoPE makes a fixed offset easy to attend to. So this head copies **by position**. The
+# position, and RoPE makes a fixed distance back easy to attend to. So this head copies **by position**. The
 # induction head found in trained language models works **by content**: a previous-token head in one layer
 # writes "the token before me was A" into each position, and a head in the next layer looks for the earlier
 # position whose previous token matches the current one, wherever it is. That circuit copies at any distance.

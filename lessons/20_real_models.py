@@ -256,7 +256,8 @@ assert tok.decode(prompt_ids) == PROMPT and "".join(pieces[1:]).replace("Ġ", " 
 # draw): 40 times, it takes the most likely token and appends it. It runs the prompt once into a KV cache (the
 # prefill), then one token per step against the cached keys and values (lesson 16). The first new token is the
 # most likely one printed above, and recomputing the whole sequence at every step (`use_cache=False`) gives the same 40
-# tokens. The text reads like the help pages only in its words: 156,480 parameters trained for a few seconds.
+# tokens. The text has the help pages' short words and punctuation, but its longer words are pieces of real ones
+# glued into non-words: 156,480 parameters trained for a few seconds.
 
 # %%
 x = tb.tensor([prompt_ids])                                                   # (1, L)
