@@ -25,7 +25,7 @@ from .recordings import record_bytes
 from .nn import PRESETS, BlockConfig, preset
 from .nn.config import check_heads
 from .nn.pretrained import read_config
-from .tables import human_bytes
+from .units import human_bytes
 
 PROG = "python -m tinygrad_block"
 VALUES_LIMIT = 2 * 2**30  # bytes: --values runs the model for real, and the recording keeps every tensor it saw

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .units import human_flops
+
 STYLE = {
     "op": 'shape=box, style="rounded,filled", fillcolor="#e8eef7", color="#5b7db1"',
     "box": 'shape=box, style="filled,bold", fillcolor="#dfeedd", color="#4c8a46", penwidth=2',
@@ -47,13 +49,6 @@ def _flops(n: int) -> str:
     return "1 FLOP" if n == 1 else f"{n:,} FLOPs"
 
 
-def _human(n: int) -> str:
-    for unit, size in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}FLOPs"
-    return _flops(n)
-
-
 def _shape(shape) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
@@ -62,8 +57,8 @@ def label(view, n) -> str:
     """The node's text, lines joined by DOT's \\n: what it is, its shape, its FLOPs; names drawn as written."""
     if n.kind == "box":
         head = view.module_name(n.scope) + ("′ (backward)" if view.phase == "backward" else "")
-        flops = [f"{_human(n.flops)} each", f"× {n.repeat} = {_human(n.flops * n.repeat)}"] if n.repeat > 1 else \
-            [_human(n.flops)]
+        each, total = human_flops(n.flops), human_flops(n.flops * n.repeat)
+        flops = [f"{each} each", f"× {n.repeat} = {total}"] if n.repeat > 1 else [each]
         return lines(head + (f"  × {n.repeat}" if n.repeat > 1 else ""), _shape(n.shape), *flops)
     if n.kind in ("residual", "accumulate"):
         parts = ["+", n.note, _shape(n.shape)]
@@ -102,8 +97,8 @@ def fold_note(view, key: tuple, first: str) -> list[str]:
     n = last_layer - first_layer + 1
     flops = sum(m.flops for m in view.nodes if m.scope[:len(key)] == key)
     note = f"fold_{text('.'.join(key[1:]))}"
-    return [f'  "{note}" [label="× {n}\\lidentical layers,\\ldrawn once\\l{_human(flops)} each\\l'
-            f'{_human(flops * n)} in all\\l", {STYLE["fold"]}];', f'  {{ rank=same; "{note}"; {first}; }}']
+    return [f'  "{note}" [label="× {n}\\lidentical layers,\\ldrawn once\\l{human_flops(flops)} each\\l'
+            f'{human_flops(flops * n)} in all\\l", {STYLE["fold"]}];', f'  {{ rank=same; "{note}"; {first}; }}']
 
 
 def clusters(view) -> list[str]:

@@ -7,22 +7,10 @@ import unicodedata
 from collections import Counter
 
 from .measure import PHASES, block_scope
+from .units import human, human_bytes
 
 
 # ---------------------------------------------------------------- formatting
-def human(n: float, units=("", " K", " M", " B", " T", " P", " E"), base: int = 1000) -> str:
-    """6738415616 -> '6.74 B'; with binary units, 26843545600 -> '25.00 GiB'."""
-    i = 0
-    while abs(n) >= base and i < len(units) - 1:
-        n, i = n / base, i + 1
-    return f"{n:,.0f}{units[0]}" if i == 0 else f"{n:,.2f}{units[i]}"
-
-
-def human_bytes(n: int) -> str:
-    """26843545600 -> '25.00 GiB'."""
-    return human(n, (" B", " KiB", " MiB", " GiB", " TiB", " PiB"), 1024)
-
-
 def table(headers: list[str], rows: list[list], indent: str = "  ", left: tuple = (0,)) -> list[str]:
     """Aligned columns: text columns (`left`) left-aligned, numbers right-aligned with thousands separators."""
     cells = [[f"{c:,}" if isinstance(c, int) else str(c) for c in row] for row in [headers, *rows]]
