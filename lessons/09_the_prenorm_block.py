@@ -88,8 +88,8 @@ assert nn.preset("llama2-7b").n_layers == 32 and nn.preset("llama2-70b").n_layer
 # - **A shared space.** Every $\Delta$ has the stream's shape, here (2, 8, 64). All sublayers of all layers
 #   write into the same 64 coordinates, so a direction written by layer 1 can be read by layer 2, or by the
 #   unembedding (the LM head, section 4) at the very end.
-# - **A limited bandwidth.** A sublayer can only change the stream within its $d_{model}$ coordinates. Whatever
-#   it wants to pass on must fit there, alongside everything else that has been written.
+# - **A fixed width.** A sublayer can only change the stream within its $d_{model}$ coordinates. Whatever it
+#   wants to pass on must fit there, alongside everything else that has been written.
 # - **Decomposability.** "What did layer 1's FFN add?" has an exact answer: $\Delta^{(1)}_{ffn}$. The
 #   non-linear parts (softmax, SiLU, the norms) live inside the sublayers; between them there are only sums.
 #
@@ -128,8 +128,14 @@ assert all(0.6 < norm(w) / norm(x0) < 0.72 for w in writes.values())
 #
 # Set the two output projections to zero, $W_O = 0$ and $W_{down} = 0$. Then both sublayers write exactly 0,
 # whatever they compute inside, and the block is the identity: $\mathrm{out} = x$. The backward pass is the
-# identity too: since $\partial\,\mathrm{out} / \partial x = I + (\text{the sublayers' Jacobians}) = I$, the
-# gradient reaching the input equals the gradient arriving at the output, exactly.
+# identity too. The block's Jacobian is a **product** of two factors, one per residual add, each the identity
+# plus the Jacobian of its sublayer (the norm before it included):
+#
+# $$\frac{\partial\,\mathrm{out}}{\partial x} = (I + J_{ffn})\,(I + J_{attn}).$$
+#
+# With both output projections at zero, $J_{attn} = J_{ffn} = 0$, the product is $I \cdot I = I$, and the
+# gradient reaching the input equals the gradient arriving at the output, exactly. (Section 6 checks the product
+# numerically, on a stack of two blocks whose weights are not zero.)
 #
 # Such a block still learns. Look at which weights get a gradient. $W_O$ and $W_{down}$ do: the gradient of
 # $W_{down}$ is the upstream gradient times the hidden vector that reached it, and that hidden vector is not
@@ -324,61 +330,97 @@ assert per_token["softmax"] == (32, LW) and per_token["gate projection"] == (110
 assert per_token["down projection"] == per_token["residual add"] == (4096,)
 
 # %% [markdown]
-# ## 6. Pre-norm against post-norm
+# ## 6. A stack's Jacobian is a product
 #
-# The original transformer of 2017 (lesson 08), and BERT after it, put the norm *after* the residual add
-# (`nn.PostNormBlock`):
+# Section 2 showed that the *values* add up: the stream is the input plus one write per sublayer. The
+# *derivatives* do not add up. A residual add $y = x + f(x)$ has the Jacobian $I + J_f$, and the chain rule
+# (lesson 02) multiplies the Jacobians of steps taken one after the other. So the Jacobian of a stack of $n$
+# pre-norm blocks is the product of one factor per sublayer, the last sublayer's on the left:
+#
+# $$\frac{\partial x^{(n)}}{\partial x^{(0)}} = (I + J_{2n}) \cdots (I + J_2)\,(I + J_1),$$
+#
+# where $J_\ell$ is the Jacobian of sublayer $\ell$ (its norm included) at the stream it read. Multiply the
+# product out and its first term is $I$: one path that carries the gradient from the top of the stack to the
+# bottom untouched, through nothing but the residual adds. This is the **identity path**. The other terms are
+# the paths through one sublayer, through two, and so on.
+#
+# The cell checks this on a stack of two pre-norm blocks small enough to write out every Jacobian: $d_{model}$ = 8,
+# a sequence of 3 tokens, so 24 numbers in and 24 out, in float64. Each Jacobian is read off autograd one row at a
+# time (a backward pass from each output number). The product of the four factors equals the stack's Jacobian to
+# $10^{-14}$. The sum $I + J_1 + J_2 + J_3 + J_4$, which would hold if derivatives added like the writes, is off by
+# more than 1.
+
+# %%
+def jacobian(f, at: tb.Tensor) -> np.ndarray:
+    """The Jacobian of f at `at`, (outputs, inputs), one row per backward pass from one output number."""
+    rows = []
+    for i in range(at.size):
+        x = tb.tensor(at.numpy(), dtype=tb.float64, requires_grad=True)
+        y = f(x)
+        one = np.zeros(y.size)
+        one[i] = 1.0
+        y.backward(tb.tensor(one.reshape(y.shape), dtype=tb.float64))
+        rows.append(x.grad.numpy().ravel())
+    return np.array(rows)
+
+
+def sublayers(blocks: list) -> list:
+    """Each sublayer of `blocks` in order, attention then FFN, its norm included: a function of the stream."""
+    return [f for b in blocks for f in (lambda x, b=b: b.attn(b.norm1(x)), lambda x, b=b: b.ffn(b.norm2(x)))]
+
+
+SMALL = CFG.with_(d_model=8, n_heads=2, n_kv_heads=1, d_ff=16)
+g = tb.Generator(6)
+pair = [nn.TransformerBlock(SMALL, generator=g, dtype=tb.float64) for _ in range(2)]
+x_small = tb.randn(1, 3, SMALL.d_model, generator=g, dtype=tb.float64)               # (1, 3, 8): 24 numbers
+whole = jacobian(lambda x: pair[1](pair[0](x)), x_small)                              # (24, 24)
+eye = np.eye(x_small.size)
+product, summed, stream = eye, eye, x_small
+for f in sublayers(pair):
+    J = jacobian(f, stream)                                                            # this sublayer, at its input
+    product, summed = (eye + J) @ product, summed + J                                  # the new factor on the left
+    stream = stream + f(stream)
+off = {"product": np.abs(product - whole).max(), "sum": np.abs(summed - whole).max()}
+print(f"the stack's Jacobian {whole.shape}: the product of the 4 factors is off by {off['product']:.1e}, "
+      f"the sum I + J1 + J2 + J3 + J4 by {off['sum']:.2f}")
+assert off["product"] < 1e-14 and off["sum"] > 1 and len(sublayers(pair)) == 4
+assert np.array_equal(stream.numpy(), pair[1](pair[0](x_small)).numpy())
+
+# %% [markdown]
+# ## 7. Pre-norm against post-norm
+#
+# **The message.** In a pre-norm stack the identity path of section 6 carries the gradient down the stack, so
+# the gradient at every layer stays close to the one at the top, in size and in direction. A post-norm stack
+# has no such path: every block multiplies the gradient by a factor of its own, and the factors compound with
+# depth. The measurements below show both, on stacks of random tiny blocks of 1 to 48 layers.
+#
+# **The two layouts.** The original transformer of 2017 (lesson 08), and BERT after it, put the norm *after*
+# the residual add (`nn.PostNormBlock`):
 #
 # $$\text{post-norm:}\quad h = \mathrm{norm}_1(x + \mathrm{attn}(x)), \quad \mathrm{out} = \mathrm{norm}_2(h +
 # \mathrm{ffn}(h)); \qquad \text{pre-norm:}\quad h = x + \mathrm{attn}(\mathrm{norm}_1(x)), \quad \mathrm{out} =
 # h + \mathrm{ffn}(\mathrm{norm}_2(h)).$$
 #
-# Post-norm models are commonly said to need a careful learning-rate warmup (training steps that start small and
-# grow over the first part of training; lesson 14) to train past about a dozen layers, while pre-norm models
-# train at 100 layers and more without it; every recent open model is pre-norm. (Lesson 15 trains both layouts
-# and finds the depth where post-norm gets stuck in its runs.) To see why, look at how the gradient travels
-# down the stack. Write $J_\ell$ for the Jacobian of a sublayer and $N_\ell$
-# for that of a norm. Through $n$ pre-norm blocks, and through $n$ post-norm ones:
+# Deep post-norm models are commonly said to need small steps at the start of training, a warmup of the learning
+# rate (lesson 14), to train past about a dozen layers, while pre-norm models train at 100 layers and more. The
+# Llama, Mistral, Qwen and Gemma families are all pre-norm. Some add norms of their own on top: Gemma 2 also
+# normalises each sublayer's output before the add, which still leaves the stream itself un-normalised. (Lesson 15
+# trains both layouts and finds the depth where post-norm gets stuck in its runs.)
 #
-# $$\frac{\partial x^{(n)}}{\partial x^{(0)}} = \prod_{\ell} \big(I + J_\ell\big)
-# \qquad\text{against}\qquad \prod_{\ell} N_\ell\,\big(I + J_\ell\big).$$
+# **Why.** Through $n$ post-norm blocks the Jacobian is again a product, but now a norm's Jacobian $N_\ell$
+# sits in every factor:
 #
-# Multiply out the pre-norm product and the first term is $I$: one path that passes the gradient from the top
-# of the stack to the bottom unchanged, the **identity path** of section 3. Each $J_\ell$ contains the norm
-# before its sublayer, which divides by the stream's RMS, so as the stream grows (it is never normalised) the
-# later sublayers' terms shrink, and the identity term dominates. In post-norm there is no such path. Every
-# route from the output to the input passes through every norm's backward, so each block multiplies the
-# gradient by a factor of its own, and these factors compound. Whether the gradient grows or shrinks through a
-# block depends on the sublayers' weights. Either way, the effect compounds with depth: a factor barely under 1 is
-# enough, since 0.99 per block leaves $0.99^{80}$ = 0.4475 of the gradient after 80 blocks (often quoted as about
-# 0.45; the cell below checks it). Take the residual adds out altogether and every path runs through every
-# sublayer: the cell also runs the same blocks as $\mathrm{ffn}(\mathrm{norm}_2(\mathrm{attn}(\mathrm{norm}_1
-# (x))))$. At 24 blocks the gradient at the input is then about 780 times the top's, more than 70 times
-# pre-norm's 10.6, against 2.4 at 3 blocks: it compounds block after block. That is why networks without
-# residual connections deeper than about 20 layers were hard to train, as is often said, and why the residual
-# add is in every block since.
+# $$\text{pre-norm:}\ \prod_{\ell} \big(I + J_\ell\big) \qquad\text{against}\qquad \text{post-norm:}\
+# \prod_{\ell} N_\ell\,\big(I + J_\ell\big).$$
 #
-# The experiment: stacks of tiny-preset blocks (float64, 3 random seeds each), a random gradient at the top,
-# and the gradient measured at every layer's input. Three measurements:
-# - **the stream itself:** post-norm holds every token at RMS 1; pre-norm's stream grows from 1 at the input to
-#   about 7 after 48 blocks;
-# - **the gradient at each layer of a 48-block stack,** as a multiple of the gradient at the top. In pre-norm it
-#   changes smoothly: it stays within a factor of 2.3 of the top from layer 12 up and reaches about 14 at
-#   the input, most of that growth in the first blocks, where the stream is still small. In post-norm it is
-#   multiplied by about 1.12 per block, to more than 100 at the input. Its direction tells the same story. In
-#   pre-norm the gradient at a layer still points largely along the gradient at the top, with a cosine above 0.5
-#   down to layer 15, 33 blocks below the top: the identity path carries it down. In post-norm the cosine falls
-#   below 0.25 within 3 blocks, and the direction is scrambled;
-# - **the gradient reaching the input, $\lVert \nabla x \rVert / \lVert \nabla\,\mathrm{out} \rVert$, for
-#   stacks of 1 to 48 blocks.** At 3 blocks, pre-norm's is in fact the larger (about 2.8 against 1.9): its first
-#   blocks read a stream of RMS 1 and add writes of a similar size (section 2). But it grows only like a power of
-#   the depth, about $n^{0.6}$, because later blocks change a grown stream less and less. Post-norm's compounds. It
-#   overtakes between 12 and 24 blocks, and at 48 it is above 100, against about 14 for pre-norm.
+# Every route from the output to the input passes through every norm's backward. No term of the product is
+# $I$, and each block scales the gradient by a factor of its own. In pre-norm, each $J_\ell$ starts with the norm
+# before its sublayer, which divides by the stream's RMS: as the stream grows (it is never normalised), the later
+# sublayers' terms shrink and the identity term dominates.
 #
-# The per-block factor of post-norm here comes from this initialisation. With other initial weights the gradient
-# can shrink through each block instead. What stays the same is that it is a product over all the blocks, with no
-# path around the norms. A deep post-norm stack therefore needs small steps until training has balanced those
-# factors, which is what the warmup provides.
+# **The experiment.** Stacks of tiny-preset blocks in float64, 3 random seeds each, a random gradient at the
+# top, and the gradient measured at every layer's input. First, the stream itself: post-norm holds every token
+# at RMS 1, while pre-norm's stream grows from 1 at the input to about 7 after 48 blocks.
 
 # %%
 def stack_gradients(layout: str, depth: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -407,17 +449,46 @@ geo = {lay: np.exp(np.mean([np.log(r[0]) for r in runs], axis=0)) for lay, runs 
 cos = {lay: np.mean([r[1] for r in runs], axis=0) for lay, runs in per_layer.items()}
 rms = {lay: np.mean([r[2] for r in runs], axis=0) for lay, runs in per_layer.items()}
 for lay in ("pre", "post"):
-    print(f"{lay + '-norm':9}, 48 blocks: stream RMS at layers 0, 12, 24, 48: {rms[lay][[0, 12, 24, 48]].round(3)}; "
-          f"gradient / top at layers 0, 12, 24, 36: {geo[lay][[0, 12, 24, 36]].round(2)}; "
-          f"cosine with the top at layers 0, 15, 45: {cos[lay][[0, 15, 45]].round(2)}")
+    print(f"{lay + '-norm':9}, 48 blocks: stream RMS at layers 0, 12, 24, 48: {rms[lay][[0, 12, 24, 48]].round(3)}")
 assert abs(rms["pre"][0] - 1) < 0.1 and 6.5 < rms["pre"][-1] < 8 and np.all(np.diff(rms["pre"]) > 0)
 assert np.abs(rms["post"][1:] - 1).max() < 1e-5
-assert geo["pre"][12:].max() < 2.3 and 10 < geo["pre"][0] < 20 and np.all(np.diff(geo["pre"]) < 0)
+
+# %% [markdown]
+# **The gradient at each layer of a 48-block stack,** as a multiple of the gradient at the top. In pre-norm it
+# changes smoothly: it stays within a factor of 2.3 of the top from layer 12 up and reaches about 14 at the input,
+# most of that growth in the first blocks, where the stream is still small. In post-norm it is multiplied by
+# about 1.12 per block on the way down, to more than 100 at the input.
+
+# %%
+for lay in ("pre", "post"):
+    print(f"{lay + '-norm':9}: gradient / top at layers 0, 12, 24, 36: {geo[lay][[0, 12, 24, 36]].round(2)}")
 post_factor = np.exp(-np.polyfit(np.arange(DEEP + 1), np.log(geo["post"]), 1)[0])     # per block, fitted
 print(f"post-norm: the gradient is multiplied by about {post_factor:.2f} per block, down the stack")
-assert 1.08 < post_factor < 1.16 and geo["post"][0] > 100 and min(r[0][0] for r in per_layer["post"]) > 50
+assert geo["pre"][12:].max() < 2.3 and 10 < geo["pre"][0] < 20 and np.all(np.diff(geo["pre"]) < 0)
+assert round(geo["pre"][0]) == 14
+assert 1.08 < post_factor < 1.16 and round(post_factor, 2) == 1.12
+assert geo["post"][0] > 100 and min(r[0][0] for r in per_layer["post"]) > 50
+
+# %% [markdown]
+# **Its direction** tells the same story. In pre-norm the gradient at a layer still points largely along the
+# gradient at the top: its cosine with it stays above 0.5 down to layer 15, 33 blocks below the top, because the
+# identity path carries it down. In post-norm the cosine falls below 0.25 within 3 blocks of the top, and the
+# direction is scrambled.
+
+# %%
+for lay in ("pre", "post"):
+    print(f"{lay + '-norm':9}: cosine with the top at layers 0, 15, 45: {cos[lay][[0, 15, 45]].round(2)}")
 assert cos["pre"][15:].min() > 0.5 and np.abs(cos["post"][:46]).max() < 0.25             # layer 45: 3 below the top
 
+# %% [markdown]
+# **The gradient reaching the input, $\lVert \nabla x \rVert / \lVert \nabla\,\mathrm{out} \rVert$, for stacks
+# of 1 to 48 blocks.** At 3 blocks pre-norm's is in fact the larger, about 2.8 against 1.9: its first blocks read
+# a stream of RMS 1 and add writes of a similar size (section 2). But it grows only like a power of the depth,
+# about $n^{0.6}$, because later blocks change a grown stream less and less. Post-norm's compounds: it overtakes
+# between 12 and 24 blocks, and at 48 it is above 100, against about 14 for pre-norm. The picture draws the three
+# measurements.
+
+# %%
 DEPTHS = (1, 2, 3, 6, 12, 24, 48)
 at_input = {lay: np.array([[stack_gradients(lay, n, s)[0][0] for s in SEEDS] for n in DEPTHS])
             for lay in ("pre", "post")}                                  # (depths, seeds)
@@ -427,9 +498,9 @@ for i, n in enumerate(DEPTHS):
     print(f"{n:>6} {mean_in['pre'][i]:>22.2f} {mean_in['post'][i]:>10.2f}")
 power = np.polyfit(np.log(DEPTHS), np.log(mean_in["pre"]), 1)[0]                  # pre-norm ~ n^power
 print(f"pre-norm's input gradient grows like n^{power:.2f}")
-assert 2.5 < mean_in["pre"][2] < 3.1 and 1.7 < mean_in["post"][2] < 2.1 and DEPTHS[2] == 3
+assert round(mean_in["pre"][2], 1) == 2.8 and round(mean_in["post"][2], 1) == 1.9 and DEPTHS[2] == 3
 assert all(mean_in["pre"][:5] > mean_in["post"][:5]) and all(mean_in["pre"][5:] < mean_in["post"][5:])
-assert 0.5 < power < 0.7 and mean_in["post"][-1] > 100 and 10 < mean_in["pre"][-1] < 20
+assert round(power, 1) == 0.6 and mean_in["post"][-1] > 100 and round(mean_in["pre"][-1]) == 14
 
 fig = figure(14, 4.3)
 a, b, c = fig.subplots(1, 3)
@@ -456,11 +527,25 @@ for ax in (a, b, c):
 fig.suptitle("Pre-norm keeps an identity path; post-norm multiplies the gradient block after block "
              "(tiny blocks, random init, 3 seeds: thin lines and dots; bold: the mean)")
 show(fig, OUT / "pre_vs_post_norm_gradients.png")
+
+# %% [markdown]
+# **A factor near 1 is enough.** Whether a post-norm block makes the gradient grow or shrink depends on its
+# weights; either way the factors multiply. Even 0.99 per block leaves $0.99^{80}$ = 0.4475 of the gradient after
+# 80 blocks.
+
+# %%
 compound = 0.99 ** 80                                                   # a factor just under 1, 80 blocks deep
 print(f"a factor of 0.99 per block, 80 blocks: 0.99^80 = {compound:.4f}")
 assert round(compound, 4) == 0.4475
 
+# %% [markdown]
+# **Without the residual adds** every path runs through every sublayer, and nothing is left of the identity path.
+# The cell runs the same pre-norm blocks as $\mathrm{ffn}(\mathrm{norm}_2(\mathrm{attn}(\mathrm{norm}_1(x))))$:
+# the gradient at the input is 2.4 times the top's at 3 blocks and about 780 times at 24, more than 70 times
+# pre-norm's 10.6 at 24. That is why networks without residual connections were hard to train beyond about 20
+# layers, and why every block since has its residual adds.
 
+# %%
 def without_residuals(depth: int, seed: int) -> float:
     """The same pre-norm blocks (same draws) with their two residual adds taken out, ffn(norm2(attn(norm1(x)))):
     the gradient reaching the input over the gradient at the top."""
@@ -476,9 +561,80 @@ def without_residuals(depth: int, seed: int) -> float:
 
 
 bare = {n: float(np.exp(np.mean([np.log(without_residuals(n, s)) for s in SEEDS]))) for n in (3, 24)}
+pre24 = mean_in["pre"][DEPTHS.index(24)]
 print(f"without the residual adds, gradient at the input / at the top: {bare[3]:.1f} at 3 blocks, "
-      f"{bare[24]:,.0f} at 24 (with them, pre-norm: {mean_in['pre'][DEPTHS.index(24)]:.1f} at 24)")
-assert bare[24] > 70 * mean_in["pre"][DEPTHS.index(24)] and bare[24] > 100 * bare[3] and round(bare[24], -1) == 780
+      f"{bare[24]:,.0f} at 24 (with them, pre-norm: {pre24:.1f} at 24)")
+assert round(bare[3], 1) == 2.4 and round(bare[24], -1) == 780 and round(pre24, 1) == 10.6
+assert bare[24] > 70 * pre24 and bare[24] > 100 * bare[3]
+
+# %% [markdown]
+# **What this does not show.** The per-block factor of 1.12 comes from this random initialisation; with other
+# initial weights the gradient can shrink through each block instead. What does not change is the shape of the
+# product: post-norm's gradient passes through every norm, with no path around them. A deep post-norm stack
+# therefore needs small steps until training has balanced those factors, which is what the warmup of the
+# learning rate provides (lesson 14). And these blocks are random, not trained: lesson 15 trains both layouts
+# and compares them.
+
+# %% [markdown]
+# ## Check yourself
+#
+# 1. Why is a pre-norm block whose two output projections are zero exactly the identity, forward and backward,
+#    when a post-norm block with the same weights is not?
+#
+#    <details><summary>Answer</summary>
+#
+#    Both sublayers then write 0, so $\mathrm{out} = x$, and the Jacobian $(I + J_{ffn})(I + J_{attn})$ is
+#    $I \cdot I = I$. In post-norm the norms sit on the stream itself, so the block returns
+#    $\mathrm{norm}_2(\mathrm{norm}_1(x))$: every token rescaled to RMS 1.
+#
+#    </details>
+#
+# 2. The stream after $n$ blocks is the input plus the sum of the sublayers' writes. Is the stack's Jacobian the
+#    identity plus the sum of the sublayers' Jacobians?
+#
+#    <details><summary>Answer</summary>
+#
+#    No. The chain rule multiplies the Jacobians of steps taken in turn, so it is the product
+#    $(I + J_{2n}) \cdots (I + J_1)$. On the two small blocks of section 6 the product matches the stack's
+#    Jacobian to $10^{-14}$, and the sum is off by more than 1.
+#
+#    </details>
+#
+# 3. The final norm is not linear. How can direct logit attribution still split the logits exactly into one term
+#    per sublayer?
+#
+#    <details><summary>Answer</summary>
+#
+#    RMSNorm multiplies each token's vector by one number, $1/\mathrm{rms}$ of the whole stream, and by the gain.
+#    With that number held at the whole stream's value, the map from stream to logits is linear, so the sum of the
+#    parts maps to the sum of their terms.
+#
+#    </details>
+#
+# 4. Why does the gradient stay in check through a deep pre-norm stack but compound through a post-norm one?
+#
+#    <details><summary>Answer</summary>
+#
+#    The pre-norm product $\prod (I + J_\ell)$ contains the identity path, which carries the gradient down
+#    untouched. In post-norm a norm's Jacobian sits in every factor, so every route passes through every norm, and
+#    the blocks' factors multiply: through 48 random tiny blocks the gradient at the input was about 14 times the
+#    top's in pre-norm and more than 100 times in post-norm.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **pre-norm**: the block layout in which each sublayer reads a normalised copy of the stream and adds its
+#   output to the stream, which no norm touches (§1)
+# - **direct logit attribution**: splitting the logits exactly into one term per part of the final stream, with
+#   the final norm's scale held at the value the whole stream gives (§4)
+# - **logit lens**: reading a partial sum of the stream through the final norm and the unembedding, to see what
+#   the model would predict if it stopped there (§4)
+# - **identity path**: the term $I$ of a pre-norm stack's Jacobian, the route on which the gradient passes from the
+#   top of the stack to the bottom through the residual adds alone (§6)
+# - **post-norm**: the layout of the original transformer, which normalises the stream itself after each residual
+#   add (§7)
 
 # %% [markdown]
 # ## Exercises
