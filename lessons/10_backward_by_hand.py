@@ -663,8 +663,9 @@ assert literal.startswith("ValueError") and summed_dk.size == 512 and B * L * CF
 #
 # Section 6 measured each mistake on the block's gradients; it did not say *where* in the backward pass the wrong
 # numbers start. `tb.explore(block, x, check=True)` does: it draws the block's forward and backward graphs as a
-# page you click through in a browser (lesson 19 tours it: the **explorer**), and colours each
-# backward op by the largest difference between autograd and the hand-derived pair of the module around it. Each
+# page you click through in a browser (lesson 11 reads such graphs, lesson 19 tours the page: the **explorer**),
+# and colours each backward op by the largest difference between autograd and the hand-derived pair of the
+# module around it. Each
 # pair is run on the very input and output gradient that autograd gave that module, so a wrong pair is seen in
 # its own module and nowhere else: the ops after it get autograd's right gradient again. Choose "colour by:
 # gradient check" on the page: green is float64 round-off, yellow to red a disagreement.
