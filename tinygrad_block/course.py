@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from .pictures import figure  # noqa: F401  (the lessons draw through course.figure, course.show)
+
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 PACKAGE = "lesson_exercises"           # the name lessons/exercises/ is loaded under, its files as PACKAGE.NN
 
@@ -159,21 +161,16 @@ def _execute(notebook, path: Path):
 
 
 # ---------------------------------------------------------------- pictures, saved and shown
+# One colour per kind of parameter, so that every lesson's chart of where the parameters are reads the same way.
+PART_COLOURS = {"embeddings": "#4C72B0", "attention": "#DD8452", "FFN": "#55A868", "norms": "#8C8C8C",
+                "LM head": "#8172B3"}
+
+
 def out_dir(number: int) -> Path:
     """lessons/out/NN/, created: where lesson `number` keeps its pictures and drawings."""
     path = LESSONS / "out" / f"{number:02d}"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def figure(width: float = 6.4, height: float = 4.0):
-    """A matplotlib Figure (no window, no pyplot state), or a CourseError saying how to install matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise CourseError("the lessons draw with matplotlib: install the 'viz' extra, "
-                          "pip install -e '.[viz]' from the repository's root") from None
-    return Figure(figsize=(width, height), layout="constrained")
 
 
 def show(picture, path: Path | None = None, dpi: int = 120) -> None:
