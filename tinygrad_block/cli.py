@@ -245,6 +245,14 @@ def lesson_options(p) -> None:
     p.add_argument("--out-dir", default=None, metavar="DIR", help="where the notebook goes (default lessons/out/NN)")
 
 
+def site_options(p) -> None:
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the folder the site goes in: new, empty, or a site this command built (replaced only once "
+                        "the new one is built)")
+    p.add_argument("--lessons", type=_lesson_number, nargs="+", default=None, metavar="NN",
+                   help="build these lessons only, like --lessons 01 19 (default: every lesson)")
+
+
 def exercise_options(p) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="the file to write (default exercise_NN.py)")
     p.add_argument("--force", action="store_true", help="replace the file if it exists")
@@ -558,6 +566,16 @@ def tour_text(data: dict) -> list[str]:
             "for a notebook); lessons/README.md lists them all"]
 
 
+def site_text(data: dict) -> list[str]:
+    """Where the site is, how it opens, and what it lacks (the glossary page, where the course has none yet)."""
+    lines = [f"site: {data['index']} ({len(data['lessons'])} lessons, built in {data['seconds']} s); open it in any "
+             "browser, straight from the folder: nothing is fetched"]
+    if not data["glossary"]:
+        lines.append("  built without a glossary page: lessons/GLOSSARY.md is not there (python tools/glossary.py "
+                     "writes it)")
+    return lines + [f"  warning: {w}" for w in data["warnings"]]
+
+
 def lesson_text(data: dict) -> list[str]:
     if "path" not in data:                                           # the script printed its own output
         return []
@@ -629,6 +647,8 @@ CALC_HELP = ("an architecture calculator: any shape (or a preset with fields cha
 TRAIN_HELP = "train a small model on a demonstration task: induction (copying) or characters of text"
 GENERATE_HELP = "continue a prompt with a checkpoint (a Hugging Face folder, or a folder that `train` wrote)"
 INSPECT_HELP = "count a checkpoint's parameters from its safetensors headers alone, beside the closed form"
+SITE_HELP = ("the course as a static website: every lesson run, with its outputs, pictures and explorer pages, "
+             "the glossary, and search; it opens from the folder, offline (the 'site' extra)")
 CHECKPOINT_MISTAKES = (ValueError, TypeError, OSError)  # a missing file, a malformed one, a prompt that does not fit
 
 COMMANDS = {c.name: c for c in [
@@ -661,6 +681,8 @@ COMMANDS = {c.name: c for c in [
             status=lambda data: 0 if data.get("all") or all(r["why"] is None for r in data["results"]) else 1,
             description="Run the lesson's checker on your file; each exercise passes or says why not. With --all, "
                         "your progress through the course: one line a lesson, then the total."),
+    Command("site", SITE_HELP, (site_options,), lambda args: course.site_module().build(Path(args.out), args.lessons),
+            site_text, mistakes=(course.CourseError,), description=SITE_HELP + " (docs/site.md)"),
     Command("train", TRAIN_HELP, (train_options, results_json_option), train_data, tables.train_text,
             description=TRAIN_HELP + " (docs/training.md)", mistakes=(ValueError, FileNotFoundError),
             status=lambda data: 0 if data.get("passed", True) else 1),   # the induction model missed its threshold

@@ -160,6 +160,11 @@ def _execute(notebook, path: Path):
     return notebook
 
 
+def site_module() -> ModuleType:
+    """lessons/site.py, the builder of the course's website (`python -m tinygrad_block site`), loaded by path."""
+    return _load_file("lesson_site", _in_repository() / "site.py")
+
+
 # ---------------------------------------------------------------- pictures, saved and shown
 # One colour per kind of parameter, so that every lesson's chart of where the parameters are reads the same way.
 PART_COLOURS = {"embeddings": "#4C72B0", "attention": "#DD8452", "FFN": "#55A868", "norms": "#8C8C8C",
