@@ -606,7 +606,7 @@ SMALLEST_ARGV = {"tour": [], "presets": [], "params": ["--preset", "tiny"], "wal
                  "flops": ["--preset", "tiny", "--seq-len", "8"], "memory": ["--preset", "tiny", "--seq-len", "8"],
                  "calc": ["--preset", "tiny", "--seq-len", "8"], "graph": ["--preset", "tiny", "--out", "x.svg"],
                  "lesson": ["01"], "exercise": ["01"], "check": ["01"], "train": ["induction"],
-                 "generate": ["PATH", "--ids", "1"], "inspect": ["PATH"]}
+                 "generate": ["PATH", "--ids", "1"], "inspect": ["PATH"], "site": ["--out", "site"]}
 
 
 def test_every_command_has_a_smallest_command_line_here():
