@@ -59,10 +59,8 @@ cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 # The four attention projections and the three FFN matrices do almost all the work. $W_Q$, $W_K$, $W_V$ and
 # $W_O$ cost $2d^2$ = 33,554,432 each, and $W_{gate}$, $W_{up}$ and $W_{down}$ cost $2\,d\,d_{ff}$ = 90,177,536
 # each. Together they are **404,750,336** FLOPs per token, twice the block's 202,375,168 weights. The scores
-# $q k^\top$ and the weighted sum of $V$ cost $2\,d\,L$ each per token, so they add $4dL$ = 16,384 $L$ on top.
-#
-# A commonly quoted figure puts the weight matmuls of a block at about 480 M per token. They are 404,750,336,
-# and even with attention over 4,096 tokens a token costs 471,859,200, still below 480 M.
+# $q k^\top$ and the weighted sum of $V$ cost $2\,d\,L$ each per token, so they add $4dL$ = 16,384 $L$ on top:
+# with attention over 4,096 tokens a token's matmuls cost 471,859,200.
 #
 # The rest are small, and the usual quick estimates of them are close but not exact. Counted per token:
 #
@@ -99,7 +97,7 @@ assert [by_step[p].matmul_flops for p in ("gate projection", "up projection", "d
     [2 * d7 * dff7] * 3 == [90_177_536] * 3
 assert static == 2 * weights == 404_750_336 and weights == 202_375_168
 assert sum(s.matmul_flops for s in ctx) == 4096 * (static + 4 * 4096 * d7) == 4096 * 471_859_200
-assert 4 * d7 == 16_384 and 471_859_200 < 480e6 and round(static / 1e6) != 480
+assert 4 * d7 == 16_384
 assert by_step["RMSNorm (norm1)"].flops == 4 * d7 + 3 == 16_387
 assert by_step["RoPE on q, k"].flops == 6 * d7 == 24_576                      # MHA: k is as wide as q
 assert by_step["scores q k^T / sqrt(d_head)"].flops - by_step["scores q k^T / sqrt(d_head)"].matmul_flops == d7
@@ -116,8 +114,8 @@ assert {s.flops for s in one if s.operation == "residual add"} == {d7}
 # pass, which is made of primitive calls too. So the backward's cost is counted, not assumed. We run one
 # Llama-2-7B block forward and backward on meta for $L = 1$ and $L = 4096$.
 #
-# **The backward's matmuls cost exactly twice the forward's**, at both lengths. This factor is sometimes given
-# loosely as "2 to 3 times the forward". The reason is exact: $Y = XW$ needs $dX = dY\,W^\top$ and
+# **The backward's matmuls cost exactly twice the forward's**, at both lengths, and the reason is exact:
+# $Y = XW$ needs $dX = dY\,W^\top$ and
 # $dW = X^\top dY$, two matmuls of the same size as the forward one. For $q k^\top$ and the weighted sum of $V$,
 # both inputs need a gradient too. Counting every op, not just matmuls, the backward is 1.9989 times the forward
 # at $L = 4096$, mostly because the softmax's backward is cheaper per score than twice its forward, and the
@@ -174,7 +172,8 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 #
 # A weight matrix used once per token costs 2 FLOPs per weight (a multiply and an add). So a forward pass costs
 # about $2N$ FLOPs per token for a model of $N$ parameters, and training, with its backward at twice the
-# forward, about $6N$. Counting the whole Llama-2-7B model at $L = 4096$ shows what the two rules leave out:
+# forward, about $6N$: the **6N rule**. Counting the whole Llama-2-7B model at $L = 4096$ shows what the two rules
+# leave out:
 #
 # - the **embedding** is a table lookup and costs nothing, though its 131.072 M parameters are in $N$. The
 #   weights that multiply are 6,607,077,376: the blocks' matrices and the LM head (the norm gains only scale);
@@ -185,14 +184,12 @@ assert steps["mask"] == T == 536_870_912 and steps["softmax"] == 5 * T - 2 * R =
 # (2,147,483,648). Training comes to **46,084,915,200**: $6 \times$ 6,607,077,376 + $12 L d\,n_{layers}$
 # (6,442,450,944). That is **14.0 % more** than the rule's $6N$ = 40,430,493,696.
 #
-# A figure often quoted for Llama-2-7B is "about 15 GFLOPs per token", with "about 66k tokens per second on an H100
-# at 990 TFLOP/s" ($990 \times 10^{12} / 15 \times 10^9$). The H100 is NVIDIA's data-centre GPU, and 990 TFLOP/s,
-# $990 \times 10^{12}$ FLOPs per second, is its peak for matrix products in bf16; GFLOPs are $10^9$ FLOPs. Which
-# 15 G is it? The 32 blocks' weight matmuls are 12,952,010,752 per token. With attention over 4,096 tokens they are
-# 15,099,494,400: that is the 15 G. The LM head brings the whole forward to 15,361,638,400, and at full utilisation
-# that allows 64,446 tokens per second ($2N$ would allow 73,459). In practice throughput is lower still, because
-# reading the weights from memory takes time (lesson 16, section 3: decoding, generating one token at a time, is
-# bound by memory).
+# Of those 15,361,638,400, the 32 blocks' weight matmuls are 12,952,010,752; with attention over 4,096 tokens the
+# blocks come to 15,099,494,400, and the LM head adds the rest. How fast is that? The H100 is NVIDIA's data-centre
+# GPU, and its peak for matrix products in bf16 is 990 TFLOP/s, $990 \times 10^{12}$ FLOPs per second. At full
+# utilisation the whole forward allows 64,446 tokens per second on one H100 ($2N$ would allow 73,459). In practice
+# throughput is lower still, because reading the weights from memory takes time (lesson 16, section 3: decoding,
+# generating one token at a time, is bound by memory).
 
 # %%
 def count_model(cfg: nn.BlockConfig, L: int):
@@ -223,51 +220,33 @@ assert cfg7.vocab_size * d7 == 131_072_000
 assert fwd_token == 2 * mult7 + attn_fwd == 15_361_638_400 and attn_fwd == 2_147_483_648
 assert train_token == 6 * mult7 + 3 * attn_fwd == 46_084_915_200 and 3 * attn_fwd == 6_442_450_944
 assert 6 * N7 == 40_430_493_696 and round(100 * (train_token / (6 * N7) - 1), 1) == 14.0
-assert blocks_static == 12_952_010_752 and blocks_ctx == 15_099_494_400 and round(990e12 / 15e9) == 66_000
+assert blocks_static == 12_952_010_752 and blocks_ctx == 15_099_494_400
 assert fwd_token == blocks_ctx + 2 * d7 * cfg7.vocab_size and attn_fwd > 8 * (2 * cfg7.vocab_size * d7)
 assert round(speed["all of the forward"]) == 64_446 and int(speed["2N"]) == 73_459
-assert round(990e12 / blocks_ctx / 1e3) == 66                         # the 15 G and the 66k are the same figure
 
 # %% [markdown]
-# ## 4. Where the compute goes, and where attention overtakes the FFN
+# ## 4. Where the compute goes: the FFN's cost is fixed, attention's grows
 #
 # Every module pushes its name while it runs, so `fc.by_scope(depth=2)` splits a block's FLOPs into
-# `block.attn` and `block.ffn`. Per token, the FFN's matmuls cost $6\,d\,d_{ff}$ and attention's four
-# projections $8d^2$ (MHA), whatever the length. For one token of Llama-2-7B that is 270,532,608 against
-# 134,217,728: the FFN costs **2.02 times** as much, $3 d_{ff} / 4d$.
+# `block.attn` and `block.ffn`. Per token, a block's forward matmuls fall into three parts:
 #
-# Attention's scores and weighted sum grow with the context, $4Ld$ per token, and the FFN's cost does not. At
-# $L = 4096$ they cost 274,877,906,944 FLOPs in the block's forward, and the FFN is only 1.34 times all of
-# attention. So at some length attention overtakes the FFN:
+# - **the FFN**, three $d \times d_{ff}$ matrices: $6\,d\,d_{ff}$, whatever the context;
+# - **attention's four projections**: $4d^2 + 4\,d\,n_{kv} d_{head}$, whatever the context ($8d^2$ under MHA);
+# - **attention's $L$-dependent part**, the scores $q k^\top$ and the weighted sum of $V$: $4Ld$, growing with the
+#   context $L$.
 #
-# - **all of attention** (projections and the $L$-dependent part) equals the FFN when $8d^2 + 4Ld = 6\,d\,d_{ff}$,
-#   at **L = 8,320** for Llama-2-7B. There, `block.attn` and `block.ffn` count 2,250,831,298,560 FLOPs each;
-# - the **$L$-dependent part alone** equals the FFN when $4Ld = 6\,d\,d_{ff}$, at $L = 1.5\,d_{ff}$ = 16,512.
+# **The rule.** The FFN's cost per token is fixed and attention's grows with the context, so past some length
+# attention costs more. All of attention equals the FFN where
 #
-# It is often said that attention catches up around $L \approx 2d$. That holds for an MHA block whose FFN is
-# $8d/3$ wide: its projections cost $8d^2$ and its FFN $16d^2$, so $8d^2 + 4Ld = 16d^2$ at $L = 2d$.
-# Llama-2-7B's 8,320 is $2.03\,d$. It does not hold for Llama-2-70B. GQA shrinks its projections to $4.5 d^2$
-# per token: with $g = 8$ query heads per key/value head, $W_K$ and $W_V$ are $d \times d/g$, so Q, K and V
-# together cost $2d^2 + 2 \cdot 2d^2/g = (2 + 4/g)\,d^2 = 2.5\,d^2$ and $W_O$ another $2d^2$ (the cell counts
-# each). Its FFN is $3.5d$ wide ($21 d^2$ per token), so the crossover is at **L = 33,792**
-# ($4.125\,d$). At $L = 2d$ = 16,384 its FFN still costs 1.68 times all of attention. At 4,096 tokens (its
-# context) the FFN dominates, as usually said, and "attention dominates from about 32k" is close: from 33,792
-# exactly (at 32,768 the FFN is still 2.4 % ahead). For the same reason a commonly quoted per-layer total,
-# $24d^2 + 4Ld$ per token, fits an MHA block with an $8d/3$ FFN. Llama-2-70B's is $25.5\,d^2 + 4Ld$.
+# $$\text{projections} + 4Ld = 6\,d\,d_{ff}, \qquad L = \frac{6\,d\,d_{ff} - \text{projections}}{4d},$$
 #
-# One more quoted figure: at $L \approx 32k$ the $L$-dependent part, $4Ld \approx 0.5$ G per token, is said to be
-# "comparable to the FFN". For Llama-2-7B it is 536,870,912 at $L$ = 32,768, 1.98 times the FFN's 270,532,608.
+# and the $L$-dependent part alone equals the FFN at $L = 6\,d\,d_{ff} / 4d = 1.5\,d_{ff}$.
 #
-# A worked example often used for Llama-2-7B at $L = 2048$ gives the attention projections as
-# "$2 \times 2 \times 2048 \times 4096^2$ = 137 B FLOPs", the attention core (the $L$-dependent part: the scores
-# and the weighted sum) as 69 B and the FFN as 555 B. Counted, the four projections cost
-# $4 \times 2 \times 2048 \times 4096^2$ = 274,877,906,944 (the 137 B is two of the four), the core 68,719,476,736,
-# and the FFN 554,050,781,184, which rounds to 554 B. The FFN's share of this forward compute is 61.7 %. The "about
-# 67 %" usually quoted beside it is the FFN's share of the parameters. It is also its share of the compute without
-# the $L$-dependent core.
-#
-# The picture draws these costs per token of one block against $L$. The points are counts made on meta, the lines
-# the closed forms.
+# The cell counts the three parts on meta for one token of Llama-2-7B: the FFN costs 270,532,608 and the
+# projections 134,217,728, so the FFN costs **2.02 times** as much, $3 d_{ff} / 4d$. Then it counts them at two
+# lengths for Llama-2-7B and Llama-2-70B, and finds them equal to the closed forms. The picture draws the three
+# parts per token of one block against $L$ for both models: the points are counts made on meta, the lines the
+# closed forms, and the dotted lines mark where the rule puts the two crossovers.
 
 # %%
 def per_token_costs(cfg: nn.BlockConfig, L: int) -> dict[str, float]:
@@ -280,6 +259,14 @@ def per_token_costs(cfg: nn.BlockConfig, L: int) -> dict[str, float]:
                                                                                  matmul_only=True) / L}
 
 
+def crossovers(cfg: nn.BlockConfig) -> dict[str, float]:
+    """The rule's closed forms, per token of one block: the projections, the FFN, and the lengths where all of
+    attention ('all') and its L-dependent part alone ('core') cost as much as the FFN."""
+    d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
+    proj, ffn = 2 * (2 * d * d + 2 * d * d_kv), 6 * d * cfg.d_ff
+    return {"all": (ffn - proj) / (4 * d), "core": ffn / (4 * d), "proj": proj, "ffn": ffn}
+
+
 one_token = per_token_costs(cfg7, 1)
 ratio = one_token["ffn"] / one_token["projections"]
 print(f"Llama-2-7B, one token: FFN {one_token['ffn']:,.0f}, attention projections {one_token['projections']:,.0f}, "
@@ -287,54 +274,14 @@ print(f"Llama-2-7B, one token: FFN {one_token['ffn']:,.0f}, attention projection
 assert one_token["ffn"] == 6 * d7 * dff7 == 270_532_608 and one_token["projections"] == 8 * d7 * d7 == 134_217_728
 assert ratio == 3 * dff7 / (4 * d7) and round(ratio, 2) == 2.02
 
-crossover = {}
+crossover = {name: crossovers(cfg) for name, cfg in (("llama2-7b", cfg7), ("llama2-70b", cfg70))}
 for name, cfg in (("llama2-7b", cfg7), ("llama2-70b", cfg70)):
-    d, d_kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
-    proj, ffn = 2 * (2 * d * d + 2 * d * d_kv), 6 * d * cfg.d_ff                # per token, closed forms
-    crossover[name] = {"all": (ffn - proj) / (4 * d), "core": ffn / (4 * d), "proj": proj, "ffn": ffn}
-    at = {L: per_token_costs(cfg, L) for L in (int(crossover[name]["all"]), int(crossover[name]["core"]))}
-    print(f"{name}: per token, projections {proj / d**2:g} d^2, FFN {ffn / d**2:g} d^2; all of attention = FFN at "
-          f"L = {crossover[name]['all']:,.0f} ({crossover[name]['all'] / d:g} d), the L-dependent part = FFN at "
-          f"L = {crossover[name]['core']:,.0f}")
-    for L, c in at.items():
-        assert c["projections"] == proj and c["ffn"] == ffn and c["core"] == 4 * L * d     # counted = closed form
-    assert at[int(crossover[name]["all"])]["projections"] + at[int(crossover[name]["all"])]["core"] == ffn
-    assert at[int(crossover[name]["core"])]["core"] == ffn
-fc70 = count_block(cfg70, 1)                                                    # one token of Llama-2-70B
-g70, d70 = cfg70.n_heads // cfg70.n_kv_heads, cfg70.d_model
-qkv = sum(fc70.total("forward", scope=f"block.attn.{p}_proj", matmul_only=True) for p in "qkv")
-out_proj = fc70.total("forward", scope="block.attn.o_proj", matmul_only=True)
-print(f"llama2-70b, one token: Q, K and V {qkv:,} FLOPs = {qkv / d70**2:g} d^2 (g = {g70}), "
-      f"O {out_proj / d70**2:g} d^2")
-assert g70 == 8 and qkv == (2 + 4 / g70) * d70**2 == 2.5 * d70**2 == 167_772_160
-assert out_proj == 2 * d70**2 and qkv + out_proj == 4.5 * d70**2 == crossover["llama2-70b"]["proj"]
-c7x, c70x = crossover["llama2-7b"], crossover["llama2-70b"]
-assert c7x["all"] == 8_320 and c7x["all"] / d7 == 2.03125 and c7x["core"] == 16_512 == 1.5 * dff7
-even = count_block(cfg7, 8_320).by_scope("forward", matmul_only=True, depth=2)
-assert even["block.attn"] == even["block.ffn"] == 2_250_831_298_560
-at4096 = counts[4096].by_scope("forward", matmul_only=True, depth=2)
-assert counts[4096].total("forward", scope="block.attn", matmul_only=True, own=True) == 274_877_906_944
-assert round(at4096["block.ffn"] / at4096["block.attn"], 2) == 1.34
-d70 = cfg70.d_model
-assert c70x["all"] == 33_792 and c70x["all"] / d70 == 4.125 and c70x["proj"] == 4.5 * d70**2
-assert c70x["ffn"] == 21 * d70**2 and round(c70x["ffn"] / (c70x["proj"] + 4 * 2 * d70 * d70), 2) == 1.68
-assert c70x["ffn"] > c70x["proj"] + 4 * 4096 * d70
-assert round(100 * (c70x["ffn"] / (c70x["proj"] + 4 * 32_768 * d70) - 1), 1) == 2.4
-assert (c70x["proj"] + c70x["ffn"]) / d70**2 == 25.5 == 2 * (acc.params_per_block(cfg70) - 2 * d70) / d70**2
-long = per_token_costs(cfg7, 32_768)
-assert long["core"] == 4 * 32_768 * d7 == 536_870_912 and round(long["core"] / 1e9, 1) == 0.5
-assert round(long["core"] / long["ffn"], 2) == 1.98
-
-at2048 = count_block(cfg7, 2048).by_scope("forward", matmul_only=True, depth=2)
-core2048 = 2048 * per_token_costs(cfg7, 2048)["core"]
-proj2048 = at2048["block.attn"] - core2048
-print(f"Llama-2-7B, L = 2048, forward: projections {proj2048:,.0f}, core {core2048:,.0f}, FFN "
-      f"{at2048['block.ffn']:,}; FFN share {at2048['block.ffn'] / (proj2048 + core2048 + at2048['block.ffn']):.1%}")
-assert proj2048 == 4 * 2 * 2048 * 4096**2 == 274_877_906_944 == 2 * 2 * 2 * 2048 * 4096**2
-assert round(2 * 2 * 2048 * 4096**2 / 1e9) == 137 and core2048 == 4 * 32 * 2048**2 * 128 == 68_719_476_736
-assert at2048["block.ffn"] == 6 * 2048 * 4096 * 11008 == 554_050_781_184 and round(at2048["block.ffn"] / 1e9) == 554
-assert round(100 * at2048["block.ffn"] / (proj2048 + core2048 + at2048["block.ffn"]), 1) == 61.7
-assert round(100 * at2048["block.ffn"] / (proj2048 + at2048["block.ffn"]), 1) == 66.8
+    c = crossover[name]
+    at = {L: per_token_costs(cfg, L) for L in (int(c["all"]), int(c["core"]))}
+    for L, k in at.items():
+        assert k["projections"] == c["proj"] and k["ffn"] == c["ffn"] and k["core"] == 4 * L * cfg.d_model
+    assert at[int(c["all"])]["projections"] + at[int(c["all"])]["core"] == c["ffn"]       # counted: equal there
+    assert at[int(c["core"])]["core"] == c["ffn"]
 
 fig = figure(12, 4.8)
 axes = fig.subplots(1, 2, sharey=True)
@@ -351,6 +298,7 @@ for ax, (name, cfg) in zip(axes, (("llama2-7b", cfg7), ("llama2-70b", cfg70))):
     ax.plot(lengths, [k["core"] for k in counted], "o", color="C0", ms=4, mfc="none")
     ax.plot(lengths, [k["core"] + k["projections"] for k in counted], "o", color="C0", ms=4,
             label="counted on meta")
+    assert all(k["ffn"] == c["ffn"] and k["projections"] == c["proj"] for k in counted)
     for key, text in (("all", "all of attention = FFN"), ("core", r"$4Ld$ = FFN")):
         ax.axvline(c[key], color="0.4", lw=1, ls=":")
         ax.annotate(f"{text}\nL = {c[key]:,.0f} ({c[key] / d:.4g} d)", (c[key], c["ffn"]), xytext=(-6, 30 if key ==
@@ -368,7 +316,57 @@ fig.suptitle("Attention's cost grows with the context, the FFN's does not")
 show(fig, OUT / "attention_vs_ffn.png")
 
 # %% [markdown]
-# ## 5. Training compute for the whole model
+# ## 5. The rule read for Llama-2-7B and Llama-2-70B
+#
+# **Llama-2-7B** (MHA, $d_{ff}$ = 11,008). At its context of $L = 4096$, attention's $L$-dependent part costs
+# 274,877,906,944 FLOPs in the block's forward, and the FFN is still 1.34 times all of attention. All of attention
+# equals the FFN at **L = 8,320**, where `block.attn` and `block.ffn` count 2,250,831,298,560 FLOPs each; the
+# $L$-dependent part alone equals it at $1.5\,d_{ff}$ = 16,512. For an MHA block whose FFN is exactly $8d/3$ wide
+# the rule gives $8d^2 + 4Ld = 16d^2$, so $L = 2d$; Llama-2-7B's 8,320 is $2.03\,d$, since its FFN is a little
+# wider than $8d/3$.
+#
+# **Llama-2-70B** (GQA, $d_{ff}$ = 28,672 = $3.5d$). GQA shrinks its projections to $4.5\,d^2$ per token: with
+# $g = 8$ query heads per key/value head, $W_K$ and $W_V$ are $d \times d/g$, so Q, K and V together cost
+# $2d^2 + 2 \cdot 2d^2/g = (2 + 4/g)\,d^2 = 2.5\,d^2$, and $W_O$ another $2d^2$ (the cell counts each). Its FFN
+# costs $21\,d^2$ per token. So the crossover moves out to **L = 33,792** ($4.125\,d$). At $L = 2d$ = 16,384 its
+# FFN still costs 1.68 times all of attention, and at its context of 4,096 tokens the FFN dominates. A block's
+# forward costs $25.5\,d^2 + 4Ld$ per token: twice its weights, plus attention over the context.
+#
+# Where the crossover falls depends on the FFN's width and on how many key/value heads there are, not on $d$ alone.
+
+# %%
+for name, cfg in (("llama2-7b", cfg7), ("llama2-70b", cfg70)):
+    c = crossover[name]
+    print(f"{name}: per token, projections {c['proj'] / cfg.d_model**2:g} d^2, FFN {c['ffn'] / cfg.d_model**2:g} "
+          f"d^2; all of attention = FFN at L = {c['all']:,.0f} ({c['all'] / cfg.d_model:g} d), the L-dependent "
+          f"part = FFN at L = {c['core']:,.0f}")
+even = count_block(cfg7, 8_320).by_scope("forward", matmul_only=True, depth=2)
+at4096 = counts[4096].by_scope("forward", matmul_only=True, depth=2)
+core4096 = counts[4096].total("forward", scope="block.attn", matmul_only=True, own=True)
+print(f"llama2-7b at L = 8,320: block.attn {even['block.attn']:,}, block.ffn {even['block.ffn']:,}; at L = 4096: "
+      f"the L-dependent part {core4096:,}, FFN / all of attention {at4096['block.ffn'] / at4096['block.attn']:.2f}")
+c7x, c70x = crossover["llama2-7b"], crossover["llama2-70b"]
+assert c7x["all"] == 8_320 and c7x["all"] / d7 == 2.03125 and c7x["core"] == 16_512 == 1.5 * dff7
+assert even["block.attn"] == even["block.ffn"] == 2_250_831_298_560
+assert core4096 == 274_877_906_944 and round(at4096["block.ffn"] / at4096["block.attn"], 2) == 1.34
+mha = cfg7.with_(d_model=3072, n_heads=24, n_kv_heads=24, d_ff=8192)                # MHA, an FFN exactly 8d/3 wide
+assert crossovers(mha)["all"] == 2 * mha.d_model and dff7 / d7 > 8 / 3                # 8d^2 + 4Ld = 16d^2 at L = 2d
+
+fc70 = count_block(cfg70, 1)                                                    # one token of Llama-2-70B
+g70, d70 = cfg70.n_heads // cfg70.n_kv_heads, cfg70.d_model
+qkv = sum(fc70.total("forward", scope=f"block.attn.{p}_proj", matmul_only=True) for p in "qkv")
+out_proj = fc70.total("forward", scope="block.attn.o_proj", matmul_only=True)
+print(f"llama2-70b, one token: Q, K and V {qkv:,} FLOPs = {qkv / d70**2:g} d^2 (g = {g70}), "
+      f"O {out_proj / d70**2:g} d^2")
+assert g70 == 8 and qkv == (2 + 4 / g70) * d70**2 == 2.5 * d70**2 == 167_772_160
+assert out_proj == 2 * d70**2 and qkv + out_proj == 4.5 * d70**2 == c70x["proj"]
+assert c70x["all"] == 33_792 and c70x["all"] / d70 == 4.125 and cfg70.d_ff == 3.5 * d70 == 28_672
+assert c70x["ffn"] == 21 * d70**2 and round(c70x["ffn"] / (c70x["proj"] + 4 * 2 * d70 * d70), 2) == 1.68
+assert c70x["ffn"] > c70x["proj"] + 4 * 4096 * d70
+assert (c70x["proj"] + c70x["ffn"]) / d70**2 == 25.5 == 2 * (acc.params_per_block(cfg70) - 2 * d70) / d70**2
+
+# %% [markdown]
+# ## 6. Training compute for the whole model
 #
 # Training on $D$ tokens costs about $6ND$ FLOPs. The Chinchilla study (Hoffmann et al., 2022) asked how best to
 # split a fixed amount of compute between parameters and training tokens. Its **compute-optimal** recipe, the one
@@ -390,10 +388,8 @@ show(fig, OUT / "attention_vs_ffn.png")
 # the model's FLOPs per second divided by the peak. Real runs reach well under 100 %, because GPUs also wait
 # for memory and for each other.
 #
-# The usual answer checks that 6 weeks at 45 % MFU deliver enough: 1000 × 450 TFLOP/s × 42 days is about
-# $1.6 \times 10^{24}$ FLOPs (exactly $1.62 \times 10^{24}$ with 45 % of 990, which is 445.5), 2.7 times
-# what is needed. Right so far. But the conclusion often drawn, that six weeks "works at about 35 % MFU", is off:
-# at 35 % training takes 19.6 days. Six weeks need only **16.4 %** MFU, and at 45 % training takes 15.3 days.
+# At 45 % MFU, 6 weeks deliver 1000 × 445.5 TFLOP/s (45 % of 990) × 42 days = $1.62 \times 10^{24}$ FLOPs, 2.7 times
+# what is needed. Turned round: six weeks need only **16.4 %** MFU, and at 45 % training takes 15.3 days.
 
 # %%
 fc70, N70, mult70 = count_model(cfg70, 4096)
@@ -414,14 +410,12 @@ gpus, peak, weeks6 = 1000, 990e12, 42
 claim = acc.training_flops(70e9, 1.4e12)
 delivered = gpus * peak * 0.45 * weeks6 * 86400
 mfu_6_weeks = claim / (gpus * peak * weeks6 * 86400)
-days = {mfu: acc.training_days(claim, gpus, peak, mfu) for mfu in (0.45, 0.35, mfu_6_weeks)}
+days = {mfu: acc.training_days(claim, gpus, peak, mfu) for mfu in (0.45, mfu_6_weeks)}
 print(f"70e9 parameters, 1.4e12 tokens: {claim:.3g} FLOPs; 6 weeks at 45% deliver {delivered:.3g} "
-      f"({delivered / claim:.1f} x); 6 weeks need {mfu_6_weeks:.1%} MFU; at 45% {days[0.45]:.1f} days, at 35% "
-      f"{days[0.35]:.1f} days")
+      f"({delivered / claim:.1f} x); 6 weeks need {mfu_6_weeks:.1%} MFU; at 45% {days[0.45]:.1f} days")
 assert claim == 588 * 10**21 and round(claim / 1e23, 1) == 5.9
-assert round(gpus * 450e12 * weeks6 * 86400 / 1e24, 1) == 1.6 and 0.45 * 990 == 445.5
-assert round(delivered / 1e24, 2) == 1.62 and round(delivered / claim, 1) == 2.7
-assert round(days[0.35], 1) == 19.6 and round(days[0.45], 1) == 15.3 and round(100 * mfu_6_weeks, 1) == 16.4
+assert 0.45 * 990 == 445.5 and round(delivered / 1e24, 2) == 1.62 and round(delivered / claim, 1) == 2.7
+assert round(days[0.45], 1) == 15.3 and round(100 * mfu_6_weeks, 1) == 16.4
 assert math.isclose(days[mfu_6_weeks], weeks6)
 
 # %% [markdown]
@@ -452,7 +446,7 @@ assert trained["flops"]["counted"] == token70 * 1.4e12
 assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["counted"], 1) == 44.4
 
 # %% [markdown]
-# ## 6. Memory for training
+# ## 7. Memory for training
 #
 # **Training state.** Adam, the usual **optimizer** (the rule that turns gradients into changes of the parameters;
 # lesson 14 takes its steps by hand), keeps two running averages for every parameter: of its gradient and of its
@@ -466,12 +460,9 @@ assert round(trained["days"]["six_n"], 1) == 41.3 and round(trained["days"]["cou
 # **Activations, estimated.** What training keeps for backward is often estimated at about $10d$ bytes per
 # token per layer (bf16), assuming FlashAttention (an attention that never stores its $L \times L$ scores, see
 # below) and a fused SwiGLU (one kernel that computes SiLU(gate) × up without keeping the steps in between).
-# That is 81,920 bytes (80 KiB) for $d$ = 8,192, and for 80 layers at $L = 4096$ it is 26,843,545,600 bytes:
-# the "25 GB" usually quoted is 25 GiB. The usual itemisation does not add up to $10d$. It lists the residual
-# stream, the norm's output, Q and K, and attention's output at $2d$ bytes each, plus the FFN's hidden at
-# $2\,d_{ff}$. That sums to $8d + 2\,d_{ff}$: 122,880 bytes (120 KiB, 37.5 GiB in all) for Llama-2-70B's
-# $d_{ff}$ = 28,672. Its "44 KB" for the FFN's hidden is $2 \times 8d/3$ = 43,691 bytes; with the real $d_{ff}$
-# it is 57,344.
+# That is 81,920 bytes (80 KiB) for $d$ = 8,192, and for 80 layers at $L = 4096$ it is 26,843,545,600 bytes,
+# 25 GiB. This **activation memory**, what the forward keeps for the backward, grows with the batch and the
+# context, while the training state does not.
 #
 # **Activations, measured.** `count_saved_bytes` measures what this engine actually keeps. For one Llama-2-70B
 # block at $L = 4096$ in float16 (the other common 2-byte float: more significant digits than bf16, but a far
@@ -497,17 +488,13 @@ mem = acc.training_memory(cfg70, 4096)
 state = mem["parameters"] + mem["gradients"] + mem["optimizer"]
 estimate = acc.activation_bytes_per_token_per_layer(cfg70)
 d_ff70 = cfg70.d_ff
-itemised = 2 * d70 * 4 + 2 * d_ff70                         # x, norm output, Q and K, attention output; FFN hidden
 print(f"Llama-2-70B, bf16, L = 4096: training state {state:,} bytes ({state / 1e12:.1f} TB, 16 per parameter)")
 print(f"  activations estimated at 10 d = {estimate:,} bytes per token per layer: {mem['activations']:,} bytes "
-      f"({mem['activations'] / GiB:g} GiB) for 80 layers; itemised 8 d + 2 d_ff = {itemised:,} "
-      f"({80 * 4096 * itemised / GiB:g} GiB)")
+      f"({mem['activations'] / GiB:g} GiB) for 80 layers")
 assert state == 16 * N70 == 1_103_626_371_072 and round(state / 1e12, 1) == 1.1
 assert mem["parameters"] == mem["gradients"] == 2 * N70 and mem["optimizer"] == 12 * N70
 assert estimate == 10 * d70 == 81_920 == 80 * KiB
 assert mem["activations"] == 80 * 4096 * estimate == 26_843_545_600 == 25 * GiB
-assert itemised == 122_880 == 120 * KiB and 80 * 4096 * itemised == 37.5 * GiB
-assert round(2 * 8 * d70 / 3) == 43_691 and 2 * d_ff70 == 57_344
 
 
 def saved_by_block(cfg: nn.BlockConfig, L: int) -> dict[str, int]:
@@ -539,7 +526,7 @@ assert measured - probabilities - swiglu == 755_580_928
 assert in_model["per_layer"] - measured == 4096 * d70 * 2 == 64 * 2**20 and round(in_model["layers"] / GiB) == 521
 
 # %% [markdown]
-# ## 7. The KV cache, beside the rest
+# ## 8. The KV cache, beside the rest
 #
 # Generation keeps each layer's keys and values for every past token (lesson 07):
 # $2\, n_{layers} L\, n_{kv} d_{head}$ numbers. For Llama-2-70B at $L = 4096$ in bf16 that is 1,342,177,280
@@ -584,6 +571,127 @@ assert rows["Adam: fp32 master + 2 moments"] == max(rows.values())
 assert rows["KV cache, one sequence"] == min(rows.values())
 
 # %% [markdown]
+# ## Figures you will see quoted
+#
+# Some of this lesson's numbers circulate in a rounded or slipped form. Each row gives the figure as commonly
+# quoted, the exact value from this lesson's code, and why the two differ; the cell under the box computes each
+# value again and checks the reason. Unless a row says otherwise, the model is Llama-2-7B and FLOPs are per token.
+#
+# | figure | commonly quoted | counted | why they differ |
+# |---|---|---|---|
+# | a block's weight matmuls | 480 M | 404,750,336 | twice its 202,375,168 weights; with $L = 4096$ still 471,859,200 |
+# | backward / forward | 2 to 3 | 2 (matmuls) | a matmul's backward is two matmuls of its own size (all ops: 1.9989) |
+# | forward of the model | 15 G | 15,361,638,400 | 15 G is the 32 blocks at $L = 4096$, without the LM head |
+# | tokens/s on an H100 | 66k | 64,446 | 990 TFLOP/s over 15 G, not over the whole forward |
+# | attention overtakes the FFN at | $L \approx 2d$ | $2.03\,d$; 70B: $4.125\,d$ | $2d$ holds for MHA, $8d/3$ FFN only |
+# | 70B: attention dominates from | 32k | 33,792 | at 32,768 the FFN is still 2.4 % ahead |
+# | a block's forward | $24d^2 + 4Ld$ | 70B: $25.5\,d^2 + 4Ld$ | $24d^2$ fits MHA with an $8d/3$ FFN |
+# | $4Ld$ at $L$ = 32,768 | comparable to the FFN | 1.98 × the FFN | 536,870,912 against 270,532,608 |
+# | $L = 2048$: projections, core, FFN | 137, 69, 555 B | 274.9, 68.7, 554.1 B | 137 B is two of the four projections |
+# | $L = 2048$: the FFN's share | 67 % | 61.7 % | 66.8 % is its share without the $L$-dependent core |
+# | 70B, 6 weeks on 1,000 H100s | 35 % MFU | 16.4 % MFU | at 35 % it takes 19.6 days |
+# | 70B activations, $L = 4096$ | 25 GB | 26,843,545,600 bytes | that is 25 GiB |
+# | 70B activations per token, layer | $10d$, itemised | 122,880 bytes | the items sum to $8d + 2\,d_{ff}$ |
+# | 70B, the FFN's hidden per token | 44 KB | 57,344 bytes | 44 KB is $2 \times 8d/3$; the real $d_{ff}$ is $3.5d$ |
+
+# %%
+quoted7 = {"weights": static, "whole forward": fwd_token, "tokens/s": round(speed["all of the forward"])}
+at2048 = count_block(cfg7, 2048).by_scope("forward", matmul_only=True, depth=2)
+core2048 = 2048 * per_token_costs(cfg7, 2048)["core"]
+proj2048, ffn2048 = at2048["block.attn"] - core2048, at2048["block.ffn"]
+long = per_token_costs(cfg7, 32_768)
+days35 = acc.training_days(claim, gpus, peak, 0.35)
+itemised = 2 * d70 * 4 + 2 * d_ff70                         # x, norm output, Q and K, attention output; FFN hidden
+print(f"Llama-2-7B per token: weight matmuls {static:,}, with L = 4096 {static + 4 * 4096 * d7:,}; forward "
+      f"{fwd_token:,}, the blocks at L = 4096 {blocks_ctx:,}; {quoted7['tokens/s']:,} tokens/s, "
+      f"{990e12 / blocks_ctx:,.0f} over the blocks alone")
+print(f"crossover: an MHA block with an 8d/3 FFN at {crossovers(mha)['all'] / mha.d_model:g} d; llama2-7b at "
+      f"{c7x['all'] / d7:.2f} d; llama2-70b at {c70x['all'] / d70:g} d; 4Ld / FFN at 32,768: "
+      f"{long['core'] / long['ffn']:.2f}")
+print(f"L = 2048: projections {proj2048:,.0f}, core {core2048:,.0f}, FFN {ffn2048:,}; FFN share "
+      f"{ffn2048 / (proj2048 + core2048 + ffn2048):.1%}, without the core {ffn2048 / (proj2048 + ffn2048):.1%}")
+print(f"70B: 6 weeks need {mfu_6_weeks:.1%} MFU, at 35% {days35:.1f} days; activations {mem['activations']:,} "
+      f"bytes = {mem['activations'] / GiB:g} GiB; itemised 8d + 2 d_ff = {itemised:,} bytes per token per layer")
+assert static == 404_750_336 and round(static / 1e6) != 480 and static + 4 * 4096 * d7 == 471_859_200 < 480e6
+assert fc7.total("backward", matmul_only=True) == 2 * fc7.total("forward", matmul_only=True)
+assert round(full.total("backward") / full.total("forward"), 4) == 1.9989
+assert round(blocks_ctx / 1e9) == 15 and fwd_token == 15_361_638_400 and fwd_token - blocks_ctx == 2 * d7 * 32_000
+assert round(990e12 / blocks_ctx / 1e3) == 66 and quoted7["tokens/s"] == 64_446
+assert crossovers(mha)["all"] == 2 * mha.d_model and c7x["all"] / d7 == 2.03125 and c70x["all"] / d70 == 4.125
+assert c70x["all"] == 33_792 and round(100 * (c70x["ffn"] / (c70x["proj"] + 4 * 32_768 * d70) - 1), 1) == 2.4
+assert (crossovers(mha)["proj"] + crossovers(mha)["ffn"]) / mha.d_model**2 == 24
+assert (c70x["proj"] + c70x["ffn"]) / d70**2 == 25.5
+assert long["core"] == 4 * 32_768 * d7 == 536_870_912 and round(long["core"] / long["ffn"], 2) == 1.98
+assert proj2048 == 4 * 2 * 2048 * 4096**2 == 274_877_906_944 and round(2 * 2 * 2048 * 4096**2 / 1e9) == 137
+assert core2048 == 68_719_476_736 and ffn2048 == 554_050_781_184 and round(ffn2048 / 1e9) == 554
+assert round(100 * ffn2048 / (proj2048 + core2048 + ffn2048), 1) == 61.7
+assert round(100 * ffn2048 / (proj2048 + ffn2048), 1) == 66.8
+assert round(100 * mfu_6_weeks, 1) == 16.4 and round(days35, 1) == 19.6
+assert mem["activations"] == 26_843_545_600 == 25 * GiB and round(mem["activations"] / 1e9, 1) == 26.8
+assert itemised == 122_880 != estimate == 81_920 and round(2 * 8 * d70 / 3) == 43_691 and 2 * d_ff70 == 57_344
+assert d_ff70 == 3.5 * d70
+
+# %% [markdown]
+# ## Check yourself
+#
+# 1. Why does training cost about $6N$ FLOPs per token when a forward pass costs about $2N$?
+#
+#    <details><summary>Answer</summary>
+#
+#    In the forward pass each weight is used once per token, a multiply and an add. The backward of $Y = XW$ needs
+#    $dX = dY\,W^\top$ and $dW = X^\top dY$, two matmuls of the same size, so it costs twice the forward: $2N + 4N$.
+#    Counted on meta, the backward's matmuls are exactly twice the forward's.
+#
+#    </details>
+#
+# 2. What do the $2N$ and $6N$ rules leave out, and how much does it matter for Llama-2-7B at $L = 4096$?
+#
+#    <details><summary>Answer</summary>
+#
+#    The embedding is a lookup and costs nothing, though its parameters are in $N$; attention over the context
+#    costs $4Ld$ per token in each layer's forward, which no parameter accounts for. The second is much larger
+#    there: training counts 14.0 % more than $6N$.
+#
+#    </details>
+#
+# 3. Why does attention overtake the FFN at about 8,300 tokens in Llama-2-7B but only at about 33,800 in
+#    Llama-2-70B?
+#
+#    <details><summary>Answer</summary>
+#
+#    The crossover is where the projections plus $4Ld$ reach the FFN's $6\,d\,d_{ff}$. Llama-2-70B's GQA shrinks the
+#    projections to $4.5\,d^2$ per token and its FFN is wider, $3.5d$, so $4Ld$ must grow to $16.5\,d^2$: at
+#    $L = 4.125\,d$, against $2.03\,d$ for Llama-2-7B.
+#
+#    </details>
+#
+# 4. What does MFU measure, and what MFU lets 1,000 H100s train a 70B model on 1.4 T tokens in six weeks?
+#
+#    <details><summary>Answer</summary>
+#
+#    The fraction of the GPUs' peak FLOP/s that the training achieves. The run needs $6ND = 5.88 \times 10^{23}$
+#    FLOPs, and 1,000 GPUs at 990 TFLOP/s deliver that in six weeks at 16.4 % MFU.
+#
+#    </details>
+
+# %% [markdown]
+# ## Words from this lesson
+#
+# - **6N rule**: the estimate that training costs about 6 FLOPs per parameter per token, 2 in the forward pass and
+#   4 in the backward (§3)
+# - **compute-optimal**: said of a split between parameters and training tokens that reaches the lowest loss for a
+#   fixed amount of compute, about 20 tokens per parameter (§6)
+# - **MFU**: model FLOPs utilisation, the model's FLOPs per second during training divided by the hardware's
+#   peak (§6)
+# - **optimizer**: the rule that turns gradients into changes of the parameters, such as Adam (§7)
+# - **mixed precision**: computing in a 2-byte float such as bf16 while the optimizer updates a float32 copy of
+#   the weights (§7)
+# - **training state**: what training holds for every parameter besides the activations: the weight, its
+#   gradient, and the optimizer's float32 copy and moments, 16 bytes per parameter in mixed precision (§7)
+# - **activation memory**: the bytes of the tensors the forward pass keeps for the backward, which grow with the
+#   batch and the context (§7)
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. `forward_flops_per_token`: `forward_flops_per_token(cfg, seq_len)` returns the forward matmul FLOPs per
@@ -594,7 +702,7 @@ assert rows["KV cache, one sequence"] == min(rows.values())
 #    under GQA, or counting only one of the two $L$-dependent matmuls.
 # 2. `mfu_needed`: `mfu_needed(n_params, n_tokens, n_gpus, peak_flops_per_gpu, days)` returns the utilisation
 #    (a fraction) at which training `n_params` parameters on `n_tokens` tokens with $6ND$ FLOPs takes `days` days
-#    on `n_gpus` GPUs (section 5). It is checked against `accounting.training_days`, including the six-week
+#    on `n_gpus` GPUs (section 6). It is checked against `accounting.training_days`, including the six-week
 #    claim for a 70B model.
 #
 # `python -m tinygrad_block exercise 13` writes `exercise_13.py` with the two functions to fill in;
