@@ -34,7 +34,7 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
+from tinygrad_block.course import PART_COLOURS, figure, out_dir, show
 from tinygrad_block.measure import meta_lm
 
 OUT = out_dir(8)          # lessons/out/08/: this lesson's pictures
@@ -483,7 +483,7 @@ fig = figure(10, 4.6)
 ax = fig.add_subplot()
 names = list(counts)
 left_edge = np.zeros(len(names))
-colors = {"attention": "C0", "FFN": "C3", "norms": "C7", "embeddings": "C2"}
+colors = PART_COLOURS                                              # one colour per part, as in lesson 12
 for part in PARTS:
     frac = np.array([counts[n][part] / sum(counts[n].values()) for n in names])
     ax.barh(names, frac, left=left_edge, color=colors[part], label=part if part != "norms" else "norms (< 0.1 %)")
