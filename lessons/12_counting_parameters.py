@@ -346,9 +346,8 @@ assert {round(100 * s, 1) for n, s in matrix.items() if n.startswith("ffn.")} ==
 #   says 10.24 times.
 # - **More heads of the same width.** Query heads double (32 → 64), each still $d_{head}$ = 128 wide. The
 #   keys and values go the other way: 32 KV heads become 8 (GQA).
-# - **The FFN is not a fixed multiple of $d$.** It is often said that $d_{ff}$ simply scales with $d$. But
-#   Llama-2-7B has $d_{ff}$ = 2.6875 $d$ (8d/3 rounded up to a multiple of 256, lesson 08) and Llama-2-70B has
-#   3.5 $d$. Part of what GQA saved went into the FFN.
+# - **The FFN is not a fixed multiple of $d$.** Llama-2-7B has $d_{ff}$ = 2.6875 $d$ (8d/3 rounded up to a
+#   multiple of 256, lesson 08) and Llama-2-70B has 3.5 $d$. Part of what GQA saved went into the FFN.
 # - **Unchanged:** the vocabulary (32000), the context (4,096), the RoPE base, and the block's design: pre-norm,
 #   RMSNorm, SwiGLU, no biases.
 #

@@ -64,7 +64,7 @@ cfg7, cfg70 = nn.preset("llama2-7b"), nn.preset("llama2-70b")
 #
 # The rest are small, and the usual quick estimates of them are close but not exact. Counted per token:
 #
-# | step | often quoted | counted | why |
+# | step | quick estimate | counted | why |
 # |---|---|---|---|
 # | RMSNorm | about $4d$ | $4d + 3$ = 16,387 | $x^2$, sum ($d-1$), $/d$, $+\epsilon$, sqrt, $1/x$, two products |
 # | RoPE on q and k | about $4d$ | $6d$ = 24,576 | 3 per element of q and k: two products and a sum or difference |
