@@ -32,6 +32,7 @@ from .data import CharTokenizer, induction_batch, python_help_text, text_batch, 
 from .nn import LM, BlockConfig
 from .hf_folder import hold_folder, stands_for, write_atomic, write_text
 from .optim import AdamW, Optimizer, WarmupCosine, clip_grad_norm
+from .pictures import figure
 from .resume import latest, load_checkpoint, save_checkpoint
 from .tensor import Tensor, arange, concat
 from .trace import no_grad, observe
@@ -297,19 +298,9 @@ def generate_long(model: LM, ids: Tensor, new_tokens: int, window: int, **sampli
 
 
 # ---------------------------------------------------------------- pictures and checkpoints
-def _figure(width: float, height: float):
-    """A matplotlib Figure (no pyplot state), or a RuntimeError saying how to install matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise RuntimeError("pictures need matplotlib: install the 'viz' extra, "
-                           "pip install -e '.[viz]' from the repository's root") from None
-    return Figure(figsize=(width, height), layout="constrained")
-
-
 def plot_history(history: History, path: Path, title: str) -> Path:
     """The loss of every step and each evaluation's loss (and accuracy, when measured), on a log scale."""
-    fig = _figure(6.4, 4.0)
+    fig = figure(6.4, 4.0)
     ax = fig.add_subplot()
     ax.plot(range(1, len(history.losses) + 1), history.losses, lw=0.8, alpha=0.7, label="training batch")
     if history.evals:
@@ -328,7 +319,7 @@ def plot_history(history: History, path: Path, title: str) -> Path:
 def plot_attention(weights: list[Tensor], scores: list[list[float]], path: Path, title: str) -> Path:
     """Every head of every layer for one sequence (the first of the batch): rows are queries, columns keys."""
     layers, heads = len(weights), weights[0].shape[1]
-    fig = _figure(2.2 * heads, 2.4 * layers)
+    fig = figure(2.2 * heads, 2.4 * layers)
     best = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
     for i, w in enumerate(weights):
         for h in range(heads):

@@ -45,7 +45,7 @@ def test_no_message_names_a_package_that_no_index_has():
 
 @pytest.mark.parametrize("lesson, needs", [("05", "matplotlib"), ("16", "matplotlib")])
 def test_a_lesson_without_the_viz_extra_is_one_line(tmp_path, command_line, lesson, needs):
-    """05 draws through course.figure (a CourseError), 16 imports matplotlib itself (a ModuleNotFoundError)."""
+    """05 draws through course.figure (pictures.figure), 16 imports matplotlib itself: a ModuleNotFoundError each."""
     result = command_line.process("lesson", lesson, cwd=tmp_path, env=without(tmp_path, "matplotlib"))
     one_line_error(result, f"lesson: error: {lesson}_", needs, "pip install -e '.[viz]'")
 
