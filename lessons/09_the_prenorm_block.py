@@ -22,6 +22,8 @@
 #   the logit lens), and
 #   what it can and cannot show on an untrained model;
 # - one token through the block, step by step: every shape, for the tiny preset and for Llama-2-7B;
+# - why the values add up through the stack but the derivatives multiply: a stack's Jacobian is a product of one
+#   factor per sublayer, checked on two small blocks;
 # - pre-norm against post-norm: the gradient through stacks of 1 to 48 blocks, measured and plotted, and the
 #   identity path that keeps the pre-norm gradient in check.
 #

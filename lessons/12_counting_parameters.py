@@ -22,7 +22,8 @@
 # - what grouped-query attention saves, and how it moves the balance between attention and the FFN;
 # - Llama-2-7B's 6,738,415,616 parameters, derived by hand and then counted;
 # - what changes, and what does not, from Llama-2-7B to Llama-2-70B;
-# - what a checkpoint on disk holds, and how `inspect` counts it from the file's header alone.
+# - what a checkpoint on disk holds, and how `inspect` counts it from the file's header alone;
+# - figures you will see quoted for these models, each beside its exact count and why the two differ.
 #
 # Run it as a script, `python -m tinygrad_block lesson 12`, or as a notebook,
 # `python -m tinygrad_block lesson 12 --notebook --execute` (it lands in `lessons/out/12/`).

@@ -24,7 +24,8 @@
 #   the `calc` command that does this arithmetic for any architecture;
 # - training memory: weights, gradients, the state of the Adam optimizer, and the activations kept for backward,
 #   estimated and measured;
-# - the KV cache of generation, beside all that.
+# - the KV cache of generation, beside all that;
+# - figures you will see quoted for these costs, each beside its exact count and why the two differ.
 #
 # Run it as a script, `python -m tinygrad_block lesson 13`, or as a notebook,
 # `python -m tinygrad_block lesson 13 --notebook --execute` (it lands in `lessons/out/13/`).
