@@ -54,7 +54,7 @@ OUT = out_dir(9)          # lessons/out/09/: this lesson's pictures
 # - everything a block does is **added** to its input, so the stream that runs through the stack is a sum
 #   (sections 2 to 4);
 # - the norms sit on the side branches, never on the stream itself, so the stream keeps a path from the
-#   output back to the input that passes through nothing but additions (sections 3 and 6).
+#   output back to the input that passes through nothing but additions (sections 3, 6 and 7).
 #
 # The examples use the `tiny` preset ($d_{model} = 64$, 4 query heads sharing 2 key/value heads,
 # $d_{ff} = 172$, 2 layers) in float64, on a batch of 2 sequences of 8 tokens.
@@ -147,7 +147,7 @@ assert all(0.6 < norm(w) / norm(x0) < 0.72 for w in writes.values())
 # at initialisation (the random draw of the weights before training starts), and some schemes set them to zero.
 #
 # The same holds for a whole stack, block after block. It holds only for pre-norm: in a post-norm block
-# (section 6) the norms sit on the stream itself, and the same zero weights give
+# (section 7) the norms sit on the stream itself, and the same zero weights give
 # $\mathrm{norm}_2(\mathrm{norm}_1(x))$: every token rescaled to RMS 1 (just under, by $\varepsilon$), not $x$.
 # On a stream of RMS about 3 that changes every number by a lot.
 
