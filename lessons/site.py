@@ -9,7 +9,7 @@ so the site opens from a folder (file://) with nothing fetched. Lives with the c
 from __future__ import annotations
 
 import html
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -26,8 +26,8 @@ from tinygrad_block.course import LESSONS, CourseError, lesson_path
 
 HERE = Path(__file__).resolve().parent / "site"                   # the site's stylesheet
 MARK = ".tinygrad_block_site"                   # the file that says a folder is a site this builds (safe to replace)
-NEEDS = ("sphinx", "myst_nb", "jupytext", "furo")
-EXTENSIONS = ["myst_nb", "sphinx-mathjax-offline"]
+EXTENSIONS = ["myst_nb", "sphinx-mathjax-offline"]      # the second, a folder named so, holds MathJax 3 itself
+NEEDS = ("sphinx", *EXTENSIONS, "jupytext", "furo")      # what the 'site' extra installs
 LESSON_LINK = re.compile(r"\[([^\]]*)\]\((\d\d_\w+)\.py\)")              # [text](NN_slug.py), in markdown
 LESSON_NAME = re.compile(r"`(\d\d_\w+)\.py`")                            # `NN_slug.py`, in the home page's table
 FRAME = re.compile(r'<iframe sandbox="allow-scripts" srcdoc="([^"]*)"')  # an explorer shown inline by course.show
@@ -37,10 +37,15 @@ DATA = re.compile(r'(<script id="data" type="application/json">)(.*?)(</script>)
 
 # ---------------------------------------------------------------- what to build, checked first
 def check_tools() -> None:
-    """A CourseError naming the 'site' extra when Sphinx, myst-nb, jupytext or the theme is not installed."""
-    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
-    if missing or importlib.util.find_spec("sphinx-mathjax-offline") is None:
-        missing = missing or ["sphinx-mathjax-offline"]
+    """A CourseError naming the 'site' extra when Sphinx, myst-nb, jupytext, the theme or the offline MathJax does
+    not import."""
+    missing = []
+    for name in NEEDS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
         raise CourseError(f"building the site needs {', '.join(missing)}: install the 'site' extra, "
                           "pip install -e '.[site]' from the repository's root")
 
@@ -236,14 +241,14 @@ def build_lessons(out: Path, lessons: list[Path], say: Callable[[str], None]) ->
     except OSError as e:
         raise CourseError(f"cannot write the site beside {out}: {e.strerror}") from None
     try:
+        html = temporary / "html"                # myst-nb writes the executed notebooks beside it: in `temporary`
         with tempfile.TemporaryDirectory(prefix="tinygrad_block_site_") as src:
             glossary = stage(Path(src), lessons)
-            say(f"building the site of {len(lessons)} lessons in {temporary}")
-            warnings = run_sphinx(Path(src), temporary, built, say)
-        (temporary / MARK).write_text("built by python -m tinygrad_block site; replaced by the next build\n")
-        replace(out, temporary)
-    except BaseException:
+            say(f"building the site of {len(lessons)} lessons in {html}")
+            warnings = run_sphinx(Path(src), html, built, say)
+        (html / MARK).write_text("built by python -m tinygrad_block site; replaced by the next build\n")
+        replace(out, html)
+    finally:
         shutil.rmtree(temporary, ignore_errors=True)
-        raise
     return {"out": str(out), "index": str(out / "index.html"), "lessons": built, "glossary": glossary,
             "seconds": round(time.perf_counter() - start, 1), "warnings": warnings}
