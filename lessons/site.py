@@ -108,7 +108,7 @@ def settings(built: list[str]) -> dict:
             "myst_enable_extensions": ["dollarmath"], "myst_heading_anchors": 2,
             "exclude_patterns": [], "html_theme": "furo", "html_title": "tinygrad_block: the course",
             "html_static_path": [str(HERE)], "html_css_files": ["site.css"], "html_copy_source": False,
-            "html_show_sourcelink": False,
+            "html_show_sourcelink": False, "html_show_copyright": False,
             "html_show_search_summary": False}       # the summaries are fetched, which a page opened as file:// may not
 
 

@@ -191,8 +191,10 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
         from IPython.display import HTML, SVG, Image, display
         if path.suffix == ".html":                                    # an explorer page, in a frame of its own
             page = html.escape(path.read_text())                     # the page inside: nothing to fetch
-            display(HTML(f'<iframe sandbox="allow-scripts" srcdoc="{page}" '
-                         'style="width:100%;height:720px;border:1px solid #ccc"></iframe>'))
+            with warnings.catch_warnings():          # IPython's advice, IFrame, takes a URL: not a page held inline
+                warnings.filterwarnings("ignore", "Consider using IPython.display.IFrame", UserWarning)
+                display(HTML(f'<iframe sandbox="allow-scripts" srcdoc="{page}" '
+                             'style="width:100%;height:720px;border:1px solid #ccc"></iframe>'))
         else:
             display(SVG(filename=str(path)) if path.suffix == ".svg" else Image(filename=str(path)))
 

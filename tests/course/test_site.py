@@ -119,6 +119,7 @@ def test_every_picture_a_lesson_showed_is_drawn(site, open_page, lesson_run, ste
     assert all(w > 0 for w in widths), widths
     everywhere = page.page.eval_on_selector_all("img", "is => is.map(i => i.naturalWidth)")
     assert all(w > 0 for w in everywhere) and page.problems == []
+    assert page.page.locator(".cell_output .stderr").all_inner_texts() == []     # no warning under a cell
 
 
 def local_targets(page) -> list[str]:
