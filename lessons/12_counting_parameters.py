@@ -500,8 +500,8 @@ assert pair7 == 262_144_000 and pair70 == 524_288_000 and round(pair70 / 1e9, 1)
 #    <details><summary>Answer</summary>
 #
 #    Exactly $V d_{model}$ parameters, one whole matrix. For Llama-3-70B that is 1,050,673,152, only 1.5 % of the
-#    model, while tying forces each token's input vector and its output direction to be one vector; for a 1 B
-#    model the same saving is about a sixth of the untied model.
+#    model, while tying forces each token's input vector and its output direction to be one vector. For
+#    Llama-3.2-1B the same saving is 17.5 % of the untied model.
 #
 #    </details>
 #
