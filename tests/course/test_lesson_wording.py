@@ -164,10 +164,11 @@ def test_lesson_14_says_the_copying_head_attends_a_fixed_distance_back():
 def test_lesson_20s_continuation_has_the_help_pages_short_words_and_non_words(lesson_run):
     run = lesson_run(course.lesson_path(20))
     line = next(x for x in run.printed.splitlines() if x.startswith("greedy, 40 new tokens: "))
-    words = re.findall(r"[a-z]+", line.removeprefix("greedy, 40 new tokens: ").lower())
+    continuation = line.removeprefix("greedy, 40 new tokens: ").strip("'\"").removeprefix("The assert statement")
+    words = re.findall(r"[a-z]+", continuation.lower())
     known = set(re.findall(r"[a-z]+", python_help_text().lower()))
     short, long = [w for w in words if len(w) <= 3], [w for w in words if len(w) >= 7]
-    assert short and all(w in known for w in short), short
-    assert [w for w in long if w not in known], f"every long word is a real one: {long}"
+    assert len(short) >= 5 and sum(w in known for w in short) >= 0.75 * len(short), short
+    assert long and sum(w not in known for w in long) > len(long) / 2, f"the long words are real ones: {long}"
     text = one_line("\n".join(markdown(20)))
     assert "pieces of real ones glued into non-words" in text and "only in its words" not in text
