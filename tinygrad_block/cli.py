@@ -559,9 +559,9 @@ def check_data(args: argparse.Namespace) -> dict:
 def tour_text(data: dict) -> list[str]:
     """The next step: the first lesson, where the repository's lessons are at hand; else where they live."""
     if data["lessons"] is None:
-        return ["next, the course: twenty lessons with exercises, in the repository's lessons/ folder (this installed "
-                "package does not hold them); clone the repository, pip install -e '.[viz,notebook]' at its root, "
-                "and take lesson 01 from there"]
+        return ["next, the course: twenty-one lessons with exercises, in the repository's lessons/ folder (this "
+                "installed package does not hold them); clone the repository, pip install -e '.[viz,notebook]' at its "
+                "root, and take lesson 01 from there"]
     return [f"next, the course, one lesson at a time: {course.command('lesson', '01')} (add --notebook --execute "
             "for a notebook); lessons/README.md lists them all"]
 
