@@ -197,10 +197,10 @@ def block_backward_by_hand(x, params: dict, cfg: nn.BlockConfig, dout, identity:
 
 block = nn.make_block(VARIANT, generator=tb.Generator(21), dtype=tb.float64)
 r = np.random.default_rng(21)
-for name, p in block.named_parameters():                             # gains near 1, biases and weights random
+for name, p in block.named_parameters():                             # gains near 1 and biases near 0, random
     if p.ndim == 1:
-        p.data = tb.tensor((name.endswith("norm1.weight") or name.endswith("norm2.weight")) + 0.3 *
-                           r.standard_normal(p.shape), dtype=tb.float64).data
+        centre = 1.0 if name in ("norm1.weight", "norm2.weight") else 0.0
+        p.data = tb.tensor(centre + 0.3 * r.standard_normal(p.shape), dtype=tb.float64).data
 x, dout = r.standard_normal((2, 6, VARIANT.d_model)), r.standard_normal((2, 6, VARIANT.d_model))   # (B, L, d)
 params = {name: p.numpy() for name, p in block.named_parameters()}
 
