@@ -1,7 +1,7 @@
 """Optimizers: SGD (with momentum) and AdamW, gradient clipping by global norm, a warmup + cosine schedule.
 
 Tensors stay immutable: a step computes each parameter's new value as a fresh tensor, under no_grad, and
-rebinds the Parameter's `.data` slot to it (`p.data = new.data`). No array is ever written in place; the
+gives the Parameter that tensor's array (`p.assign(new)`). No array is ever written in place; the
 Parameter is a named slot the model reads, like a variable in a program. The state is kept the same way: the
 momentum buffer, AdamW's m, v and step count are Tensors made once, at a parameter's first update, whose `.data`
 each step rebinds, and the learning rate is a 0-d tensor too (`lr_tensor`, written by the `lr` setter). So every
@@ -52,12 +52,6 @@ def _parameters(owner: str, params) -> list[Tensor]:
     return params
 
 
-def _rebind(t: Tensor, new: Tensor) -> Tensor:
-    """t, now naming new's values: the tensor object stays (a compiled step reads it afresh at every call)."""
-    t.data = new.data
-    return t
-
-
 class Optimizer(ABC):
     """What SGD and AdamW share: the checked parameter list, `lr` (change it between steps to follow a
     schedule), per-parameter state created on a parameter's first update, step() and zero_grad()."""
@@ -79,7 +73,7 @@ class Optimizer(ABC):
     @lr.setter
     def lr(self, value: float):
         self._lr = _number(type(self).__name__, "lr", value)
-        self.lr_tensor.data = self.scalar(self._lr).data
+        self.lr_tensor.assign(self.scalar(self._lr))
 
     def step(self) -> None:
         """Replace each parameter that has a gradient by its updated value; parameters without one stay put.
@@ -88,7 +82,7 @@ class Optimizer(ABC):
         with no_grad():
             for p, g, state in zip(self.params, grads, self.state):
                 if g is not None:
-                    p.data = self.update(p, g, state).data
+                    p.assign(self.update(p, g, state))
 
     def _grad(self, p: Tensor) -> Tensor:
         g = p.grad
@@ -141,7 +135,7 @@ class SGD(Optimizer):
             g = g + self.weight_decay * p
         if self.momentum:
             buf = state.setdefault("momentum", p.zeros_like())
-            g = _rebind(buf, self.momentum * buf + g)
+            g = buf.assign(self.momentum * buf + g)
         return p - self.lr_tensor.to(p.dtype) * g
 
 
@@ -164,9 +158,9 @@ class AdamW(Optimizer):
         (b1, b2), lr = self.betas, self.lr_tensor
         if not state:                                    # the first update: moments start at zero
             state.update(step=self.scalar(0), m=p.zeros_like(), v=p.zeros_like())
-        t = _rebind(state["step"], state["step"] + 1)    # () 1, 2, ...
-        m = _rebind(state["m"], b1 * state["m"] + (1 - b1) * g)
-        v = _rebind(state["v"], b2 * state["v"] + (1 - b2) * g * g)
+        t = state["step"].assign(state["step"] + 1)    # () 1, 2, ...
+        m = state["m"].assign(b1 * state["m"] + (1 - b1) * g)
+        v = state["v"].assign(b2 * state["v"] + (1 - b2) * g * g)
         p = p * (1 - lr * self.weight_decay).to(p.dtype)
         step_size, root = lr / (1 - b1 ** t), (1 - b2 ** t).sqrt()     # (), (): b ** t is exp(t ln b)
         return p - step_size.to(p.dtype) * m / (v.sqrt() / root.to(p.dtype) + self.eps)

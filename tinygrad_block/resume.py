@@ -215,6 +215,6 @@ def _rebind_state(state: dict, values: dict) -> None:
         del state[key]
     for key, value in values.items():
         if isinstance(state.get(key), Tensor):
-            state[key].data = value.data
+            state[key].assign(value)
         else:
             state[key] = value

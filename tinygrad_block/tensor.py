@@ -198,6 +198,16 @@ class Tensor:
     def __setitem__(self, key, value):
         raise TypeError("setitem: tensors are immutable; build a new one with where(), pad() or concat()")
 
+    def assign(self, value: Tensor) -> Tensor:
+        """This tensor, its array replaced by value's (same shape, dtype, device): the object stays, so whatever
+        holds it (a module, an optimizer, a compiled step) sees the new values. Not differentiable."""
+        got = (value.dtype, value.shape, value.device) if isinstance(value, Tensor) else type(value).__name__
+        if got != (self.dtype, self.shape, self.device):
+            raise ValueError(f"assign: a tensor {self.dtype} {self.shape} on {self.device} takes the values of one "
+                             f"just like it, got {'{} {} on {}'.format(*got) if isinstance(got, tuple) else got}")
+        self.data = value.data
+        return self
+
     def detach(self) -> Tensor:
         """The same data, cut from the graph (requires_grad=False)."""
         return Tensor._make(self.data, self.backend)

@@ -120,7 +120,7 @@ def test_engine_core_stays_within_its_line_budget():
     counts = budget.count()
     assert set(counts) == {"tensor.py", "function.py", "backend.py", "dtypes.py", "generator.py", "autograd.py",
                            "trace.py", "index.py", "device.py", "cuda.py", "strict.py"}
-    assert 500 < sum(counts.values()) <= budget.BUDGET == 1695, counts
+    assert 500 < sum(counts.values()) <= budget.BUDGET == 1705, counts
 
 
 def test_line_counter_ignores_comments_blanks_and_docstrings():

@@ -276,3 +276,22 @@ def test_the_refusal_is_needed_the_generators_body_would_record():
     with tb.no_grad():
         made = gen()
     assert next(made) is True
+
+
+def test_assign_gives_a_tensor_new_values_that_every_holder_sees():
+    lin = tb.nn.Linear(3, 2, generator=tb.Generator(0), dtype=tb.float64)
+    held, new = lin.weight, tb.randn(2, 3, generator=tb.Generator(1), dtype=tb.float64)
+    assert held.assign(new) is held and lin.weight is held
+    x = tb.ones(1, 3, dtype=tb.float64)
+    assert np.array_equal(lin(x).numpy(), x.numpy() @ new.numpy().T)             # the module reads the new values
+
+
+@pytest.mark.parametrize("value, names", [(lambda: tb.zeros(3, 2, dtype=tb.float64), "float64 (3, 2) on cpu"),
+                                          (lambda: tb.zeros(2, 3), "float32 (2, 3) on cpu"),
+                                          (lambda: np.zeros((2, 3)), "ndarray")])
+def test_assign_refuses_values_of_another_shape_dtype_or_kind(value, names):
+    t = tb.zeros(2, 3, dtype=tb.float64)
+    with pytest.raises(ValueError) as e:
+        t.assign(value())
+    assert str(e.value) == f"assign: a tensor float64 (2, 3) on cpu takes the values of one just like it, got {names}"
+    assert not t.numpy().any()

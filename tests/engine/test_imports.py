@@ -113,4 +113,4 @@ def test_the_explorer_and_the_compiler_load_when_first_used():
     assert {"explorer_page", "graph", "compiled"} <= after and "measure" not in after
     with pytest.raises(Exception, match="no attribute 'explorer'"):
         import tinygrad_block
-        tinygrad_block.explorer
+        _ = tinygrad_block.explorer

@@ -112,7 +112,7 @@ class DeepNormBlock(Block):
         self.alpha, self.beta = deepnorm_alpha_beta(cfg.n_layers)
         for name, p in self.named_parameters():
             if deepnorm_scaled(name):
-                p.data = (p.detach() * self.beta).data               # N(0, beta^2 / fan_in)
+                p.assign(p.detach() * self.beta)                     # N(0, beta^2 / fan_in)
 
     def forward(self, x: Tensor, offset: int = 0, cache=None) -> Tensor:
         with step("residual"):

@@ -193,11 +193,11 @@ class StaticKVCache(PerLayer):
     def reset(self) -> None:
         """Empty the cache: position 0, every buffer zero (stale values would be masked anyway), the position
         rows read again from the model's tables (rebound in place, as the buffers are)."""
-        self.rows.data = self.position_rows().data
-        self.position.data = self.position.zeros_like().data
+        self.rows.assign(self.position_rows())
+        self.position.assign(self.position.zeros_like())
         for layer in self.layers:
-            layer.k.data = layer.k.zeros_like().data
-            layer.v.data = layer.v.zeros_like().data
+            layer.k.assign(layer.k.zeros_like())
+            layer.v.assign(layer.v.zeros_like())
 
     def start(self, L: int) -> Tensor:
         """Begin a call of L tokens at positions p .. p + L - 1 (p = `position`): return them, (L,) int64, also
@@ -217,7 +217,7 @@ class StaticKVCache(PerLayer):
             n_rep = cfg.n_heads // cfg.n_kv_heads             # query heads per KV head: grouped, see attend_static
             mask = mask.reshape(1, L, self.max_len).expand(n_rep, L, self.max_len).reshape(n_rep * L, self.max_len)
         self.mask = mask                                         # (n_rep L, max_len); (max_len,) for one token
-        self.position.data = (first + L).data
+        self.position.assign(first + L)
         return positions
 
     def _sizes(self) -> dict:

@@ -132,7 +132,7 @@ class Module:
                 raise ValueError(f"load_state_dict: {name} is {t.dtype} {t.shape} on {t.device}, but the parameter "
                                  f"is {p.dtype} {p.shape} on {p.device}")
         for name, p in own.items():
-            p.data = state[name].data
+            p.assign(state[name])
 
     def to(self, target) -> Module:
         """Cast every parameter and floating-point buffer (such as RoPE tables) to a dtype (`tb.float16`), or
