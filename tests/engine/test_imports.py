@@ -114,3 +114,22 @@ def test_the_explorer_and_the_compiler_load_when_first_used():
     with pytest.raises(Exception, match="no attribute 'explorer'"):
         import tinygrad_block
         _ = tinygrad_block.explorer
+
+
+def test_the_architecture_page_lists_every_room_on_its_floor_and_every_file_it_names_exists():
+    """docs/architecture.md's floor table names each room once, on the floor the picture computes; every path in
+    its 'where does my change go' table is there."""
+    import re
+    from tools import draw_architecture as arch
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    floor = arch.floors(arch.house()[0])
+    listed = {}
+    for row in re.findall(r"^\| (\d+)(?:-\d+)? \| (.*?) \|", text, flags=re.M):
+        for room in re.findall(r"`([\w/]+(?:\.py)?)`", row[1]):
+            listed[room] = int(row[0])
+    assert listed == {room: f for room, f in floor.items()} | {r: listed[r] for r in ("cli.py", "__main__.py")}
+    where = text[text.index("## Where does my change go"):]
+    named = {p for p in re.findall(r"`((?:[\w]+/)*[\w]+\.py)`", where)}
+    assert len(named) > 15
+    missing = [p for p in named if not any((PACKAGE.parent / base / p).exists() for base in ("", "tinygrad_block"))]
+    assert missing == [], missing
