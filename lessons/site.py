@@ -80,8 +80,10 @@ def home_page(readme: str, built: list[str], glossary: bool) -> str:
     text = LESSON_NAME.sub(lambda m: f"[`{m[1]}.py`]({m[1]}.py)" if m[1] in built else m[0], readme)
     pages = built + (["GLOSSARY"] if glossary else [])
     toc = "\n".join(["```{toctree}", ":hidden:", ":maxdepth: 1", "", *pages, "```"])
+    every = len(list(LESSONS.glob("[0-9][0-9]_*.py")))
+    held = f"all {every} lessons" if len(built) == every else f"{len(built)} of the {every} lessons"
     words = " Every term the course teaches is in the [glossary](GLOSSARY.md)." if glossary else ""
-    intro = f"This site holds {len(built)} of the lessons, each run with its outputs and pictures.{words}\n\n"
+    intro = f"This site holds {held}, each run with its printed outputs and pictures under its cells.{words}\n\n"
     title, _, rest = text.partition("\n")
     return f"{title}\n\n{intro}{rest}\n\n{toc}\n"
 
@@ -99,7 +101,7 @@ def stage(src: Path, lessons: list[Path]) -> bool:
     return glossary
 
 
-def settings(built: list[str]) -> dict:
+def settings() -> dict:
     """Sphinx's configuration (no conf.py): myst-nb runs each lesson's jupytext text, raising on a failing cell."""
     return {"project": "tinygrad_block: the course", "extensions": EXTENSIONS, "root_doc": "index",
             "nb_custom_formats": {".py": ["jupytext.reads", {"fmt": "py:percent"}]},
@@ -188,7 +190,7 @@ def run_sphinx(src: Path, out: Path, built: list[str], say: Callable[[str], None
     from sphinx.errors import SphinxError
     warnings, progress = StringIO(), Progress(say, len(built))
     with kernel_chatter_to(src / "kernels.log"):
-        app = Sphinx(str(src), None, str(out), str(src / ".doctrees"), "html", confoverrides=settings(built),
+        app = Sphinx(str(src), None, str(out), str(src / ".doctrees"), "html", confoverrides=settings(),
                      status=None, warning=warnings, freshenv=True, keep_going=True)
         app.connect("source-read", progress.start)
         app.connect("doctree-read", progress.finish)
@@ -241,13 +243,13 @@ def build_lessons(out: Path, lessons: list[Path], say: Callable[[str], None]) ->
     except OSError as e:
         raise CourseError(f"cannot write the site beside {out}: {e.strerror}") from None
     try:
-        html = temporary / "html"                # myst-nb writes the executed notebooks beside it: in `temporary`
+        pages = temporary / "html"              # myst-nb writes the executed notebooks beside it: in `temporary`
         with tempfile.TemporaryDirectory(prefix="tinygrad_block_site_") as src:
             glossary = stage(Path(src), lessons)
-            say(f"building the site of {len(lessons)} lessons in {html}")
-            warnings = run_sphinx(Path(src), html, built, say)
-        (html / MARK).write_text("built by python -m tinygrad_block site; replaced by the next build\n")
-        replace(out, html)
+            say(f"building the site of {len(lessons)} lessons in {pages}")
+            warnings = run_sphinx(Path(src), pages, built, say)
+        (pages / MARK).write_text("built by python -m tinygrad_block site; replaced by the next build\n")
+        replace(out, pages)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return {"out": str(out), "index": str(out / "index.html"), "lessons": built, "glossary": glossary,

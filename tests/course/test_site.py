@@ -6,6 +6,7 @@ lesson 19 answers a click with the card of the op clicked. The mistakes (an --ou
 other files, an unknown lesson, the extra missing, a lesson that fails) are one line and leave nothing behind.
 
 Skipped, saying why, without the 'site' extra, playwright or chromium. Screenshots go to /tmp/site_shots/."""
+import fcntl
 import json
 import re
 import subprocess
@@ -31,26 +32,55 @@ def site_module():
     return course.site_module()
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory, lesson_run, site_module) -> Path:
-    """`site --out DIR --lessons 01 19` run as a reader runs it, over a site an earlier build left there. The two
-    lessons' own test runs go first: after them no other run writes lessons/out/01 or 19 while this build does."""
-    for stem in BUILT:
-        lesson_run(ROOT / "lessons" / f"{stem}.py")
-    out = tmp_path_factory.mktemp("site") / "site"
+def build_over_an_older_site(folder: Path) -> dict:
+    """`site --out FOLDER/site --lessons 01 19` run as a reader runs it, over a site an earlier build left there:
+    its status, what it printed, and the files beside the site and in it afterwards."""
+    out = folder / "site"
     out.mkdir()
     (out / MARK).write_text("an older build\n")
     (out / "stale.html").write_text("<p>from an older build</p>")
     result = subprocess.run([sys.executable, "-m", "tinygrad_block", "site", "--out", str(out), "--lessons", "01",
-                             "19"], capture_output=True, text=True, timeout=600, cwd=out.parent)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stderr == "", "no kernel chatter on the terminal"
-    progress = [line for line in result.stdout.splitlines() if re.match(r"  \[\d/2\] ", line)]
+                             "19"], capture_output=True, text=True, timeout=600, cwd=folder)
+    return {"out": str(out), "returncode": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
+            "beside": sorted(p.name for p in folder.iterdir() if p.name != "run.json"),
+            "inside": sorted(p.name for p in out.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def site_run(tmp_path_factory, pytestconfig, lesson_run, site_module) -> dict:
+    """The one build of this test run (`build_over_an_older_site`), shared by pytest-xdist's workers as the lesson
+    runs are (tests/conftest.py): whichever worker first needs it builds it, behind a lock. The two lessons' own
+    test runs go first: after them no other run writes lessons/out/01 or 19 while this build does."""
+    for stem in BUILT:
+        lesson_run(ROOT / "lessons" / f"{stem}.py")
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(pytestconfig, "workerinput"):
+        base = base.parent
+    folder, record = base / "site-build", base / "site-build" / "run.json"
+    with open(base / "site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.is_file():
+            folder.mkdir(exist_ok=True)
+            record.write_text(json.dumps(build_over_an_older_site(folder)))
+    return json.loads(record.read_text())
+
+
+@pytest.fixture(scope="module")
+def site(site_run) -> Path:
+    assert site_run["returncode"] == 0, site_run["stdout"] + site_run["stderr"]
+    return Path(site_run["out"])
+
+
+def test_the_build_says_a_line_a_lesson_and_replaces_the_older_site_only_then(site_run):
+    assert site_run["returncode"] == 0 and site_run["stderr"] == "", "no kernel chatter on the terminal"
+    lines = site_run["stdout"].splitlines()
+    progress = [line for line in lines if re.match(r"  \[\d/2\] ", line)]
     assert [line.split()[1].rstrip(":") for line in progress] == BUILT           # one line a lesson, in order
-    assert f"site: {out / 'index.html'} (2 lessons" in result.stdout and "warning" not in result.stdout
-    assert not (out / "stale.html").exists() and (out / MARK).is_file()          # the old site replaced
-    assert [p.name for p in out.parent.iterdir()] == ["site"]                      # no temporary folder left
-    return out
+    assert all(re.fullmatch(r"  \[\d/2\] \w+: run in \d+\.\d s", line) for line in progress), progress
+    assert lines[-1].startswith(f"site: {Path(site_run['out']) / 'index.html'} (2 lessons, built in ")
+    assert "warning" not in site_run["stdout"]
+    assert "stale.html" not in site_run["inside"] and MARK in site_run["inside"]   # the old site replaced
+    assert site_run["beside"] == ["site"]                      # no temporary folder, no executed notebooks left
 
 
 def pages(site: Path) -> list[Path]:
@@ -104,7 +134,6 @@ def test_every_page_loads_offline_without_console_errors_and_the_math_is_typeset
         if path.name == "01_tensors_and_the_graph.html":               # $2^{30}$ and more, typeset offline
             assert page.page.locator("mjx-container").count() > 10
         page.page.close()
-    open_page(site / "index.html").shot("home")
     open_page(site / "01_tensors_and_the_graph.html").shot("lesson_01")
 
 
@@ -149,6 +178,18 @@ def test_the_glossary_links_each_term_to_its_lesson_page_when_built(site, open_p
     for stem in BUILT:
         assert sum(h.split("#")[0] == f"{stem}.html" for h in hrefs) == text.count(f"]({stem}.py)") > 0
     assert not [h for h in hrefs if h.endswith(".py")]
+
+
+def test_the_home_page_is_the_course_table_with_a_link_to_each_lesson_built(site, open_page):
+    page = open_page(site / "index.html")
+    hrefs = page.page.eval_on_selector_all("article a[href]", "as => as.map(a => a.getAttribute('href'))")
+    text = page.page.inner_text("article")
+    every = sorted(p.stem for p in (ROOT / "lessons").glob("[0-9][0-9]_*.py"))
+    assert f"This site holds 2 of the {len(every)} lessons" in text
+    for stem in every:                                                # the table names each lesson's file
+        assert f"{stem}.py" in text
+        assert (f"{stem}.html" in hrefs) == (stem in BUILT), stem
+    page.shot("home")
 
 
 def test_the_search_page_finds_a_word_of_a_lesson(site, open_page):
