@@ -147,7 +147,7 @@ def first_entry(folder: Path, number: int) -> glossary.Entry:
 
 
 def test_a_stale_page_is_caught(copy):
-    edit(copy / "GLOSSARY.md", "**", "**x", )
+    edit(copy / "GLOSSARY.md", "**", "**x")
     assert stale_page(copy)
     (copy / "GLOSSARY.md").unlink()
     assert stale_page(copy)
