@@ -37,7 +37,8 @@ from tinygrad_block import nn
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import induction_batch
 from tinygrad_block.optim import AdamW, WarmupCosine, clip_grad_norm, warmup_cosine
-from tinygrad_block.train import INDUCTION, attention_weights, evaluate_lm, induction_scores, lm_loss, train
+from tinygrad_block.train import (INDUCTION, Schedule, attention_weights, evaluate_lm, induction_scores, lm_loss,
+                                  train)
 
 OUT = out_dir(14)         # lessons/out/14/: this lesson's pictures
 
@@ -203,7 +204,8 @@ show(fig, OUT / "schedule.png")
 #
 # Put the step inside a loop, draw a fresh batch each time, and step the schedule after the optimizer. This is
 # the whole of `train.train`, which also records every loss and learning rate, runs an evaluation every so
-# often (under `no_grad`, so no graph is kept), and shows a progress bar.
+# often (under `no_grad`, so no graph is kept), and shows a progress bar. It takes the run's numbers as one
+# record, `Schedule(steps, lr, warmup, lr_min)`: the same ones our loop uses, kept with a run's checkpoints.
 #
 # To see that it is the same loop, we run ten steps of our own, then `train` from the same seed. One
 # `tb.Generator(0)` draws the initial weights, then 256 held-out sequences (kept apart, never trained on, to
@@ -233,7 +235,8 @@ for _ in range(10):
     mine.append(loss.item())
 
 model, held_out, gen = fresh()
-history = train(model, lambda: induction_batch(32, N, V, gen), steps=STEPS, lr=LR, warmup=WARMUP, lr_min=LR_MIN,
+history = train(model, lambda: induction_batch(32, N, V, gen),
+                Schedule(steps=STEPS, lr=LR, warmup=WARMUP, lr_min=LR_MIN),
                 evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=10, progress=False)
 print(f"our loop's 10 losses equal train's first 10 bit for bit: {history.losses[:10] == mine}")
 print(f"train: {STEPS} steps, {history.tokens:,} tokens in {history.seconds:.1f} s "

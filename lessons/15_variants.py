@@ -46,7 +46,7 @@ from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import CharTokenizer, python_help_text, text_batch, text_splits
-from tinygrad_block.train import evaluate_lm, train
+from tinygrad_block.train import Schedule, evaluate_lm, train
 
 OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
 
@@ -104,8 +104,8 @@ def run(cfg: nn.BlockConfig, model: nn.LM | None = None, data: tb.Tensor = prose
     steps; its losses and held-out metrics."""
     model = model or nn.LM(cfg, generator=tb.Generator(0))
     batches = tb.Generator(1)                             # the same batches for every run
-    history = train(model, lambda: text_batch(data, BATCH, SEQ, batches), steps=steps, lr=1e-2, lr_min=1e-3,
-                    warmup=warmup, progress=False)
+    history = train(model, lambda: text_batch(data, BATCH, SEQ, batches),
+                    Schedule(steps=steps, lr=1e-2, lr_min=1e-3, warmup=warmup), progress=False)
     with tb.no_grad():
         return model, history.losses, evaluate_lm(model, *HELD)
 

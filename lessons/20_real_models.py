@@ -53,7 +53,7 @@ from tinygrad_block.measure import inspect_checkpoint
 from tinygrad_block.nn.cache import KVCache
 from tinygrad_block.nn.hf_config import config_from_hf, config_to_hf
 from tinygrad_block.nn.pretrained import hf_layout
-from tinygrad_block.train import train
+from tinygrad_block.train import Schedule, train
 
 OUT = out_dir(20)         # lessons/out/20/: the folder this lesson writes
 FOLDER = OUT / "llama-demo"
@@ -102,7 +102,7 @@ cfg = nn.preset("tiny").with_(vocab_size=512, max_seq_len=256, rope_theta=500000
 gen = tb.Generator(0)
 trained = nn.LM(cfg, generator=gen)
 data = tb.tensor(ids, dtype=tb.int64)
-history = train(trained, lambda: text_batch(data, 32, 32, gen), steps=200, lr=1e-2, warmup=20, lr_min=1e-3,
+history = train(trained, lambda: text_batch(data, 32, 32, gen), Schedule(steps=200, lr=1e-2, warmup=20, lr_min=1e-3),
                 progress=False)
 print(f"trained {trained.num_parameters():,} parameters for {len(history.losses)} steps in {history.seconds:.1f} s: "
       f"loss {history.losses[0]:.2f} -> {np.mean(history.losses[-10:]):.2f} (the last 10 steps' mean); "

@@ -46,7 +46,7 @@ from tinygrad_block.measure import meta_lm
 from tinygrad_block.nn.config import FFNS, LAYOUTS, NORMS
 from tinygrad_block.nn.decode import argmax
 from tinygrad_block.tensor import zeros
-from tinygrad_block.train import evaluate_lm, train
+from tinygrad_block.train import Schedule, evaluate_lm, train
 
 OUT = out_dir(21)         # lessons/out/21/: this lesson's pictures
 
@@ -249,8 +249,8 @@ def train_it(cfg: nn.BlockConfig, steps: int = 120) -> tuple[nn.LM, list, dict]:
     gen = tb.Generator(0)
     model = nn.LM(cfg, generator=gen)
     held_out = induction_batch(256, 10, cfg.vocab_size, gen)         # drawn before any batch, never trained on
-    history = train(model, lambda: induction_batch(32, 10, cfg.vocab_size, gen), steps=steps, lr=3e-3, warmup=10,
-                    lr_min=3e-4, progress=False)
+    history = train(model, lambda: induction_batch(32, 10, cfg.vocab_size, gen),
+                    Schedule(steps=steps, lr=3e-3, warmup=10, lr_min=3e-4), progress=False)
     return model, history.losses, evaluate_lm(model, *held_out)
 
 

@@ -5,9 +5,10 @@ two demonstrations that use them, `induction_demo` and `text_demo` (`python -m t
 One seed makes a run: a `tb.Generator(seed)` draws the initial weights, then the evaluation data, then every
 training batch, so two runs with one seed compute the same losses, bit for bit.
 
-A step runs compiled by default (`train(..., jit=True)`, compiled.py): its first calls run eagerly while every
-primitive is recorded, later ones replay the recorded kernels straight on the arrays; `jit=False` runs it eagerly.
-On a GPU the same, since compiled replays were checked against eager there (cuda.jit_by_default, docs/gpu.md).
+A step runs compiled by default (`train(model, batches, Schedule(steps, lr), jit=True)`, compiled.py): its
+first calls run eagerly while every primitive is recorded, later ones replay the recorded kernels straight on the
+arrays; `jit=False` runs it eagerly. On a GPU the same, since compiled replays were checked against eager there
+(cuda.jit_by_default, docs/gpu.md).
 """
 from __future__ import annotations
 
@@ -142,38 +143,53 @@ def stop_requests():
         signal.signal(signal.SIGINT, previous)
 
 
-def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0, lr_min: float = 0.0,
-          weight_decay: float = 0.01, max_grad_norm: float = 1.0, evaluate: Callable | None = None,
-          eval_every: int = 100, progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
+@dataclass(frozen=True)
+class Schedule:
+    """How a run steps, kept with its checkpoints (a run resumes only with the same): `steps` AdamW steps whose
+    learning rate rises linearly to `lr` over `warmup` steps, then falls to `lr_min` along a half cosine; the
+    weight decay; gradients clipped to a global norm of `max_grad_norm`."""
+    steps: int
+    lr: float
+    warmup: int = 0
+    lr_min: float = 0.0
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
+            raise ValueError(f"Schedule: steps must be a positive int, got {self.steps!r}")
+
+
+def train(model: LM, batches: Batches, schedule: Schedule, *, evaluate: Callable | None = None, eval_every: int = 100,
+          progress: bool = True, checkpoints: Path | None = None, save_every: int | None = None,
           save_seconds: float = 60.0, resume: bool = False, generator: Generator | None = None,
           jit: bool | None = None, fuse: bool = True) -> History:
-    """`steps` AdamW steps on lm_loss of `batches()`, gradients clipped to a global norm of max_grad_norm, the
-    learning rate warmed up linearly for `warmup` steps then decayed to lr_min along a half cosine. Every
-    `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs under no_grad. The step
-    (training_step) runs compiled by tb.jit, or eagerly with jit=False; jit=None (the default) compiles except on a
-    GPU whose replays are not yet checked (cuda.jit_by_default); history.engine says which; `fuse` is tb.jit's.
-    A replay, fused or not, is the eager step bit for bit, so a resumed run (whose first steps are eager captures
-    again) ends exactly where the uninterrupted one does.
+    """`schedule.steps` AdamW steps on lm_loss of `batches()` as the Schedule says (warmup, then a half cosine;
+    gradients clipped). Every `eval_every` steps and after the last, `evaluate(model)` (a dict of numbers) runs
+    under no_grad. The step (training_step) runs compiled by tb.jit, or eagerly with jit=False; jit=None (the
+    default) compiles except on a GPU whose replays are not yet checked (cuda.jit_by_default); history.engine says
+    which; `fuse` is tb.jit's. A replay, fused or not, is the eager step bit for bit, so a resumed run (whose first
+    steps are eager captures again) ends exactly where the uninterrupted one does.
 
     With a `checkpoints` folder, the run's whole state (resume.py) is saved every `save_every` steps (None: every
     `save_seconds` of training) and at the end; `resume` takes up the newest there and ends bit for bit where the
     run would have ended uninterrupted (`generator` is the one `batches` draws from: its state is saved too).
     A loss or gradient norm that is not finite raises TrainingDiverged, the step undone (the weights and the
     optimizer's state put back); Ctrl-C finishes the step, saves, and raises TrainingStopped."""
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"train: steps must be a positive int, got {steps!r}")
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"train: the third argument is a Schedule(steps=..., lr=...), got {type(schedule).__name__}")
+    steps = schedule.steps
     if jit is None:
         jit = jit_by_default(model.parameters()[0].device)
-    opt = AdamW(model.parameters(), lr, weight_decay=weight_decay)
-    schedule = WarmupCosine(opt, lr, min(warmup, steps), steps, lr_min)
+    opt = AdamW(model.parameters(), schedule.lr, weight_decay=schedule.weight_decay)
+    lrs = WarmupCosine(opt, schedule.lr, min(schedule.warmup, steps), steps, schedule.lr_min)
     history = History(engine="compiled" if jit else "eager")
-    run = (model, opt, schedule, generator, history, dict(steps=steps, lr=lr, warmup=warmup, lr_min=lr_min,
-                                                          weight_decay=weight_decay, max_grad_norm=max_grad_norm))
+    run = (model, opt, lrs, generator, history, asdict(schedule))
     held = hold_folder(checkpoints, "train") if checkpoints is not None else nullcontext()   # one writer at a time
     with held, stop_requests() as asked, warnings.catch_warnings():
         warnings.filterwarnings("ignore", FLOAT_WARNINGS, RuntimeWarning)     # the loop checks, and says which step
         first = _resume(checkpoints, run) if resume else 0
-        step_fn = training_step(model, opt, max_grad_norm)
+        step_fn = training_step(model, opt, schedule.max_grad_norm)
         run_step = compiled.jit(step_fn, fuse=fuse, modules=[model, opt]) if jit else step_fn
         bar = tqdm(range(first, steps), desc="train", unit="step", disable=not progress, dynamic_ncols=True,
                    initial=first, total=steps)
@@ -186,7 +202,7 @@ def train(model: LM, batches: Batches, *, steps: int, lr: float, warmup: int = 0
             history.replayed += getattr(run_step, "replays", 0) - replays
             history.losses.append(loss)
             history.lrs.append(opt.lr)
-            schedule.step()
+            lrs.step()
             history.tokens += ids.size
             history.seconds = before + time.perf_counter() - start
             if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
@@ -369,10 +385,10 @@ def induction_demo(out: Path, *, steps: int = 300, seed: int = 0, n: int = 10, b
     g = Generator(seed)
     model = LM(INDUCTION, generator=g, device=device)
     held_out = induction_batch(512, n, INDUCTION.vocab_size, g, device)
-    history = train(model, lambda: induction_batch(batch, n, INDUCTION.vocab_size, g, device), steps=steps,
-                    lr=3e-3, warmup=20, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out),
-                    eval_every=25, progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
-                    resume=resume, generator=g, jit=jit)
+    history = train(model, lambda: induction_batch(batch, n, INDUCTION.vocab_size, g, device),
+                    Schedule(steps=steps, lr=3e-3, warmup=20, lr_min=3e-4),
+                    evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=25, progress=progress,
+                    checkpoints=Path(out) / "checkpoints", save_every=save_every, resume=resume, generator=g, jit=jit)
     weights = attention_weights(model, held_out[0][:8])
     scores = induction_scores(weights, n)
     score, layer, head = max((s, i, h) for i, row in enumerate(scores) for h, s in enumerate(row))
@@ -417,10 +433,10 @@ def text_demo(out: Path, *, steps: int = 600, seed: int = 0, seq_len: int = 64, 
     model = LM(TEXT.with_(vocab_size=tok.vocab_size), generator=g, device=device)
     train_ids, val_ids = text_splits(text, tok, device=device)
     held_out = text_batch(val_ids, 64, seq_len, g)
-    history = train(model, lambda: text_batch(train_ids, batch, seq_len, g), steps=steps, lr=3e-3,
-                    warmup=30, lr_min=3e-4, evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=100,
-                    progress=progress, checkpoints=Path(out) / "checkpoints", save_every=save_every,
-                    resume=resume, generator=g, jit=jit)
+    history = train(model, lambda: text_batch(train_ids, batch, seq_len, g),
+                    Schedule(steps=steps, lr=3e-3, warmup=30, lr_min=3e-4),
+                    evaluate=lambda m: evaluate_lm(m, *held_out), eval_every=100, progress=progress,
+                    checkpoints=Path(out) / "checkpoints", save_every=save_every, resume=resume, generator=g, jit=jit)
     ids = Tensor([tok.encode(prompt)], device=device)
     sample = tok.decode(generate_long(model, ids, sample_len, seq_len, temperature=0.8, generator=g)[0])
     results = {"demo": "text", "source": source, "prompt": prompt, "seed": seed, "steps": steps,

@@ -7,7 +7,7 @@ import tinygrad_block as tb
 from tinygrad_block import manual, nn
 from tinygrad_block.data import induction_batch
 from tinygrad_block.nn.decode import argmax
-from tinygrad_block.train import train
+from tinygrad_block.train import Schedule, train
 
 
 def build() -> nn.BlockConfig:
@@ -60,8 +60,8 @@ def train_it(cfg: nn.BlockConfig) -> nn.LM:
     """150 AdamW steps of 32 copying sequences, as lesson 14 trained its model."""
     gen = tb.Generator(0)
     model = nn.LM(cfg, generator=gen)
-    train(model, lambda: induction_batch(32, 10, cfg.vocab_size, gen), steps=150, lr=3e-3, warmup=10, lr_min=3e-4,
-          progress=False)
+    train(model, lambda: induction_batch(32, 10, cfg.vocab_size, gen),
+          Schedule(steps=150, lr=3e-3, warmup=10, lr_min=3e-4), progress=False)
     return model
 
 

@@ -14,7 +14,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from tinygrad_block.nn.attention import apply_rope
-from tinygrad_block.train import (INDUCTION_THRESHOLD, attention_weights, evaluate_lm, generate_long,
+from tinygrad_block.train import (INDUCTION_THRESHOLD, Schedule, attention_weights, evaluate_lm, generate_long,
                                   induction_demo, induction_scores, lm_loss, text_demo, train)
 
 SMALL = nn.BlockConfig(d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=2, vocab_size=16, max_seq_len=32)
@@ -91,8 +91,8 @@ def test_lm_loss_and_evaluation_equal_numpy_on_the_last_t_positions():
 def run_small(seed: int, steps: int):
     g = tb.Generator(seed)
     model = nn.LM(SMALL, generator=g)
-    history = train(model, lambda: induction_batch(16, 5, SMALL.vocab_size, g), steps=steps, lr=1e-2, warmup=5,
-                    lr_min=1e-3, progress=False)
+    history = train(model, lambda: induction_batch(16, 5, SMALL.vocab_size, g),
+                    Schedule(steps=steps, lr=1e-2, warmup=5, lr_min=1e-3), progress=False)
     return model, history
 
 
@@ -114,11 +114,13 @@ def test_train_evaluates_every_so_often_and_after_the_last_step():
     g = tb.Generator(0)
     model = small_model()
     seen = []
-    history = train(model, lambda: induction_batch(4, 5, SMALL.vocab_size, g), steps=7, lr=1e-3, eval_every=3,
+    history = train(model, lambda: induction_batch(4, 5, SMALL.vocab_size, g), Schedule(steps=7, lr=1e-3), eval_every=3,
                     evaluate=lambda m: seen.append(tb.trace.STATE.get().grad_enabled) or {"loss": 1.0}, progress=False)
     assert [s for s, _ in history.evals] == [3, 6, 7] and seen == [False] * 3     # under no_grad
-    with pytest.raises(ValueError, match="train: steps must be a positive int, got 0"):
-        train(model, lambda: None, steps=0, lr=1e-3)
+    with pytest.raises(ValueError, match="Schedule: steps must be a positive int, got 0"):
+        train(model, lambda: None, Schedule(steps=0, lr=1e-3))
+    with pytest.raises(TypeError, match=r"train: the third argument is a Schedule\(steps=..., lr=...\), got dict"):
+        train(model, lambda: None, {"steps": 7, "lr": 1e-3})
 
 
 # ---------------------------------------------------------------- attention, generation

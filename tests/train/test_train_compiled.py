@@ -12,7 +12,7 @@ import pytest
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.data import induction_batch
-from tinygrad_block.train import INDUCTION, train
+from tinygrad_block.train import INDUCTION, Schedule, train
 
 STEPS = 20
 
@@ -22,8 +22,9 @@ def demo_steps(folder: Path, **engine):
     cosine to 3e-4), its state saved at the end; `engine`: train's jit and fuse. (history, weights, folder)."""
     g = tb.Generator(0)
     model = nn.LM(INDUCTION, generator=g)
-    history = train(model, lambda: induction_batch(32, 10, INDUCTION.vocab_size, g), steps=STEPS, lr=3e-3, warmup=5,
-                    lr_min=3e-4, progress=False, checkpoints=folder, save_every=STEPS, generator=g, **engine)
+    history = train(model, lambda: induction_batch(32, 10, INDUCTION.vocab_size, g),
+                    Schedule(steps=STEPS, lr=3e-3, warmup=5, lr_min=3e-4), progress=False, checkpoints=folder,
+                    save_every=STEPS, generator=g, **engine)
     return history, {n: p.numpy() for n, p in model.named_parameters()}, folder / f"step-{STEPS:06d}"
 
 

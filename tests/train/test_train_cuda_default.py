@@ -13,7 +13,7 @@ CFG = nn.preset("tiny").with_(n_layers=1, vocab_size=16, max_seq_len=16)
 def run(**engine) -> training.History:
     g = tb.Generator(0)
     model = nn.LM(CFG, generator=g)
-    return training.train(model, lambda: induction_batch(2, 4, CFG.vocab_size, g), steps=4, lr=1e-3,
+    return training.train(model, lambda: induction_batch(2, 4, CFG.vocab_size, g), training.Schedule(steps=4, lr=1e-3),
                           progress=False, **engine)
 
 

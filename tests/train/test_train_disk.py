@@ -51,8 +51,8 @@ def run(folder: Path, *, resume: bool = False, before_batch=None):
         if before_batch is not None:
             before_batch(calls[0])
         return induction_batch(8, 5, CFG.vocab_size, g)
-    history = train_mod.train(model, batches, steps=STEPS, lr=3e-3, warmup=2, progress=False, checkpoints=folder,
-                              save_every=EVERY, resume=resume, generator=g, jit=False)
+    history = train_mod.train(model, batches, train_mod.Schedule(steps=STEPS, lr=3e-3, warmup=2), progress=False,
+                              checkpoints=folder, save_every=EVERY, resume=resume, generator=g, jit=False)
     return model, history
 
 

@@ -48,8 +48,8 @@ def run(folder: Path | None, *, resume: bool = False, interrupt_at: int | None =
         if before_batch is not None:
             before_batch(calls[0], model)
         return induction_batch(8, 5, CFG.vocab_size, g)
-    history = train_mod.train(model, batches, steps=STEPS, lr=3e-3, warmup=3, lr_min=3e-4, progress=False,
-                              checkpoints=folder, save_every=EVERY, resume=resume, generator=g,
+    history = train_mod.train(model, batches, train_mod.Schedule(steps=STEPS, lr=3e-3, warmup=3, lr_min=3e-4),
+                              progress=False, checkpoints=folder, save_every=EVERY, resume=resume, generator=g,
                               evaluate=lambda m: {"loss": 1.0}, eval_every=10, **engine)
     return model, history
 
@@ -103,14 +103,14 @@ def test_resuming_checks_what_it_resumes(tmp_path):
     run(tmp_path / "done")
     g = tb.Generator(1)                                          # another seed: another run
     with pytest.raises(ValueError, match=msg("resume", "seed 0, not 1")):
-        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g), steps=STEPS, lr=3e-3,
-                        warmup=3, lr_min=3e-4, progress=False, checkpoints=tmp_path / "done", resume=True,
-                        generator=g)
+        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g),
+                        train_mod.Schedule(steps=STEPS, lr=3e-3, warmup=3, lr_min=3e-4), progress=False,
+                        checkpoints=tmp_path / "done", resume=True, generator=g)
     g = tb.Generator(0)
     with pytest.raises(ValueError, match=msg("resume", "steps: 23 then, 30 now")):
-        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g), steps=30, lr=3e-3,
-                        warmup=3, lr_min=3e-4, progress=False, checkpoints=tmp_path / "done", resume=True,
-                        generator=g)
+        train_mod.train(nn.LM(CFG, generator=g), lambda: induction_batch(8, 5, 16, g),
+                        train_mod.Schedule(steps=30, lr=3e-3, warmup=3, lr_min=3e-4), progress=False,
+                        checkpoints=tmp_path / "done", resume=True, generator=g)
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")             # train silences numpy's: it says which step
