@@ -487,8 +487,8 @@ show(fig, OUT / "logit_lens.png")
 #    <details><summary>Answer</summary>
 #
 #    No. With $n$ fixed at 10 the token to copy is always 9 back, and RoPE makes a fixed distance back easy to
-#    find, so its head copies by position. An induction head copies by content, at any distance; on sequences with other $n$ this
-#    model's accuracy falls to chance.
+#    find, so its head copies by position. An induction head copies by content, at any distance; on sequences
+#    with other $n$ this model's accuracy falls to chance.
 #
 #    </details>
 

@@ -10,10 +10,15 @@ pairs (tinygrad_block.manual), the block in PyTorch (tools/torch_block.py, share
 repository root is put on sys.path so tests import it as `tools.torch_block`) and Hugging Face's Llama layer.
 
 Each lesson runs once per test run, and every test that reads what it printed, drew or showed reads that run
-(`lesson_run`, at the end)."""
+(`lesson_run`, at the end).
+
+pytest-xdist runs one worker per core; each worker, and every process it starts (a lesson's kernel, the command
+line), computes on one thread (`pytest_configure`), so that the workers' thread pools never spin against each
+other for the same cores."""
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,6 +99,20 @@ def one_line_error(result: subprocess.CompletedProcess, *fragments) -> str:
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def pytest_configure(config):
+    """An xdist worker beside others: its BLAS and PyTorch on one thread, and so every process it starts."""
+    if int(getattr(config, "workerinput", {}).get("workercount", 1)) > 1:
+        from threadpoolctl import threadpool_limits
+        os.environ.update(ONE_THREAD)
+        threadpool_limits(1)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -68,7 +68,7 @@ MODULE_LESSONS = {
     "RMSNorm": (5, "1. Two norms, one token at a time"), "LayerNorm": (5, "1. Two norms, one token at a time"),
     "Attention": HEADS, "MLP": (8, "2. The classic FFN: expand, activate, contract"),
     "SwiGLU": (8, "3. GLU and SwiGLU: an FFN with a gate"), "PreNormBlock": (9, "1. The block in two lines"),
-    "PostNormBlock": (9, "6. Pre-norm against post-norm"), "ParallelBlock": (15, "5. The parallel block"),
+    "PostNormBlock": (9, "7. Pre-norm against post-norm"), "ParallelBlock": (15, "5. The parallel block"),
     "DeepNormBlock": (15, "2. DeepNorm"), "LM": (4, "3. The residual stream through the blocks"),
     "MoE": (15, "8. Mixture of experts: total against active parameters"),
 }
