@@ -51,7 +51,7 @@ class LayerCache:
 
 class PerLayer:
     """What both caches share: one layer cache per block in `layers`, their bytes, and a one-line repr that names
-    the sizes `_sizes` gives."""
+    the sizes each cache's `_sizes()` gives (its batch, and its length or max_len)."""
     layers: list
 
     @property
@@ -59,9 +59,6 @@ class PerLayer:
         """Bytes of every K and V tensor held: 2 n_layers B n H_kv d_head bytes_per_element, n the positions a layer
         holds (KVCache: those seen so far; StaticKVCache: all max_len slots)."""
         return sum(layer.nbytes for layer in self.layers)
-
-    def _sizes(self) -> dict:
-        raise NotImplementedError
 
     def __repr__(self):
         sizes = "".join(f", {name}={value}" for name, value in self._sizes().items())
