@@ -239,10 +239,10 @@ assert model.tokenizer.vocab_size == cfg.vocab_size
 tok = model.tokenizer
 PROMPT = "The assert statement"
 prompt_ids = tok.encode(PROMPT)
-pieces = tok.backend.encode(PROMPT).tokens
+pieces = tok.hf_tokenizer.encode(PROMPT).tokens
 print(f"{PROMPT!r} -> {len(prompt_ids)} tokens {pieces}")
 print(f"  ids {prompt_ids} -> decoded {tok.decode(prompt_ids)!r}")
-assert prompt_ids[0] == tok.backend.token_to_id(BOS) == 0 and pieces[0] == BOS and 0 not in prompt_ids[1:]
+assert prompt_ids[0] == tok.hf_tokenizer.token_to_id(BOS) == 0 and pieces[0] == BOS and 0 not in prompt_ids[1:]
 assert tok.decode(prompt_ids) == PROMPT and "".join(pieces[1:]).replace("Ġ", " ") == PROMPT
 
 # %% [markdown]

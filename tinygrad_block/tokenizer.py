@@ -138,16 +138,16 @@ class HFTokenizer(Tokenizer):
         self.file = file
         with library_call(f"load_tokenizer: {file} is not a tokenizer the tokenizers library can read; expected a "
                           "tokenizer.json as Hugging Face tokenizers write it"):
-            self.backend = tokenizers.Tokenizer.from_str(json.dumps(spec))
-            self.backend.no_truncation()  # prompts are never cut short or padded, whatever the file says
-            self.backend.no_padding()
-            ids = self.backend.get_vocab(with_added_tokens=True).values()
+            self.hf_tokenizer = tokenizers.Tokenizer.from_str(json.dumps(spec))   # the tokenizers library's own
+            self.hf_tokenizer.no_truncation()  # prompts are never cut short or padded, whatever the file says
+            self.hf_tokenizer.no_padding()
+            ids = self.hf_tokenizer.get_vocab(with_added_tokens=True).values()
         if not ids:
             raise ValueError(f"load_tokenizer: {file} has an empty vocabulary; expected at least one token")
         self.vocab_size = max(ids) + 1
         model = spec["model"]
         self.unk = self._unknown_token(model)            # None: every text can be spelled (byte-level, byte fallback)
-        self.unk_id = self.backend.token_to_id(self.unk) if self.unk is not None else None
+        self.unk_id = self.hf_tokenizer.token_to_id(self.unk) if self.unk is not None else None
         if self.unk is not None and self.unk_id is None:
             raise ValueError(f"load_tokenizer: {file} names the unknown token {shown(self.unk, quote=True)}, which "
                              "its vocabulary lacks; expected one of the vocabulary's tokens")
@@ -158,7 +158,7 @@ class HFTokenizer(Tokenizer):
         if isinstance(model.get("unk_token"), str):
             return model["unk_token"]
         if isinstance(model.get("unk_id"), int) and not isinstance(model["unk_id"], bool):
-            return self.backend.id_to_token(model["unk_id"])
+            return self.hf_tokenizer.id_to_token(model["unk_id"])
         return None
 
     def encode(self, text: str) -> list[int]:
@@ -167,7 +167,7 @@ class HFTokenizer(Tokenizer):
         text = self._check_text(text)
         with library_call(f"HFTokenizer.encode: the tokenizers library failed to encode this text by the rules in "
                           f"{self.file}; that file is broken or hostile"):
-            encoding = self.backend.encode(text)
+            encoding = self.hf_tokenizer.encode(text)
         spans = [text[a:b] for i, (a, b) in zip(encoding.ids, encoding.offsets) if i == self.unk_id]
         lost = sorted(set("".join(s for s in spans if s != self.unk)))   # "<unk>" typed out is the token itself
         if lost:
@@ -180,7 +180,7 @@ class HFTokenizer(Tokenizer):
         ids = self._check_ids(ids)
         with library_call(f"HFTokenizer.decode: the tokenizers library failed to decode these ids by the rules in "
                           f"{self.file}; that file is broken or hostile"):
-            return self.backend.decode(ids, skip_special_tokens=True)
+            return self.hf_tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def load_tokenizer(folder) -> Tokenizer | None:
