@@ -129,7 +129,7 @@ def render(found: list[Entry]) -> str:
     """The glossary page: the intro, then a heading per initial and one line per term, sorted without case."""
     lines, letter = [INTRO], None
     for e in sorted(found, key=lambda e: (e.term.lower(), e.term)):
-        initial = e.term[0].upper() if e.term[0].isalpha() else "#"
+        initial = e.term[0].upper() if e.term[0].isalpha() else "0-9"              # "## #" would be an empty heading
         if initial != letter:
             letter = initial
             lines += [f"## {initial}", ""]

@@ -268,3 +268,10 @@ def test_the_command_writes_the_page_checks_it_and_refuses_bad_lessons_in_one_li
     edit(folder / "01_test.py", "(§1)", "(§9)")
     bad = subprocess.run(run, capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_every_heading_of_the_page_names_its_initial():
+    """A heading of '#' alone would be an empty heading in Markdown: terms that start with a digit go under 0-9."""
+    page = (Path(__file__).resolve().parents[2] / "lessons" / "GLOSSARY.md").read_text()
+    heads = re.findall(r"^## (.*)$", page, flags=re.M)
+    assert heads[0] == "0-9" and all(h.strip("# ") for h in heads) and heads[1:] == sorted(heads[1:])
