@@ -201,10 +201,9 @@ class Tensor:
     def assign(self, value: Tensor) -> Tensor:
         """This tensor, its array replaced by value's (same shape, dtype, device): the object stays, so whatever
         holds it (a module, an optimizer, a compiled step) sees the new values. Not differentiable."""
-        got = (value.dtype, value.shape, value.device) if isinstance(value, Tensor) else type(value).__name__
-        if got != (self.dtype, self.shape, self.device):
-            raise ValueError(f"assign: a tensor {self.dtype} {self.shape} on {self.device} takes the values of one "
-                             f"just like it, got {'{} {} on {}'.format(*got) if isinstance(got, tuple) else got}")
+        kind = lambda t: f"{t.dtype} {t.shape} on {t.device}" if isinstance(t, Tensor) else type(t).__name__  # noqa: E731
+        if kind(value) != kind(self):
+            raise ValueError(f"assign: a tensor {kind(self)} takes the values of one just like it, got {kind(value)}")
         self.data = value.data
         return self
 
