@@ -1,6 +1,6 @@
 """tinygrad_block.manual: every hand-derived backward against finite differences, every forward (and the
 whole block's backward) against the PyTorch reference (tools/torch_block.py), RoPE against Hugging Face's,
-the worked SwiGLU example of 004, and the four pitfalls (manual/pitfalls.py) shown to be wrong.
+a small worked SwiGLU example by hand, and the four pitfalls (manual/pitfalls.py) shown to be wrong.
 
 Finite differences: 4th-order central differences of sum(out * dout) for a fixed random dout, over every
 element of every input and parameter, in float64; the norm-wise relative error must be <= 1e-8. Sizes are
@@ -243,7 +243,7 @@ def test_ffn_rejects_an_unknown_activation(rng):
         M.ffn_forward(normal(rng, 1, 1, 4), *linears(ffn_params(rng, 4, 6, names=CLASSIC), CLASSIC), "swish")
 
 
-# ------------------------------------------------------------------ the SwiGLU worked example of 004
+# ------------------------------------------------------------------ a SwiGLU example worked by hand
 def test_swiglu_on_four_numbers_gives_the_hand_worked_values():
     """A SwiGLU example worked by hand: x = [1, -0.5, 0.2, 0.8], d_model = 4, d_ff = 3, written as x @ W with
     W (d_model, d_ff); our weights are stored (out, in), so its matrices go in transposed. It has no W_down, so
@@ -478,7 +478,7 @@ def test_block_names_adapters_the_config_has_no_rank_for(rng):
         M.block_forward(normal(rng, B, L, 8), params, LLAMA)
 
 
-# ------------------------------------------------------------------ the four pitfalls of 004
+# ------------------------------------------------------------------ four common pitfalls
 def test_pitfall_1_post_norm_instead_of_pre_norm(rng):
     cfg = replace(LLAMA, n_heads=4, n_kv_heads=2)
     params, x = block_params(cfg, rng), normal(rng, B, L, cfg.d_model, scale=3.0)

@@ -1,6 +1,6 @@
 """accounting's closed forms against the engine (parameters of built modules, FLOPs counted by count_flops on
-the shape-only 'meta' device and on numpy), and the curriculum's figures: reproduced where right, pinned to
-the exact value and flagged in a comment where a document's figure differs."""
+the shape-only 'meta' device and on numpy), and the figures commonly quoted for these models: reproduced where
+right, pinned to the exact value and flagged in a comment where the quoted figure differs."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +15,7 @@ from tinygrad_block.nn.config import FFNS, NORMS, PROJECTIONS
 
 P = nn.PRESETS
 GiB, KiB = 2 ** 30, 2 ** 10
-H100_BF16 = 990e12          # dense bf16 peak the curriculum uses, FLOP/s
+H100_BF16 = 990e12          # dense bf16 peak as usually quoted, FLOP/s
 
 
 # ---------------------------------------------------------------- measuring
@@ -147,7 +147,7 @@ def test_breakdowns_match_built_modules_for_random_configs(cfg):
 
 
 def test_llama_block_formula():
-    """2 d^2 + 2 d n_kv d_head + 3 d d_ff + 2 d (004, "Space Complexity")."""
+    """2 d^2 + 2 d n_kv d_head + 3 d d_ff + 2 d (the usual space-complexity formula)."""
     for cfg in (P["llama2-7b"], P["llama2-70b"], P["llama3-8b"], P["tinyllama-1.1b"], P["smollm-135m"]):
         d, kv = cfg.d_model, cfg.n_kv_heads * cfg.d_head
         assert acc.params_per_block(cfg) == 2 * d * d + 2 * d * kv + 3 * d * cfg.d_ff + 2 * d
@@ -420,9 +420,9 @@ def test_lora_trains_only_the_adapters_embedding_norm_and_head():
     assert mem["parameters"] == 2 * model.num_parameters()
 
 
-# ---------------------------------------------------------------- the curriculum's figures
+# ---------------------------------------------------------------- figures as commonly quoted, and the exact ones
 def test_llama2_7b_block_params_and_static_flops_per_token():
-    """000 s04-s05, 004: ~202 M parameters per block; 4 * 33.5 M + 3 * 90 M ~ 404 M FLOPs per token."""
+    """Commonly quoted: ~202 M parameters per block; 4 * 33.5 M + 3 * 90 M ~ 404 M FLOPs per token."""
     cfg = P["llama2-7b"]
     assert acc.params_per_block(cfg) == 202_383_360
     assert acc.flops_per_token(cfg, 4096)["static"] == 404_750_336             # "about 404.75 M"
@@ -430,53 +430,53 @@ def test_llama2_7b_block_params_and_static_flops_per_token():
 
 
 def test_llama2_7b_ffn_share():
-    """004: ffn_pct ~66.8 %, attn_pct ~33.2 %; 000 s07: ~67 % / ~33 % of parameters and FLOPs."""
+    """Commonly quoted: the FFN holds ~66.8 % (~67 %), attention ~33.2 % (~33 %) of parameters and FLOPs."""
     attn, ffn = acc.attention_ffn_shares(P["llama2-7b"])
     assert round(100 * ffn, 1) == 66.8 and round(100 * attn, 1) == 33.2
 
 
 def test_llama3_70b_shares_are_not_25_75():
-    """000 s07 says Llama-3-70B tilts to ~25 % / 75 %: it is 17.6 % / 82.4 % (d_ff = 3.5 d and GQA-8)."""
+    """Llama-3-70B is often said to tilt to ~25 % / 75 %: it is 17.6 % / 82.4 % (d_ff = 3.5 d and GQA-8)."""
     attn, ffn = acc.attention_ffn_shares(P["llama3-70b"])
     assert (attn, ffn) == (150_994_944 / 855_654_400, 704_643_072 / 855_654_400)
     assert round(100 * attn, 1) == 17.6 and round(100 * ffn, 1) == 82.4
 
 
-def test_real_world_table_of_004():
-    """004 "Real-World Configurations" lists ~822 M per Llama-2-70B block (002 says ~856 M, which is right)
+def test_block_counts_and_totals_beside_a_popular_configuration_table():
+    """A popular table of configurations lists ~822 M per Llama-2-70B block (~856 M is right)
     and ~213 M per Llama-3-8B / Mistral-7B block; its totals (65.7 B, 6.8 B, 6.8 B) are 80 x 822 M and
     roughly 32 x 213 M, blocks only, so they inherit the slip and leave out embeddings and head."""
-    assert acc.params_per_block(P["llama2-70b"]) == 855_654_400                   # 004: ~822 M
-    assert acc.params_per_block(P["llama3-8b"]) == 218_112_000                    # 004: ~213 M
-    assert acc.params_per_block(P["mistral-7b"]) == 218_112_000                   # 004: ~213 M
-    assert acc.total_params(P["llama2-70b"]) == 68_976_648_192                    # 004: ~65.7 B
-    assert acc.total_params(P["llama3-8b"]) == 8_030_261_248                      # 004: ~6.8 B
-    assert acc.total_params(P["mistral-7b"]) == 7_241_732_096                     # 004: ~6.8 B
-    assert acc.model_param_breakdown(P["llama2-7b"])["blocks"] == 6_476_267_520   # 004: ~6.5 B (and "~6.4 B")
+    assert acc.params_per_block(P["llama2-70b"]) == 855_654_400                   # the table: ~822 M
+    assert acc.params_per_block(P["llama3-8b"]) == 218_112_000                    # the table: ~213 M
+    assert acc.params_per_block(P["mistral-7b"]) == 218_112_000                   # the table: ~213 M
+    assert acc.total_params(P["llama2-70b"]) == 68_976_648_192                    # the table: ~65.7 B
+    assert acc.total_params(P["llama3-8b"]) == 8_030_261_248                      # the table: ~6.8 B
+    assert acc.total_params(P["mistral-7b"]) == 7_241_732_096                     # the table: ~6.8 B
+    assert acc.model_param_breakdown(P["llama2-7b"])["blocks"] == 6_476_267_520   # the table: ~6.5 B (and "~6.4 B")
 
 
-def test_llama2_70b_layer_table_of_002():
-    """002: W_Q 67 M, W_K = W_V = d^2/8 = 8.4 M, each FFN matrix 235 M, norms 16 k, ~856 M per block;
+def test_llama2_70b_parameters_matrix_by_matrix():
+    """A layer-by-layer count: W_Q 67 M, W_K = W_V = d^2/8 = 8.4 M, each FFN matrix 235 M, norms 16 k, ~856 M per block;
     80 blocks ~68 B, embedding 262 M, head 262 M, ~69 B in all."""
     rows = acc.block_param_breakdown(P["llama2-70b"])
     assert rows == {"W_Q": 67_108_864, "W_K": 8_388_608, "W_V": 8_388_608, "W_O": 67_108_864,
                     "W_gate": 234_881_024, "W_up": 234_881_024, "W_down": 234_881_024, "norms": 16_384}
     model = acc.model_param_breakdown(P["llama2-70b"])
     assert model["blocks"] == 68_452_352_000 and model["embedding"] == model["lm_head"] == 262_144_000
-    assert model["blocks"] // model["embedding"] == 261                          # 002: "~250x"
+    assert model["blocks"] // model["embedding"] == 261                          # quoted: "~250x"
 
 
-def test_llama2_7b_derivation_prompt_of_002():
-    """002: embedding 131 M, per block 4 d^2 + 3 d d_ff = 67 M + 135 M ~ 202 M, body 6.5 B, total 6.7 B.
-    000 s05 adds "embedding + unembedding (~0.5 B)": they are 2 x 131 M = 0.26 B."""
+def test_llama2_7b_embedding_blocks_and_total():
+    """The usual derivation: embedding 131 M, per block 4 d^2 + 3 d d_ff = 67 M + 135 M ~ 202 M, body 6.5 B, total 6.7 B.
+    "Embedding + unembedding (~0.5 B)", as often quoted: they are 2 x 131 M = 0.26 B."""
     rows = acc.model_param_breakdown(P["llama2-7b"])
     assert rows["embedding"] == rows["lm_head"] == 131_072_000
-    assert rows["embedding"] + rows["lm_head"] == 262_144_000                    # 000: ~0.5 B
+    assert rows["embedding"] + rows["lm_head"] == 262_144_000                    # quoted: ~0.5 B
     assert rows["blocks"] + rows["embedding"] + rows["lm_head"] + rows["final_norm"] == 6_738_415_616
 
 
 def test_32_llama2_7b_blocks_per_token():
-    """000 s06: "for 32 blocks, that's ~15 GFLOPs/token" and ~66k tokens/s on an H100 at 990 TFLOP/s. The
+    """Commonly quoted: "for 32 blocks, that's ~15 GFLOPs/token" and ~66k tokens/s on an H100 at 990 TFLOP/s. The
     weight matmuls alone are 12.95 G; 15.10 G holds with attention over a 4k context, and 66k tokens/s goes
     with that 15.10 G (the static 12.95 G would give 76k)."""
     cfg = P["llama2-7b"]
@@ -488,8 +488,8 @@ def test_32_llama2_7b_blocks_per_token():
 
 
 def test_static_flops_are_not_480m():
-    """000 s06: "for short context, per-token FLOPs are dominated by static-parameter matmuls (~480 M)":
-    they are 404.75 M for Llama-2-7B (471.9 M with attention over 4k). At L ~ 32k, 4 d L = 0.54 G (the deck's
+    """Commonly quoted: "for short context, per-token FLOPs are dominated by static-parameter matmuls (~480 M)":
+    they are 404.75 M for Llama-2-7B (471.9 M with attention over 4k). At L ~ 32k, 4 d L = 0.54 G (the quoted
     "~0.5 G") is twice the FFN's 0.27 G, not merely "comparable"."""
     per_token = acc.flops_per_token(P["llama2-7b"], 32768)
     assert per_token["static"] == 404_750_336
@@ -498,10 +498,10 @@ def test_static_flops_are_not_480m():
     assert 2 * 3 * 4096 * 11008 == 270_532_608
 
 
-def test_bottleneck_of_004():
-    """004 "The Bottleneck", Llama-2-7B at B=1, L=2048: "attention projections ~2 x 2 x 2048 x 4096^2 = 137 B"
+def test_llama2_7b_forward_matmul_flops_at_2048_tokens_by_part():
+    """A common account of the bottleneck, Llama-2-7B at B=1, L=2048: "attention projections ~2 x 2 x 2048 x 4096^2 = 137 B"
     is two projections' worth: all four cost 275 B. The attention core (69 B) is right; the FFN is 554.05 B
-    (004: 555 B). So the FFN has 61.7 % of the forward matmul FLOPs at this length, not ~67 %."""
+    (quoted: 555 B). So the FFN has 61.7 % of the forward matmul FLOPs at this length, not ~67 %."""
     cfg, L = P["llama2-7b"], 2048
     projections = 2 * L * 4 * 4096 ** 2
     core = 4 * 32 * L ** 2 * 128
@@ -511,8 +511,8 @@ def test_bottleneck_of_004():
     assert round(100 * ffn / acc.block_forward_flops(cfg, L), 1) == 61.7
 
 
-def test_per_layer_flops_table_of_002():
-    """002: QKV (2 + 2/g + 2/g) d^2 = 2.5 d^2 at g = 8, output 2 d^2, SwiGLU 6 d d_f ~ 16 d^2: "~24 d^2" in all.
+def test_gqa_block_static_flops_per_token_in_units_of_d_squared():
+    """A per-layer FLOPs table: QKV (2 + 2/g + 2/g) d^2 = 2.5 d^2 at g = 8, output 2 d^2, SwiGLU 6 d d_f ~ 16 d^2: "~24 d^2" in all.
     Those rows sum to 20.5 d^2; 24 d^2 is the MHA total. Llama-2-70B itself (d_f = 3.5 d) is 25.5 d^2."""
     cfg, d = P["llama2-70b"], 8192
     assert acc.flops_per_token(cfg, 1)["static"] == 1_711_276_032 == 51 * d * d // 2
@@ -522,7 +522,7 @@ def test_per_layer_flops_table_of_002():
 
 
 def test_attention_crossover_for_llama2_70b():
-    """002 prompt 3: "the attention N^2 d term catches up around N ~ 2d"; "at long context (N >= 32k for this
+    """Commonly said: "the attention N^2 d term catches up around N ~ 2d"; "at long context (N >= 32k for this
     model), attention dominates". Per token, 4 N d equals the FFN's 6 d d_f at N = 1.5 d_f = 43,008 and all
     the weight matmuls at N = 52,224; at 32k the FFN still does more (1.07 G vs 1.41 G)."""
     cfg = P["llama2-70b"]
@@ -534,19 +534,19 @@ def test_attention_crossover_for_llama2_70b():
 
 
 def test_activations_of_70b_at_4k_are_25_gib():
-    """002: 80 layers x 4096 tokens x 80 KB = 25 GB: exactly 25 GiB with 10 d bytes (80 KiB) per token per
+    """Commonly quoted: 80 layers x 4096 tokens x 80 KB = 25 GB: exactly 25 GiB with 10 d bytes (80 KiB) per token per
     layer in bf16."""
     cfg = P["llama2-70b"]
     assert acc.activation_bytes_per_token_per_layer(cfg) == 10 * 8192 == 80 * KiB
     assert acc.training_memory(cfg, 4096)["activations"] == 26_843_545_600 == 25 * GiB
 
 
-def test_itemised_activation_rows_of_002_exceed_their_subtotal():
-    """002's rows (FlashAttention): x 2d, norm output 2d, Q/K 2d, attention output 2d, FFN hidden 2 d_f.
+def test_itemised_activation_rows_exceed_their_10d_subtotal():
+    """The usual itemised rows (FlashAttention): x 2d, norm output 2d, Q/K 2d, attention output 2d, FFN hidden 2 d_f.
     Its "44 KB" hidden is 2 x 8d/3; Llama-2-70B's d_f = 28672 makes it 56 KiB. The rows sum to 120 KiB per
     token per layer (37.5 GiB at 4k), not the subtotal's 10 d = 80 KiB: the subtotal counts the hidden as 2d."""
     d, d_ff = 8192, 28672
-    assert round(2 * 8 * d / 3) == 43_691                                       # 002: "44 KB"
+    assert round(2 * 8 * d / 3) == 43_691                                       # quoted: "44 KB"
     rows = 2 * d + 2 * d + 2 * d + 2 * d + 2 * d_ff
     assert rows == 122_880 == 120 * KiB
     assert 80 * 4096 * rows == 40_265_318_400 == 75 * GiB // 2
@@ -554,7 +554,7 @@ def test_itemised_activation_rows_of_002_exceed_their_subtotal():
 
 
 def test_adam_state_of_70b_is_1_1_tb():
-    """002: "Adam ~16 bytes/param -> 1.1 TB for 70B". The 16 are bf16 weights 2 + gradients 2 + fp32 master,
+    """Commonly quoted: "Adam ~16 bytes/param -> 1.1 TB for 70B". The 16 are bf16 weights 2 + gradients 2 + fp32 master,
     m and v 12; Adam's own state (the 12) is 0.83 TB. 16 x 70e9 = 1.12 TB; the exact count gives 1.10 TB."""
     cfg = P["llama2-70b"]
     mem = acc.training_memory(cfg, 4096)
@@ -564,8 +564,8 @@ def test_adam_state_of_70b_is_1_1_tb():
     assert mem["optimizer"] == 12 * 68_976_648_192 == 827_719_778_304
 
 
-def test_6_weeks_on_1000_h100s_sanity_check_of_002():
-    """002 prompt 2: D = 20 N = 1.4 T; 6 x 70e9 x 1.4e12 = 5.9e23; 1000 x 450 T x 86400 x 42 = 1.6e24 -> enough.
+def test_chinchilla_70b_in_6_weeks_on_1000_h100s_needs_16_4_percent_mfu():
+    """The usual sanity check: D = 20 N = 1.4 T; 6 x 70e9 x 1.4e12 = 5.9e23; 1000 x 450 T x 86400 x 42 = 1.6e24 -> enough.
     "The 6 weeks works at MFU 35% or so" does not follow: 6 weeks needs an MFU of 16.4 %; at 45 % it takes
     15.3 days."""
     tokens = acc.chinchilla_tokens(70e9)
@@ -579,14 +579,14 @@ def test_6_weeks_on_1000_h100s_sanity_check_of_002():
 
 
 def test_tying_saves_vocab_times_d():
-    """002: tying saves ~1.05 B for a 128k vocabulary at d = 8192 (right); its table's "1.6 B extra params" for
+    """Commonly quoted: tying saves ~1.05 B for a 128k vocabulary at d = 8192 (right); its table's "1.6 B extra params" for
     untied embeddings matches no model here (it would need d ~ 12,500 at 128k)."""
     cfg = P["llama3-70b"]
     assert acc.total_params(cfg) - acc.total_params(cfg.with_(tie_embeddings=True)) == 1_050_673_152
 
 
 def test_mha_kv_cache_of_70b():
-    """004: with MHA, Llama-2-70B's KV cache "would require ~107 GB": at its 4k context, batch 1, bf16 it is
+    """Commonly quoted: with MHA, Llama-2-70B's KV cache "would require ~107 GB": at its 4k context, batch 1, bf16 it is
     10.7 GB (10 GiB); 107 GB needs ten such sequences. GQA-8 cuts it to 1.34 GB."""
     mha = P["llama2-70b"].with_(n_kv_heads=64)
     assert acc.kv_cache_bytes(mha, 4096) == 10_737_418_240 == 10 * GiB
@@ -594,10 +594,10 @@ def test_mha_kv_cache_of_70b():
     assert acc.kv_cache_bytes(P["llama2-70b"], 4096) == 10 * GiB // 8
 
 
-def test_engine_conventions_beside_004s_complexity_table():
-    """004 counts RoPE 6 B h L d_k (3 per element of q and k), softmax 5 B h L^2, SiLU + gating 3 B L d_ff and
-    RMSNorm ~2 B L d each. This engine counts every primitive: 3 per rotated element (as 004), softmax 5 T - 2 R
-    (004's 5 per score, less one per row for each of max and sum), 9 per FFN hidden element (the overflow-safe
+def test_engine_conventions_beside_the_usual_complexity_table():
+    """The usual complexity table counts RoPE 6 B h L d_k (3 per element of q and k), softmax 5 B h L^2, SiLU + gating 3 B L d_ff and
+    RMSNorm ~2 B L d each. This engine counts every primitive: 3 per rotated element (as that table), softmax 5 T - 2 R
+    (the table's 5 per score, less one per row for each of max and sum), 9 per FFN hidden element (the overflow-safe
     sigmoid is 7 ops), RMSNorm 4 d + 3 per token."""
     B, L, cfg = 1, 16, P["llama2-7b"]
     block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
