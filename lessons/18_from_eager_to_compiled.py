@@ -27,7 +27,7 @@
 #   on the arrays, and the answers equal eager's bit for bit;
 # - the compiled program as text: kernels against primitives, fused groups such as `div > add > sqrt`, FLOPs
 #   per kernel, the module each came from;
-# - the grouping rule (a step joins the kernel of its one reader: same shape, same module, nothing kept; a row
+# - the grouping rule (an instruction joins the kernel of its one reader: same shape, same module, nothing kept; a row
 #   sum may end a group), traced back to the lines of RMSNorm that made two groups, and why backward shrinks one;
 # - a sum of squares as one loop of C that adds each row in numpy's own order;
 # - the program drawn, one box per kernel;
@@ -37,7 +37,7 @@
 #   parameter.
 #
 # Run it as a script, `python -m tinygrad_block lesson 18`, or as a notebook,
-# `python -m tinygrad_block lesson 18 --notebook --execute` (it lands in `lessons/out/18/`). The reference for
+# `python -m tinygrad_block lesson 18 --notebook --execute` (it lands beside this file). The reference for
 # the compiler itself is `docs/compiled.md`.
 
 # %%
@@ -53,9 +53,10 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import kernels, manual, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import LESSONS, out_dir, show
-from tinygrad_block.fuse import kernel_steps
+from tinygrad_block.fuse import kernel_instructions
 from tinygrad_block.graph import render
+
+from course import LESSONS, out_dir, show
 
 OUT = out_dir(18)         # lessons/out/18/: this lesson's pictures
 HAVE_GRAPHVIZ = shutil.which("dot") is not None and importlib.util.find_spec("graphviz") is not None
@@ -205,7 +206,9 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 # %% [markdown]
 # ## 3. The program
 #
-# `print(compiled.program)` lists the kernels, one per line: what runs (a fused kernel lists its primitives in program
+# A compiled program is a list of **instructions**, one per primitive call the capture recorded
+# (`program.instructions`); a kernel runs one instruction, or a fused group of several. `print(compiled.program)`
+# lists the kernels, one per line: what runs (a fused kernel lists its primitives in program
 # order, joined by `>`), `fused` or `direct`, the output's shape and dtype, the FLOPs, the bytes it reads and writes,
 # their ratio (its **arithmetic intensity**, FLOPs per byte: lesson 16's roofline reads it), and the module and step
 # the primitives came from. The first line sums it up. For the block's forward and backward: **206 kernels for 282
@@ -234,8 +237,8 @@ assert replayed.total() == fc.total() and replayed.calls == fc.calls
 program = compiled.program
 text = str(program)
 print("\n".join(text.splitlines()[:10]))
-groups = [kernel_steps(k) for k in program.kernels if len(kernel_steps(k)) > 1]
-dropped = len(program.plain) - sum(len(kernel_steps(k)) for k in program.kernels)
+groups = [kernel_instructions(k) for k in program.kernels if len(kernel_instructions(k)) > 1]
+dropped = len(program.plain) - sum(len(kernel_instructions(k)) for k in program.kernels)
 own_forward = [k for k in program.kernels if hasattr(k, "fn")]
 patterns = Counter(" > ".join(s.op.name for s in c) for c in groups)
 group_phases = Counter(c[0].phase for c in groups)
@@ -250,9 +253,9 @@ assert group_phases == {"forward": 10, "backward": 15}
 assert len(patterns) == 14 and patterns["mul > mul > add"] == 5 and patterns["mul > sum"] == 4
 assert sorted(patterns.values()) == [1] * 8 + [2] * 4 + [4, 5] and patterns["mul > neg > mul > div > sum"] == 1
 assert patterns["mul > mul > neg > mul > div > div"] == 2 and patterns["add > add > add"] == 2
-assert [" > ".join(s.op.name for s in kernel_steps(k)) for k in program.kernels[:7]] == [
+assert [" > ".join(s.op.name for s in kernel_instructions(k)) for k in program.kernels[:7]] == [
     "mul > sum", "div > add > sqrt", "reciprocal", "expand", "mul", "mul", "permute"]
-assert {".".join(s.scope) for k in program.kernels[:6] for s in kernel_steps(k)} == {"block.norm1"}
+assert {".".join(s.scope) for k in program.kernels[:6] for s in kernel_instructions(k)} == {"block.norm1"}
 
 # %% [markdown]
 # ## 4. Which ops share a kernel, and why
@@ -262,7 +265,7 @@ assert {".".join(s.scope) for k in program.kernels[:6] for s in kernel_steps(k)}
 # and writes one number. The group's intermediate results never reach memory at all. The program writes the loop
 # in a small **kernel language** (`tinygrad_block/kernels.py`) that holds add, sub, mul, div, neg, reciprocal,
 # sqrt, maximum, exp, log, `where` and the six comparisons; the CPU's backend turns it into C and compiles it
-# (below). Which primitives share a kernel? Each step of that language **joins the kernel of its reader** if:
+# (below). Which primitives share a kernel? Each instruction of that language **joins the kernel of its reader** if:
 #
 # 1. it has exactly **one reader** (which may read it twice, as `a * a` does), and that reader is in the language
 #    too. A result that two ops read must be written to memory, where both can find it;
@@ -275,27 +278,28 @@ assert {".".join(s.scope) for k in program.kernels[:6] for s in kernel_steps(k)}
 # 4. the reader runs in the same module (`block.norm1`, `block.ffn`): a kernel is one module's, as the graph
 #    explorer draws it.
 #
-# A step joins its reader's whole group, so a group is a **tree**: its last step, whose result is written, and
-# every step that flows into it through one-reader links. Branches may meet (`(a + b)` where `a` and `b` are
-# both computed in the group), and the program's order does not matter: the steps between two members may be
-# anything. A step that joins no one and that no one joins stays one call of numpy's function. (Without a C
+# An instruction joins its reader's whole group, so a group is a **tree**: its last instruction, whose result is
+# written, and every instruction that flows into it through one-reader links. Branches may meet (`(a + b)` where
+# `a` and `b` are both computed in the group), and the program's order does not matter: the instructions between
+# two members may be anything. An instruction that joins no one and that no one joins stays one call of numpy's
+# function. (Without a C
 # compiler the program falls back to in-place chains of numpy calls, `np.add(r, eps, out=r)`, with a stricter rule:
 # docs/compiled.md.)
 #
-# **A row sum may end a group.** A `sum` over its input's last axis alone (RMSNorm's, over each token's d_model
-# numbers; the softmax's, over each query's keys) is not in the language, yet a float32 or float64 step whose one
-# reader is such a sum, in the same module, joins it when the step's result lies in memory row after row (C order,
+# **A row sum may end a group.** A `sum` over its input's last axis alone (RMSNorm's, over each token's d_model numbers;
+# the softmax's, over each query's keys) is not in the language, yet a float32 or float64 instruction whose one reader
+# is such a sum, in the same module, joins it when the instruction's result lies in memory row after row (C order,
 # numpy's own for a new array). The kernel then walks the rows: for each row it computes the row's elements and adds
-# them up, and writes one number per row. The order of those additions matters, since every addition rounds: the
-# same numbers added in another order can differ in the last bit. So each row is summed in numpy's own order, the
-# **pairwise** sum numpy uses for numbers side by side in memory: below 8 numbers, one by one from the first; up to
-# 128, eight running sums, over every eighth number, added in pairs, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) +
-# (p6 + p7)), then the numbers left over; above 128, the row split in two (at half its length, rounded down to a
-# multiple of 8), each half summed that way and the two added. A replay is still eager's bit for bit. The sum ends
-# its group: it joins no reader (its result, one number a row, is written). Other sums stay numpy's call, because
-# numpy adds them in other orders: over other axes (the gradient of RMSNorm's weight sums over B and L) it adds
-# whole rows into the result one after another, and over numbers that do not lie in rows (a transposed view) its
-# loop may walk another axis first. A kernel that reproduced those would need one order for each case.
+# them up, and writes one number per row. The order of those additions matters, since every addition rounds: the same
+# numbers added in another order can differ in the last bit. So each row is summed in numpy's own order, the
+# **pairwise** sum numpy uses for numbers side by side in memory: below 8 numbers, one by one from the first; up to 128,
+# eight running sums, over every eighth number, added in pairs, ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)), then
+# the numbers left over; above 128, the row split in two (at half its length, rounded down to a multiple of 8), each
+# half summed that way and the two added. A replay is still eager's bit for bit. The sum ends its group: it joins no
+# reader (its result, one number a row, is written). Other sums stay numpy's call, because numpy adds them in other
+# orders: over other axes (the gradient of RMSNorm's weight sums over B and L) it adds whole rows into the result one
+# after another, and over numbers that do not lie in rows (a transposed view) its loop may walk another axis first. A
+# kernel that reproduced those would need one order for each case.
 #
 # **Two groups, traced back to their code.** `nn.RMSNorm.forward` computes
 # `rstd = ((xw * xw).mean(axis=-1, keepdims=True) + self.eps).rsqrt()`. In primitives: `mul` (x·x), `sum` and
@@ -321,19 +325,19 @@ fwd_program = forward_only.program
 
 
 def forward_groups(prog, scope: str) -> list[list]:
-    """The steps of each fused kernel of module `scope` in a program's forward, in program order."""
-    return [steps for k in prog.kernels if len(steps := kernel_steps(k)) > 1
-            and ".".join(steps[0].scope) == scope and steps[0].phase == "forward"]
+    """The instructions of each fused kernel of module `scope` in a program's forward, in program order."""
+    return [group for k in prog.kernels if len(group := kernel_instructions(k)) > 1
+            and ".".join(group[0].scope) == scope and group[0].phase == "forward"]
 
 
-def ops(steps: list) -> str:
+def ops(group: list) -> str:
     """A group's primitives, joined by >."""
-    return " > ".join(s.op.name for s in steps)
+    return " > ".join(s.op.name for s in group)
 
 
 def readers(prog, slot: int) -> list:
-    """(op, phase) of every step of the program that reads the array in `slot`."""
-    return [(s.op.name, s.phase) for s in prog.steps if slot in s.ins + tuple(k for _, k in s.array_params)]
+    """(op, phase) of every instruction of the program that reads the array in `slot`."""
+    return [(s.op.name, s.phase) for s in prog.instructions if slot in s.ins + tuple(k for _, k in s.array_params)]
 
 
 for name, prog in (("forward only", fwd_program), ("forward + backward", program)):
@@ -352,7 +356,7 @@ assert str(fwd_program).splitlines()[0].startswith("program: 79 kernels for 118 
 # SiLU ends in `where > add > div > mul`, and the final `* up(x)` is another `mul` of the same shape, in the same
 # module, that reads SiLU's result once: it joins, and the group is `where > add > div > mul > mul`. Between the
 # two multiplications the program runs `up_proj` (a permute, a reshape, a matmul, a reshape); the fused kernel
-# runs after them, where its last step stands, and the next cell shows the kernels before it. (In the forward and
+# runs after them, where its last instruction stands, and the next cell shows the kernels before it. (In the forward and
 # backward program SiLU's result is read by backward too, so it is written, and the gating `mul` stays alone.)
 #
 # What does fusion save? A group of $n$ primitives writes one result instead of $n$: its $n - 1$ intermediate
@@ -361,7 +365,7 @@ assert str(fwd_program).splitlines()[0].startswith("program: 79 kernels for 118 
 # lesson 16 made for the memory traffic of a real block.
 
 # %%
-names = [" > ".join(s.op.name for s in kernel_steps(k)) for k in fwd_program.kernels]     # the forward alone
+names = [" > ".join(s.op.name for s in kernel_instructions(k)) for k in fwd_program.kernels]     # the forward alone
 swiglu = names.index("where > add > div > mul > mul")
 before = names[swiglu - 4:swiglu + 1]
 print(f"kernels {swiglu - 4}..{swiglu}: {before}")
@@ -432,7 +436,8 @@ half = tb.jit(second_half)
 for xi in inputs[:3]:
     half(xi)
 half_text = str(half.program)
-half_groups = [" > ".join(s.op.name for s in kernel_steps(k)) for k in half.program.kernels if len(kernel_steps(k)) > 1]
+half_groups = [" > ".join(s.op.name for s in group) for k in half.program.kernels
+               if len(group := kernel_instructions(k)) > 1]
 print(half_text.splitlines()[0])
 print(f"its fused kernels: {half_groups}")
 assert half_text.splitlines()[0].startswith("program: 20 kernels for 32 primitives")
@@ -803,7 +808,7 @@ assert new_weight_equal and not old_weight_equal
 #
 #    </details>
 #
-# 3. When does an elementwise step join the kernel of the op that reads it?
+# 3. When does an elementwise instruction join the kernel of the op that reads it?
 #
 #    <details><summary>Answer</summary>
 #
@@ -830,6 +835,8 @@ assert new_weight_equal and not old_weight_equal
 #   and writes (§2)
 # - **replay**: running a captured list of primitives again straight on the arrays, with no tensors and no graph
 #   (§2)
+# - **instruction**: one primitive call of a compiled program, as the capture recorded it (`program.instructions`);
+#   a kernel runs one instruction or a fused group of several (§3). (A CPU's own instructions are §7's.)
 # - **kernel language**: the small set of elementwise operations a fused kernel is written in, which the backend
 #   turns into C or CUDA C (§4)
 # - **generated kernel**: a fused kernel that the program writes as one loop of C and compiles (§4)
@@ -845,14 +852,14 @@ assert new_weight_equal and not old_weight_equal
 # %% [markdown]
 # ## Exercises
 #
-# 1. `fused_groups`: the grouping rule of section 4, written by you. Given a program's steps (each an op name,
-#    what it reads, its shape and its module) and the steps whose results are kept, return the groups that share a
-#    generated kernel. A sum over its input's last axis alone reaches you as `row_sum`, and `in_rows` says whether a
-#    result lies in rows. The checker takes the steps from real compiled programs (small elementwise functions and
-#    sums, RMSNorm, the tiny block's forward and backward) and compares with the kernels `tb.jit` made, naming the
-#    part of the rule you missed: a step read by two ops, a kept result, another shape, another module, an op outside
-#    the language, a row sum left out, a layout not in rows, a sum over other axes, a row sum inside a group, a chain
-#    where a tree was meant.
+# 1. `fused_groups`: the grouping rule of section 4, written by you. Given a program's instructions (each an op name,
+#    what it reads, its shape and its module) and the instructions whose results are kept, return the groups that share
+#    a generated kernel. A sum over its input's last axis alone reaches you as `row_sum`, and `in_rows` says whether a
+#    result lies in rows. The checker takes the instructions from real compiled programs (small elementwise functions
+#    and sums, RMSNorm, the tiny block's forward and backward) and compares with the kernels `tb.jit` made, naming the
+#    part of the rule you missed: an instruction read by two ops, a kept result, another shape, another module, an op
+#    outside the language, a row sum left out, a layout not in rows, a sum over other axes, a row sum inside a group, a
+#    chain where a tree was meant.
 # 2. `silu_in_one_kernel`: SiLU, $x \cdot \sigma(x) = x / (1 + e^{-x})$, written so that `tb.jit` compiles it
 #    into a single generated kernel (the library's version takes 3, section 5). Checked against `Tensor.silu`,
 #    with the compiled program printed when it has more than one kernel.

@@ -5,7 +5,8 @@
     step(x, y)                     # replayed: no Tensor, Function or graph objects; just the kernels
     print(step.program)            # the kernels, as a learner reads them
 
-A capture records, for each primitive call, which arrays it read and wrote. An array an op produced is a slot of
+A capture records each primitive call as an instruction: which arrays it read and wrote. A program is the list of
+instructions; a kernel runs one instruction, or (fused) a chain of several. An array an op produced is a slot of
 the program; any other array is read from where it came: an argument of `fn`, a tensor that outlives the call
 (a parameter, a RoPE table, an optimizer's state: read afresh at every replay), or a constant (a Python number
 turned into a tensor, a causal mask). When the call ends, a tensor whose `.data` or `.grad` the call set (the
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from . import trace
 from .function import SetRows, is_tensor
 from .fuse import describe, fuse_program, layout, to_dot
-from .fuse import kernel_steps as fuse_steps
+from .fuse import kernel_instructions
 from .tensor import Tensor, ones_like
 
 MAX_SHAPES = 8            # captures kept per compiled function, one per set of argument shapes
@@ -66,9 +67,9 @@ class Source:
 
 
 @dataclass
-class Step:
-    """One primitive call: op(*ins, **params) -> out. `ins` and array-valued params name slots ('s', k) or
-    sources ('x', j). phase, scope, step and origin are what an observer of a replay is told."""
+class Instruction:
+    """One primitive call of a program: op(*ins, **params) -> out. `ins` and array-valued params name slots
+    ('s', k) or sources ('x', j). phase, scope, step and origin are what an observer of a replay is told."""
     op: type
     ins: tuple
     params: dict
@@ -88,7 +89,7 @@ class Step:
 class Capture:
     """One eager call, recorded."""
     backend: object = None
-    steps: list = field(default_factory=list)
+    instructions: list = field(default_factory=list)
     sources: list = field(default_factory=list)
     produced: dict = field(default_factory=dict)       # id(array) -> slot
     known: dict = field(default_factory=dict)          # id(array) -> source index
@@ -121,22 +122,22 @@ class Capture:
                 params[name] = value
         out = event.output.data
         self.arrays.append(out)
-        self.produced[id(out)] = slot = len(self.steps)
-        self.steps.append(Step(type(event.op), ins, params, tuple(array_params), slot, out.shape, out.dtype,
-                               event.phase, event.scope, event.step, event.origin, event.flops,
-                               getattr(out, "strides", None)))
+        self.produced[id(out)] = slot = len(self.instructions)
+        self.instructions.append(Instruction(type(event.op), ins, params, tuple(array_params), slot, out.shape,
+                                             out.dtype, event.phase, event.scope, event.step, event.origin,
+                                             event.flops, getattr(out, "strides", None)))
 
     def derive(self, fn, arrays: tuple, params: dict, out) -> None:
-        """An array computed outside the primitives (trace.derive): a step of its own, redone at each replay."""
+        """An array computed outside the primitives (trace.derive): an instruction of its own, redone at each replay."""
         ins = tuple(self.ref(a.data, a) if is_tensor(a) else self.ref(a) for a in arrays)
         self.arrays.append(out)
-        self.produced[id(out)] = slot = len(self.steps)
-        self.steps.append(Step(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "", (), "", "",
-                               0, getattr(out, "strides", None)))
+        self.produced[id(out)] = slot = len(self.instructions)
+        self.instructions.append(Instruction(Derived, ins, {"fn": fn, **params}, (), slot, out.shape, out.dtype, "",
+                                             (), "", "", 0, getattr(out, "strides", None)))
 
     def read_value(self, tensor) -> None:
         raise JitError(f"jit: the function reads a tensor's values (.item(), .numpy(), .tolist() or bool(), of a "
-                       f"{tensor.dtype} {tensor.shape} tensor) while it is captured, after {len(self.steps)} "
+                       f"{tensor.dtype} {tensor.shape} tensor) while it is captured, after {len(self.instructions)} "
                        "primitives: Python code that reads values may take another path on the next call, so a "
                        "replay could be wrong. Read the values outside the compiled function (return the tensor "
                        "instead), or run it uncompiled")
@@ -212,9 +213,9 @@ def _produced(rec: Capture, array, what: str) -> int:
 # ---------------------------------------------------------------- two captures must agree
 def difference(a: Capture, b: Capture) -> str:
     """'' if replaying capture `a` would do what capture `b` did; else what differs, in words."""
-    if len(a.steps) != len(b.steps):
-        return f"the first call ran {len(a.steps)} primitives and the next {len(b.steps)}"
-    for i, (s, t) in enumerate(zip(a.steps, b.steps)):
+    if len(a.instructions) != len(b.instructions):
+        return f"the first call ran {len(a.instructions)} primitives and the next {len(b.instructions)}"
+    for i, (s, t) in enumerate(zip(a.instructions, b.instructions)):
         if (s.op, s.ins, s.params, s.array_params, s.shape, s.dtype) != \
                 (t.op, t.ins, t.params, t.array_params, t.shape, t.dtype):
             return f"primitive {i} was {s.op.name} {s.shape} and then {t.op.name} {t.shape}"
@@ -225,7 +226,8 @@ def difference(a: Capture, b: Capture) -> str:
             return f"input {j} changed from {x.array.dtype} {x.array.shape} to {y.array.dtype} {y.array.shape}"
         if x.arg is None and (x.live() is None or x.live() is not y.live()) and not _equal(a.backend, x, y):
             user = next((f"{s.op.name} (primitive {i}, in {'.'.join(s.scope) or 'the function'})"
-                         for i, s in enumerate(b.steps) if ("x", j) in s.ins + tuple(r for _, r in s.array_params)),
+                         for i, s in enumerate(b.instructions)
+                         if ("x", j) in s.ins + tuple(r for _, r in s.array_params)),
                         "an op")
             return (f"a constant read by {user} changed between calls ({x.array.dtype} {x.array.shape}): a value "
                     "that changes from call to call (a learning rate, a position, a random draw) must reach the "
@@ -252,15 +254,17 @@ class Derived:
 
 
 class Kernel:
-    """One step of a program: `run()` computes its output array from the program's current arrays."""
-    __slots__ = ("fn", "ins", "params", "array_params", "out", "step")
+    """One instruction of a program run as its primitive's forward: `run()` computes its output array from the
+    program's current arrays."""
+    __slots__ = ("fn", "ins", "params", "array_params", "out", "instruction")
 
-    def __init__(self, step: Step, slots: list, backend):
-        fn = step.op()
-        fn.backend, fn.needs_grad = backend, (False,) * len(step.ins)
-        self.fn, self.step, self.out = fn, step, slots[step.out]
-        self.ins = tuple(slots[k] for k in step.ins)
-        self.params, self.array_params = dict(step.params), tuple((n, slots[k]) for n, k in step.array_params)
+    def __init__(self, instruction: Instruction, slots: list, backend):
+        fn = instruction.op()
+        fn.backend, fn.needs_grad = backend, (False,) * len(instruction.ins)
+        self.fn, self.instruction, self.out = fn, instruction, slots[instruction.out]
+        self.ins = tuple(slots[k] for k in instruction.ins)
+        self.params = dict(instruction.params)
+        self.array_params = tuple((n, slots[k]) for n, k in instruction.array_params)
 
     def run(self):
         for name, slot in self.array_params:
@@ -274,14 +278,14 @@ class Program:
 
     def __init__(self, rec: Capture, fuse: bool):
         backend = self.backend = rec.backend
-        self.slots = [Tensor._make(None, backend) for _ in rec.steps]            # slot k: made by step k
+        self.slots = [Tensor._make(None, backend) for _ in rec.instructions]     # slot k: made by instruction k
         self.source_slots = [Tensor._make(src.array, backend) for src in rec.sources]
-        self.all = self.slots + self.source_slots                               # what a step's index names
+        self.all = self.slots + self.source_slots                               # what an instruction's index names
         named = lambda ref: self.all[_index(ref, rec)]  # noqa: E731
-        self.steps = [dataclasses.replace(s, ins=tuple(_index(r, rec) for r in s.ins),
+        self.instructions = [dataclasses.replace(s, ins=tuple(_index(r, rec) for r in s.ins),
                                           array_params=tuple((n, _index(r, rec)) for n, r in s.array_params))
-                      for s in rec.steps]
-        self.plain = [Kernel(s, self.all, backend) for s in self.steps]
+                      for s in rec.instructions]
+        self.plain = [Kernel(s, self.all, backend) for s in self.instructions]
         self.args = [(src.arg, self.source_slots[j]) for j, src in enumerate(rec.sources) if src.arg is not None]
         self.live = [(src.owner, self.source_slots[j], src.array.shape, src.array.dtype)
                      for j, src in enumerate(rec.sources) if src.arg is None and src.live() is not None]
@@ -289,7 +293,7 @@ class Program:
                        for j, attr, k, starts_empty in rec.writes]
         spec, refs = rec.outputs
         self.outputs = (spec, tuple(named(r) for r in refs))
-        self.alias = {}                  # expand's step -> its input's, for the broadcasts fusion elides
+        self.alias = {}                  # expand's instruction -> its input's, for the broadcasts fusion elides
         self.plans = []                  # the generated kernels' plans (kernels.Kernel), fusion's
         self.kernels = fuse_program(self) if fuse else self.plain
         self.runs = [kernel.run for kernel in self.kernels]
@@ -341,9 +345,9 @@ class Program:
         eager's either way, but a matmul reading an array rounds by its layout, so a layout that differs would
         let later results drift: then this program replays unfused, and this replay runs again that way."""
         self.checked = True
-        if all(k.out.data is None or steps[-1].strides is None
-               or layout(k.out.data.shape, k.out.data.strides) == layout(steps[-1].shape, steps[-1].strides)
-               for k in self.kernels for steps in [fuse_steps(k)]):
+        if all(k.out.data is None or last.strides is None
+               or layout(k.out.data.shape, k.out.data.strides) == layout(last.shape, last.strides)
+               for k in self.kernels for last in [kernel_instructions(k)[-1]]):
             return
         self.kernels, self.runs = self.plain, [kernel.run for kernel in self.plain]
         for run in self.runs:
@@ -354,7 +358,7 @@ class Program:
         state = trace.STATE.get()
         for kernel in self.plain:
             kernel.run()
-            s = kernel.step
+            s = kernel.instruction
             if s.op is not Derived:
                 trace.emit(kernel.fn, kernel.ins, kernel.out,
                            dataclasses.replace(state, phase=s.phase, scope=s.scope, step=s.step, origin=s.origin),
@@ -365,21 +369,21 @@ class Program:
         return [slot for _, slot in self.args] + [slot for _, slot, *_ in self.live]
 
     def written_in_place(self) -> list:
-        """The source slots a step writes into (setrows: a static KV cache's buffers)."""
-        return [self.all[s.ins[0]] for s in self.steps if s.op is SetRows]
+        """The source slots an instruction writes into (setrows: a static KV cache's buffers)."""
+        return [self.all[s.ins[0]] for s in self.instructions if s.op is SetRows]
 
     @staticmethod
     def reads_back(kernel) -> bool:
-        """Whether `kernel` may read values back to the host: a derived step (an index's bounds check)."""
-        return any(s.op is Derived for s in fuse_steps(kernel))
+        """Whether `kernel` may read values back to the host: a derived instruction (an index's bounds check)."""
+        return any(s.op is Derived for s in kernel_instructions(kernel))
 
     def spec(self, k: int) -> tuple:
-        """(shape, dtype) of what index k names: step k's result as captured, or a source array as it is now."""
-        made = self.steps[k] if k < len(self.steps) else self.all[k].data
+        """(shape, dtype) of what index k names: instruction k's result as captured, or a source array as it is now."""
+        made = self.instructions[k] if k < len(self.instructions) else self.all[k].data
         return made.shape, made.dtype
 
     def escaping(self) -> set:
-        """The steps whose arrays outlive a replay: returned, or written back into a tensor."""
+        """The instructions whose arrays outlive a replay: returned, or written back into a tensor."""
         kept = {slot for *_, slot, _ in self.writes} | set(self.outputs[1])
         return {k for k, slot in enumerate(self.slots) if slot in kept}
 
@@ -403,7 +407,7 @@ class Program:
 
 def _index(ref: tuple, rec: Capture) -> int:
     """A ref as an index into Program.all: slots first, then sources."""
-    return ref[1] if ref[0] == "s" else len(rec.steps) + ref[1]
+    return ref[1] if ref[0] == "s" else len(rec.instructions) + ref[1]
 
 
 class _Stale(Exception):

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .backend import ArrayBackend
-from .hf_folder import temporary, write_text
+from .files import temporary, write_text
 from .kernels import MATH, MATH_OPS, TYPES, Kernel, Ufunc, layout, unary
 
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fwrapv",
@@ -126,21 +126,21 @@ def _address(a) -> int:
 
 
 class Generated:
-    """A replay's step that runs a generated kernel: out = k(*ins). The arrays must have the strides the kernel
+    """A replay's kernel that runs a generated function: out = k(*ins). The arrays must have the strides the kernel
     was written for; when one does not (an input laid out otherwise at this call), `fallback` (numpy's functions)
     runs instead. With `reuse`, the array written by the first replay is written again by later ones. An array's
     address is looked up again only when it is another array than at the last call (numpy takes about 2 µs to
     say where an array is)."""
-    __slots__ = ("kernel", "function", "ins", "out", "steps", "want", "fallback", "reuse", "buffer", "alloc", "seen",
-                 "where", "held")
+    __slots__ = ("kernel", "function", "ins", "out", "instructions", "want", "fallback", "reuse", "buffer", "alloc",
+                 "seen", "where", "held")
 
-    def __init__(self, kernel: Kernel, function, ins: list, out, steps: list, strides: list, out_strides: tuple,
+    def __init__(self, kernel: Kernel, function, ins: list, out, instructions: list, strides: list, out_strides: tuple,
                  fallback, reuse: bool):
-        self.kernel, self.function, self.ins, self.out, self.steps = kernel, function, ins, out, steps
+        self.kernel, self.function, self.ins, self.out, self.instructions = kernel, function, ins, out, instructions
         self.want, self.fallback, self.reuse, self.buffer = strides, fallback, reuse, None
         self.seen, self.where = [None] * (len(ins) + 1), [0] * (len(ins) + 1)   # the last arrays, their addresses
         self.held = [None] * len(ins)                  # a number's array (numpy scalars have no memory of their own)
-        last = steps[-1]
+        last = instructions[-1]
         shape, inverse = layout(last.shape, out_strides)                          # eager's layout of the result
         self.alloc = lambda: np.empty(shape, last.dtype).transpose(inverse)
 
@@ -215,7 +215,7 @@ class CpuBackend(ArrayBackend):
         return made[name] if made else super().ufunc(name)
 
     def generated(self, kernels: list, runs: list) -> list | None:
-        """Generated steps (Generated) for `kernels`, compiled into one library; None without a C compiler, or
+        """Generated kernels (Generated) for `kernels`, compiled into one library; None without a C compiler, or
         when it refuses the source (a compiler that takes other flags: said in one line, numpy's functions run)."""
         comp = compiler()
         if comp is None or not kernels:

@@ -98,19 +98,19 @@ def compile_ptx(text: str, arch: str = "compute_90") -> str:
 
 
 class CudaGenerated:
-    """A replay's step that launches a generated kernel on the GPU: out = k(*ins), one thread per element. The
+    """A replay's kernel that launches a generated function on the GPU: out = k(*ins), one thread per element. The
     inputs must have the strides it was written for, else `fallback` (CuPy's functions) runs; with `reuse` the
     array written by the first replay is written again by later ones. A number among the inputs (a numpy scalar,
     as `backend.constant` makes them) is copied to the GPU once per new number: the kernel reads every input
     through a pointer, and CuPy would pass a number by value."""
-    __slots__ = ("kernel", "function", "ins", "out", "steps", "want", "fallback", "reuse", "buffer", "alloc", "grid",
-                 "xp", "numbers")
+    __slots__ = ("kernel", "function", "ins", "out", "instructions", "want", "fallback", "reuse", "buffer", "alloc",
+                 "grid", "xp", "numbers")
 
-    def __init__(self, kernel: Kernel, function, ins: list, out, steps: list, strides: list, out_strides: tuple,
+    def __init__(self, kernel: Kernel, function, ins: list, out, instructions: list, strides: list, out_strides: tuple,
                  fallback, reuse: bool, xp):
-        self.kernel, self.function, self.ins, self.out, self.steps = kernel, function, ins, out, steps
+        self.kernel, self.function, self.ins, self.out, self.instructions = kernel, function, ins, out, instructions
         self.want, self.fallback, self.reuse, self.buffer = strides, fallback, reuse, None
-        last = steps[-1]
+        last = instructions[-1]
         shape, inverse = layout(last.shape, out_strides)                          # eager's layout of the result
         self.alloc = lambda: xp.empty(shape, last.dtype).transpose(inverse)
         self.grid = ((math.prod(last.shape) + THREADS - 1) // THREADS,)
@@ -135,7 +135,7 @@ class CudaGenerated:
 
 
 def load(kernels: list[Kernel], runs: list, cupy) -> list:
-    """The launchable steps of `kernels`: one module compiled by NVRTC through CuPy (which caches it on disk)."""
+    """The launchable kernels of `kernels`: one module compiled by NVRTC through CuPy (which caches it on disk)."""
     module = cupy.RawModule(code=source(kernels), options=OPTIONS, name_expressions=None)
     return [run[5] if k.reduce else CudaGenerated(k, module.get_function(k.name), *run, cupy)
             for k, run in zip(kernels, runs)]
@@ -184,7 +184,7 @@ class ReplayGraph:
         memory into an array of its own, so nothing a caller holds is overwritten by the next replay;
       - the graph's intermediate arrays come from a memory pool of its own, kept as long as the graph: nothing
         else can be handed memory the graph still writes;
-      - a step that reads values back to the host (an index's bounds check) cannot be captured: it runs between
+      - a kernel that reads values back to the host (an index's bounds check) cannot be captured: it runs between
         two graphs, as eagerly, and its result is copied into a buffer of the graph's own.
     The kernels and their order are the program's, so a graph replay equals a kernel-by-kernel one bit for bit.
     Where CUDA cannot capture a kernel, `ReplayGraph.make` answers None with the reason, and the program runs
@@ -216,7 +216,7 @@ class ReplayGraph:
 
     def capture(self, program) -> None:
         """Run the kernels once in the graph's own memory (compiling what still needs it, filling its pool), then
-        record each stretch between host steps as a graph and run it, so that the host step after it reads real
+        record each stretch between host kernels as a graph and run it, so that the host kernel after it reads real
         values; the inputs' current arrays are put back after."""
         xp, now = self.xp, [(slot, slot.data) for slot, _ in self.copied]
         with xp.cuda.using_allocator(self.pool.malloc), self.stream:
@@ -271,7 +271,7 @@ class ReplayGraph:
             return False
         self._copy_in()
         for part in self.parts:
-            if isinstance(part, tuple):              # a host step: run as eagerly, its result put where graphs read
+            if isinstance(part, tuple):              # a host kernel: run as eagerly, its result put where graphs read
                 kernel, buffer = part
                 kernel.run()
                 if kernel.out.data is not buffer:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import cpu_kernels, cuda_kernels
 from .dtypes import nbytes
-from .fuse import kernel_bytes, kernel_flops, kernel_steps
+from .fuse import kernel_bytes, kernel_flops, kernel_instructions
 from .compiled import program_of
 from .graph import Graph, is_movement, record_graph
 from .graph_dot import STYLE
@@ -100,7 +100,7 @@ class Explorer:
 
     def save(self, path) -> Path:
         """Write the page (one file, nothing fetched when it opens). Returns the path."""
-        from .hf_folder import write_text
+        from .files import write_text
         path = Path(path)
         if path.suffix.lower() != ".html":
             raise ValueError(f"Explorer.save: {path} must end in .html")
@@ -111,8 +111,8 @@ class Explorer:
     def at(self, path: Path) -> str:
         """The page as saved at `path`: its links to the lessons lead from that folder to the course's lessons/
         (in a clone of the repository; elsewhere they stay relative, lessons/NN_name.py)."""
-        from .course import LESSONS
-        from .hf_folder import relative_path
+        from .clone import LESSONS
+        from .files import relative_path
         if not self.data.get("lessons") or not LESSONS.is_dir():
             return self.html
         root = relative_path(LESSONS, Path(path).resolve().parent)
@@ -245,7 +245,7 @@ def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool, p
             "edges": edges, "modules": _modules(views, nodes, phases), "values": values}
     if program is not None:                  # the whole program's size (a fold draws one layer's kernels)
         data["program"] = {"kernels": len(program.kernels), "primitives": len(program.plain),
-                           "fused": sum(1 for k in program.kernels if len(kernel_steps(k)) > 1)}
+                           "fused": sum(1 for k in program.kernels if len(kernel_instructions(k)) > 1)}
     return data
 
 
@@ -397,22 +397,22 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
     program is matched to the recording call by call (both hold the same primitives, in the order they ran). With
     `fold`, a kernel of a layer the fold stands for (layers.1 .. of an identical run) is drawn as the first
     layer's kernel that runs its counterpart, as the other panes draw that layer's ops."""
-    steps = program.steps
+    instructions = program.instructions
     ops = graph.ops()
-    calls = [k for k, s in enumerate(steps) if s.op.name != "derived"]          # index checks: no graph node
-    if len(calls) != len(ops) or any(graph.nodes[g].label != steps[k].op.name or
-                                     tuple(graph.nodes[g].shape) != tuple(steps[k].shape)
+    calls = [k for k, s in enumerate(instructions) if s.op.name != "derived"]          # index checks: no graph node
+    if len(calls) != len(ops) or any(graph.nodes[g].label != instructions[k].op.name or
+                                     tuple(graph.nodes[g].shape) != tuple(instructions[k].shape)
                                      for k, g in zip(calls, ops)):
         raise RuntimeError(f"explore: the compiled program ({len(calls)} primitives) did not run what the "
                            f"recording did ({len(ops)} primitives), so its kernels cannot be matched to the graph")
-    node_of = dict(zip(calls, ops))                                            # step -> graph node
+    node_of = dict(zip(calls, ops))                                            # instruction -> graph node
     rep = {}
     if fold:
         for phase in ("forward", "backward"):
             rep.update(folded_layers(graph, phase)[0])
-    number = {id(s): k for k, s in enumerate(steps)}
-    kernels = [[number[id(s)] for s in kernel_steps(k)] for k in program.kernels]
-    kernel_of = {k: i for i, ks in enumerate(kernels) for k in ks}             # step -> the kernel running it
+    number = {id(s): k for k, s in enumerate(instructions)}
+    kernels = [[number[id(s)] for s in kernel_instructions(k)] for k in program.kernels]
+    kernel_of = {k: i for i, ks in enumerate(kernels) for k in ks}             # instruction -> its kernel
     alias = program.alias                                                      # broadcasts elided by fusion
     kernel_of.update({k: kernel_of[j] for k, j in alias.items() if j in kernel_of})
     by_node = {node_of[k]: i for k, i in kernel_of.items() if k in node_of}    # graph node -> kernel
@@ -446,21 +446,21 @@ def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple
     for i, ks in enumerate(kernels):
         dst = draw[i]
         for k in ks:
-            for j in (alias.get(j, j) for j in steps[k].ins):
+            for j in (alias.get(j, j) for j in instructions[k].ins):
                 src = draw[kernel_of[j]] if j in kernel_of else None
                 if src is None or dst is None or src == dst or (src, dst) in seen:
                     continue
                 seen.add((src, dst))
-                edges.append([f"c{src}", f"c{dst}", list(steps[j].shape), False])
+                edges.append([f"c{src}", f"c{dst}", list(instructions[j].shape), False])
     return out, edges
 
 
 def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
-    """The page's node for kernel i, which runs the steps `ks` (the primitives `runs` of the other panes): what it
-    reads from outside itself, writes, costs, and the bytes of intermediates a fused chain never writes."""
-    steps, alias = program.steps, program.alias
-    last, inside, reads = steps[ks[-1]], set(ks), []
-    for j in (alias.get(j, j) for k in ks for j in steps[k].ins):
+    """The page's node for kernel i, which runs the instructions `ks` (the primitives `runs` of the other panes): what
+    it reads from outside itself, writes, costs, and the bytes of intermediates a fused chain never writes."""
+    instructions, alias = program.instructions, program.alias
+    last, inside, reads = instructions[ks[-1]], set(ks), []
+    for j in (alias.get(j, j) for k in ks for j in instructions[k].ins):
         if j not in inside and j not in reads:
             reads.append(j)
     moved = kernel_bytes(program, program.kernels[i])                           # a kernel of views: none
@@ -468,23 +468,23 @@ def _kernel_node(program, i: int, ks: list, runs: list) -> dict:
     flops = kernel_flops(program.kernels[i])
     inputs = [(tuple(shape), str(dtype)) for shape, dtype in map(program.spec, reads)]
     return {"id": f"c{i}", "phase": "compiled", "kind": kind, "data_kind": "op",
-            "label": "index check" if kind == "check" else " > ".join(steps[k].op.name for k in ks),
+            "label": "index check" if kind == "check" else " > ".join(instructions[k].op.name for k in ks),
             "path": ".".join(last.scope), "scope": list(last.scope), "step": last.step,
             "note": f"{len(ks)} primitives, one kernel" if kind == "fused" else "", "origin": "",
             "shape": list(last.shape), "dtype": str(last.dtype), "scalar": False,
             "inputs": [[list(shape), dtype] for shape, dtype in inputs], "flops": flops,
             "matmul_flops": flops if last.op.name == "matmul" else 0,
             "bytes_read": moved[0], "bytes_written": moved[1],
-            "bytes_saved": sum(nbytes(steps[k].shape, steps[k].dtype) for k in ks[:-1]),
-            "runs": runs, "ops": [steps[k].op.name for k in ks]}
+            "bytes_saved": sum(nbytes(instructions[k].shape, instructions[k].dtype) for k in ks[:-1]),
+            "runs": runs, "ops": [instructions[k].op.name for k in ks]}
 
 
 def _plans(program) -> dict:
-    """kernel index -> the generated plan (kernels.Kernel) of that kernel, matched by the steps both run: a program
-    switched back to its unfused kernels runs none of its plans."""
-    by_steps = {tuple(map(id, plan.steps)): plan for plan in program.plans}
-    return {i: by_steps[key] for i, k in enumerate(program.kernels)
-            if (key := tuple(map(id, kernel_steps(k)))) in by_steps}
+    """kernel index -> the generated plan (kernels.Kernel) of that kernel, matched by the instructions both run: a
+    program switched back to its unfused kernels runs none of its plans."""
+    by_instructions = {tuple(map(id, plan.instructions)): plan for plan in program.plans}
+    return {i: by_instructions[key] for i, k in enumerate(program.kernels)
+            if (key := tuple(map(id, kernel_instructions(k)))) in by_instructions}
 
 
 def _code(program, i: int, plan) -> dict:
@@ -493,9 +493,9 @@ def _code(program, i: int, plan) -> dict:
     gpu = program.backend.name.startswith("cuda")
     lib = "CuPy" if gpu else "numpy"
     if plan is None:
-        return {"code": _why_not(kernel_steps(program.kernels[i]), lib)}
+        return {"code": _why_not(kernel_instructions(program.kernels[i]), lib)}
     source = {"c": cpu_kernels.function(plan), "cuda": cuda_kernels.function(plan)}
-    if getattr(program.kernels[i], "kernel", None) is plan:       # the replay's step runs the compiled function
+    if getattr(program.kernels[i], "kernel", None) is plan:       # the replay's kernel runs the compiled function
         return {"code": f"generated {'CUDA C' if gpu else 'C'}, compiled once, run at every replay", "source": source}
     if plan.reduce and gpu:
         return {"code": "generated, but CuPy's functions run it: CuPy sums a row in another order than the "
@@ -504,19 +504,19 @@ def _code(program, i: int, plan) -> dict:
             "source": source}
 
 
-def _why_not(steps: list, lib: str) -> str:
+def _why_not(instructions: list, lib: str) -> str:
     """Why a kernel has no generated source, in a line: an index check, a lone primitive, or a chain holding an op
     (or a dtype) the kernel language leaves to the array library."""
-    names = [s.op.name for s in steps]
+    names = [s.op.name for s in instructions]
     if names == ["derived"]:
         return f"{lib}'s: an index's bounds check, a Python function on the arrays"
-    if len(steps) == 1:
+    if len(instructions) == 1:
         return f"runs {lib}'s function ({names[0]}): source is generated for fused chains only"
-    odd = next((s.op.name for s in steps if op_name(s) not in EXPR), None)
+    odd = next((s.op.name for s in instructions if op_name(s) not in EXPR), None)
     if odd is not None:
         return (f"a chain with {odd} stays {lib}'s: the kernel language has no {odd} (a generated kernel computes "
                 f"what eager does, bit for bit)")
-    dtype = str(steps[-1].dtype)
+    dtype = str(instructions[-1].dtype)
     if dtype not in TYPES:
         return f"a chain of {dtype} stays {lib}'s: kernels are generated for {', '.join(TYPES)}"
     return f"a chain that stays {lib}'s functions: no kernel was planned for its operands' layouts or dtypes"

@@ -1,4 +1,4 @@
-"""From a verified capture's steps to the kernels a replay runs, and the program as text and as a drawing.
+"""From a verified capture's instructions to the kernels a replay runs, and the program as text and as a drawing.
 
 This file is the plan; the backend does the work: every array function a replay calls, the backend hands over by
 name (`backend.ufunc`: numpy's or CuPy's, or its own, as the GPU's cuBLAS matmul and MATH's exp), and the
@@ -6,7 +6,7 @@ generated kernels are the backend's to make (`backend.generated`: C on the CPU, 
 exact (a replay stays bit-identical to eager on the same device):
 - **Broadcasts elided.** An `expand` whose every reader is an elementwise op that also reads an operand of the
   full shape is dropped: the array library broadcasts on the fly, as the expand's view would have.
-- **Groups generated.** Where the backend generates kernels, each elementwise step the kernel language computes
+- **Groups generated.** Where the backend generates kernels, each elementwise instruction the kernel language computes
   joins the kernel of its one reader (`_groups`): a tree of primitives computed in one loop, its intermediates
   never written to memory (kernels.py is the language).
 - **Chains fused.** Elsewhere, elementwise ops of one shape and dtype, each read only by the next, become one
@@ -40,10 +40,10 @@ class Direct:
     """A primitive calling its array function straight: out = f(*ins, *extra). With `reuse` (an array function
     that writes into `out=`, and a result nobody keeps after the call) the array made by the first replay is
     written again by every later one: no allocation."""
-    __slots__ = ("f", "ins", "extra", "out", "steps", "reuse", "buffer")
+    __slots__ = ("f", "ins", "extra", "out", "instructions", "reuse", "buffer")
 
-    def __init__(self, f, ins, out, steps, extra: tuple = (), reuse: bool = False):
-        self.f, self.ins, self.out, self.steps, self.extra = f, ins, out, steps, extra
+    def __init__(self, f, ins, out, instructions, extra: tuple = (), reuse: bool = False):
+        self.f, self.ins, self.out, self.instructions, self.extra = f, ins, out, instructions, extra
         self.reuse, self.buffer = reuse, None
 
     def run(self):
@@ -61,10 +61,11 @@ class Direct:
 class Unary:
     """out = f(a, *extra), one array in (a reshape, a transpose, a unary ufunc); with `reuse`, a ufunc writing
     every replay after the first into the array the first made (as Direct)."""
-    __slots__ = ("f", "a", "extra", "out", "steps", "reuse", "buffer")
+    __slots__ = ("f", "a", "extra", "out", "instructions", "reuse", "buffer")
 
-    def __init__(self, f, a, out, steps, extra: tuple = (), reuse: bool = False):
-        self.f, self.a, self.out, self.steps, self.extra, self.reuse, self.buffer = f, a, out, steps, extra, reuse, None
+    def __init__(self, f, a, out, instructions, extra: tuple = (), reuse: bool = False):
+        self.f, self.a, self.out, self.instructions, self.extra = f, a, out, instructions, extra
+        self.reuse, self.buffer = reuse, None
 
     def run(self):
         if self.buffer is not None:
@@ -77,10 +78,11 @@ class Unary:
 
 class Binary:
     """out = f(a, b), two arrays in (an add, a product, a matmul), with `reuse` as Unary's."""
-    __slots__ = ("f", "a", "b", "out", "steps", "reuse", "buffer")
+    __slots__ = ("f", "a", "b", "out", "instructions", "reuse", "buffer")
 
-    def __init__(self, f, a, b, out, steps, reuse: bool = False):
-        self.f, self.a, self.b, self.out, self.steps, self.reuse, self.buffer = f, a, b, out, steps, reuse, None
+    def __init__(self, f, a, b, out, instructions, reuse: bool = False):
+        self.f, self.a, self.b, self.out, self.instructions = f, a, b, out, instructions
+        self.reuse, self.buffer = reuse, None
 
     def run(self):
         if self.buffer is not None:
@@ -91,24 +93,24 @@ class Binary:
                 self.buffer = r
 
 
-def direct(f, ins: list, out, steps: list, extra: tuple = (), reuse: bool = False):
+def direct(f, ins: list, out, instructions: list, extra: tuple = (), reuse: bool = False):
     """The kernel that calls f on the arrays of `ins`: a Unary or a Binary where they fit, else a Direct. Per
     call, a Unary or Binary takes about 0.3 µs of Python, a Direct (any number of arrays) about 0.8 µs."""
     if len(ins) == 1:
-        return Unary(f, ins[0], out, steps, extra, reuse)
+        return Unary(f, ins[0], out, instructions, extra, reuse)
     if len(ins) == 2 and not extra:
-        return Binary(f, *ins, out, steps, reuse)
-    return Direct(f, ins, out, steps, extra, reuse)
+        return Binary(f, *ins, out, instructions, reuse)
+    return Direct(f, ins, out, instructions, extra, reuse)
 
 
 class Chain:
     """Elementwise ops of one shape and dtype, each reading the one before: the first allocates the result, the
     others write into it in place. links: (f, the other operand or None for a unary op, whether the result so
     far comes first)."""
-    __slots__ = ("first", "links", "out", "steps")
+    __slots__ = ("first", "links", "out", "instructions")
 
-    def __init__(self, first: Direct, links: list, out, steps):
-        self.first, self.links, self.out, self.steps = first, links, out, steps
+    def __init__(self, first: Direct, links: list, out, instructions):
+        self.first, self.links, self.out, self.instructions = first, links, out, instructions
 
     def run(self):
         r = self.first.compute()
@@ -123,12 +125,12 @@ class Chain:
 
 
 class Group:
-    """Elementwise steps that one generated kernel computes (the plan: see _groups), until the backend makes it; and
-    its fallback, each step's own primitive in turn, for an input laid out otherwise at a later call."""
-    __slots__ = ("steps", "plain", "out", "reuse")
+    """Elementwise instructions that one generated kernel computes (the plan: see _groups), until the backend makes
+    it; and its fallback, each instruction's own primitive in turn, for an input laid out otherwise at a later call."""
+    __slots__ = ("instructions", "plain", "out", "reuse")
 
-    def __init__(self, steps: list, plain: list, out, reuse: bool):
-        self.steps, self.plain, self.out, self.reuse = steps, plain, out, reuse
+    def __init__(self, instructions: list, plain: list, out, reuse: bool):
+        self.instructions, self.plain, self.out, self.reuse = instructions, plain, out, reuse
 
     def run(self):
         for kernel in self.plain:
@@ -138,10 +140,10 @@ class Group:
 class Indexed:
     """A slice with its key made once: out = a[key], a view, made again only when `a` is another array than at the
     last replay (so a generated kernel reading it finds the array it saw, and its address, again)."""
-    __slots__ = ("a", "key", "out", "steps", "seen", "view")
+    __slots__ = ("a", "key", "out", "instructions", "seen", "view")
 
-    def __init__(self, a, bounds, out, steps):
-        self.a, self.key, self.out, self.steps = a, tuple(slice(lo, hi) for lo, hi in bounds), out, steps
+    def __init__(self, a, bounds, out, instructions):
+        self.a, self.key, self.out, self.instructions = a, tuple(slice(lo, hi) for lo, hi in bounds), out, instructions
         self.seen = self.view = None
 
     def run(self):
@@ -156,10 +158,11 @@ class Viewed:
     only when that array is another object than at the last replay (an optimizer rebinds a weight to a new
     array), else the same view of the same memory. Only for a result that is a view: a copy would go stale if
     somebody wrote into the array."""
-    __slots__ = ("f", "a", "arg", "out", "steps", "seen", "view")
+    __slots__ = ("f", "a", "arg", "out", "instructions", "seen", "view")
 
-    def __init__(self, f, a, arg, out, steps):
-        self.f, self.a, self.arg, self.out, self.steps, self.seen, self.view = f, a, arg, out, steps, None, None
+    def __init__(self, f, a, arg, out, instructions):
+        self.f, self.a, self.arg, self.out, self.instructions = f, a, arg, out, instructions
+        self.seen = self.view = None
 
     def run(self):
         a = self.a.data
@@ -177,10 +180,11 @@ def _shares(view, a) -> bool:
 
 class Reduced:
     """A sum or a max through the ufunc's reduce: out = add.reduce(a, axes, keepdims) (maximum.reduce)."""
-    __slots__ = ("reduce", "a", "axes", "keepdims", "out", "steps")
+    __slots__ = ("reduce", "a", "axes", "keepdims", "out", "instructions")
 
-    def __init__(self, reduce, a, axes, keepdims, out, steps):
-        self.reduce, self.a, self.axes, self.keepdims, self.out, self.steps = reduce, a, axes, keepdims, out, steps
+    def __init__(self, reduce, a, axes, keepdims, out, instructions):
+        self.reduce, self.a, self.axes, self.keepdims = reduce, a, axes, keepdims
+        self.out, self.instructions = out, instructions
 
     def run(self):
         self.out.data = self.reduce(self.a.data, axis=self.axes, keepdims=self.keepdims)
@@ -191,25 +195,25 @@ def fuse_program(program) -> list:
     backend = program.backend
     if not backend.lowers:
         return program.plain                       # the strict and shape-only devices replay primitive by primitive
-    steps, slots = program.steps, program.all
+    instructions, slots = program.instructions, program.all
     escapes = program.escaping()
-    kept = _kept(steps, escapes)
+    kept = _kept(instructions, escapes)
     readers = {}
-    for i, s in enumerate(steps):
+    for i, s in enumerate(instructions):
         for k in set(s.ins + tuple(k for _, k in s.array_params)):
             readers.setdefault(k, []).append(i)
-    alias = program.alias = _elided_expands(steps, readers, escapes)
+    alias = program.alias = _elided_expands(instructions, readers, escapes)
     name = lambda k: slots[alias.get(k, k)]  # noqa: E731
     shape = lambda k: program.spec(k)[0]  # noqa: E731
     groups = _groups(program, readers, escapes) if backend.generates() else {}
     inside = {j for members in groups.values() for j in members[:-1]}
     kernels, chain = [], None
-    for i, (s, plain) in enumerate(zip(steps, program.plain)):
+    for i, (s, plain) in enumerate(zip(instructions, program.plain)):
         if i in alias or i in inside:
             continue
         if i in groups:
             chain = _close(chain, kernels, kept)
-            members = [steps[j] for j in groups[i]]
+            members = [instructions[j] for j in groups[i]]
             kernels.append(Group(members, [program.plain[j] for j in groups[i]], name(s.out),
                                  i not in kept and s.shape != ()))
             continue
@@ -221,14 +225,14 @@ def fuse_program(program) -> list:
                 kernels.append(direct(backend.ufunc("matmul"), [name(k) for k in s.ins], name(s.out), [s],
                                       reuse=reuse))
             else:
-                kernels.append(_lowered(s, plain, backend, name, shape, steps, i not in kept and s.shape != ()))
+                kernels.append(_lowered(s, plain, backend, name, shape, instructions, i not in kept and s.shape != ()))
             continue
         ins = [name(k) for k in s.ins]
         if chain is not None and _extends(chain, s, i, readers, escapes):
-            prev = chain.steps[-1].out
+            prev = chain.instructions[-1].out
             others = [name(k) for k in s.ins if k != prev]
             chain.links.append((ufunc, others[0] if others else None, s.ins[0] == prev))
-            chain.steps.append(s)
+            chain.instructions.append(s)
             chain.out = name(s.out)
         else:
             chain = _close(chain, kernels, kept)
@@ -240,33 +244,34 @@ def fuse_program(program) -> list:
 def _generated(program, kernels: list, kept: set, alias: dict) -> list:
     """`kernels` with each fused chain of float32 or float64 ops replaced by one generated kernel (kernels.py),
     where the backend generates them (the CPU's, as C); the chain stays as its fallback."""
-    steps, slots = program.steps, program.all
+    instructions, slots = program.instructions, program.all
 
     def operand(k):
         k = alias.get(k, k)
         shape, dtype = program.spec(k)
-        strides = steps[k].strides if k < len(steps) else slots[k].data.strides
+        strides = instructions[k].strides if k < len(instructions) else slots[k].data.strides
         return shape, dtype, strides, dtype.itemsize
     held = {id(slot) for _, slot in program.args} | {id(slot) for _, slot, *_ in program.live}
 
     def constant(k):
         """The number a 0-d constant of the program holds (never an argument or a live tensor), else None."""
         k = alias.get(k, k)
-        if k < len(steps) or id(slots[k]) in held or program.spec(k)[0] != ():
+        if k < len(instructions) or id(slots[k]) in held or program.spec(k)[0] != ():
             return None
         return slots[k].item()
     plans, runs, where = [], [], []
     for i, chain in enumerate(kernels):
-        if not isinstance(chain, (Chain, Group)) or chain.steps[-1].strides is None:
+        if not isinstance(chain, (Chain, Group)) or chain.instructions[-1].strides is None:
             continue
-        last = chain.steps[-1]
-        plan = build(f"k{i}", chain.steps, operand, last.strides, constant)
+        last = chain.instructions[-1]
+        plan = build(f"k{i}", chain.instructions, operand, last.strides, constant)
         if plan is None:
             continue
         ins = [slots[alias.get(k, k)] for k in plan.reads]
         plans.append(plan)
         reuse = chain.reuse if isinstance(chain, Group) else chain.first.reuse
-        runs.append((ins, chain.out, chain.steps, [operand(k)[2] for k in plan.reads], last.strides, chain, reuse))
+        runs.append((ins, chain.out, chain.instructions, [operand(k)[2] for k in plan.reads], last.strides, chain,
+                     reuse))
         where.append(i)
     program.plans = plans
     made = program.backend.generated(plans, runs) if plans else None
@@ -276,24 +281,24 @@ def _generated(program, kernels: list, kept: set, alias: dict) -> list:
 
 
 def _groups(program, readers: dict, escapes: set) -> dict:
-    """{the last step of a group: the group's steps in program order}: each elementwise step the kernel language
-    computes (kernels.op_name) joins the group of its one reader when that reader is such a step too, of the same
-    shape, layout and module (a kernel is one module's, as the explorer draws it), and nothing outside the program
-    keeps the step's result: a tree of primitives whose intermediate values never reach memory. A sum or a max over
-    the last axis may end a group (float32, float64; its input laid out in rows): each row reduced as numpy does.
-    Groups of one step stay the array library's."""
-    steps, into = program.steps, {}
-    for i in range(len(steps) - 1, -1, -1):
-        s = steps[i]
+    """{the last instruction of a group: the group's instructions in program order}: each elementwise instruction the
+    kernel language computes (kernels.op_name) joins the group of its one reader when that reader is such an
+    instruction too, of the same shape, layout and module (a kernel is one module's, as the explorer draws it), and
+    nothing outside the program keeps the instruction's result: a tree of primitives whose intermediate values never
+    reach memory. A sum or a max over the last axis may end a group (float32, float64; its input laid out in rows):
+    each row reduced as numpy does. Groups of one instruction stay the array library's."""
+    instructions, into = program.instructions, {}
+    for i in range(len(instructions) - 1, -1, -1):
+        s = instructions[i]
         if i in escapes or s.array_params or op_name(s) not in EXPR or s.strides is None:
             continue
         (r, *others) = set(readers.get(i, [])) or {None}
-        if r is None or others or steps[r].array_params or steps[r].scope != s.scope:
+        if r is None or others or instructions[r].array_params or instructions[r].scope != s.scope:
             continue
-        if op_name(steps[r]) in EXPR and steps[r].shape == s.shape and \
-                layout(s.shape, steps[r].strides) == layout(s.shape, s.strides):
+        if op_name(instructions[r]) in EXPR and instructions[r].shape == s.shape and \
+                layout(s.shape, instructions[r].strides) == layout(s.shape, s.strides):
             into[i] = r
-        elif reduces_last_axis(steps[r]) and str(s.dtype) in ("float32", "float64") and _rows(s):
+        elif reduces_last_axis(instructions[r]) and str(s.dtype) in ("float32", "float64") and _rows(s):
             into[i] = r             # a row sum's (max's) input: reduced as numpy reduces rows in memory
     groups = {}
     for i in sorted(into):
@@ -305,7 +310,7 @@ def _groups(program, readers: dict, escapes: set) -> dict:
 
 
 def _rows(s) -> bool:
-    """Whether step s's result, as eager lays it out, is rows in memory (C order): then numpy sums each row along
+    """Whether instruction s's result, as eager lays it out, is rows in memory (C order): then numpy sums each row along
     its last axis pairwise, as a generated row sum does."""
     expected, stride = [], s.dtype.itemsize
     for n in reversed(s.shape):
@@ -314,13 +319,13 @@ def _rows(s) -> bool:
     return s.strides is not None and layout(s.shape, s.strides) == layout(s.shape, tuple(expected))
 
 
-def _kept(steps, escapes: set) -> set:
-    """The steps whose arrays outlive a replay: those returned or written back, and any that one of them views
+def _kept(instructions, escapes: set) -> set:
+    """The instructions whose arrays outlive a replay: those returned or written back, and any that one of them views
     (a reshape, permute, expand or slice of a kept array keeps its input's buffer too)."""
     kept = set(escapes)
-    for i in range(len(steps) - 1, -1, -1):
-        if i in kept and getattr(steps[i].op, "may_alias", False):
-            kept.update(k for k in steps[i].ins if k < len(steps))
+    for i in range(len(instructions) - 1, -1, -1):
+        if i in kept and getattr(instructions[i].op, "may_alias", False):
+            kept.update(k for k in instructions[i].ins if k < len(instructions))
     return kept
 
 
@@ -333,19 +338,19 @@ def layout(shape: tuple, strides: tuple | None) -> tuple | None:
 def _close(chain, kernels: list, kept: set):
     """Finish a chain: one kernel (a lone op stays a Direct); its buffer is reused unless its result is kept."""
     if chain is not None:
-        reuse = chain.steps[-1].out not in kept and chain.steps[-1].shape != ()
+        reuse = chain.instructions[-1].out not in kept and chain.instructions[-1].shape != ()
         if chain.links:
             chain.first.reuse = reuse
             kernels.append(chain)
         else:
-            kernels.append(direct(chain.first.f, chain.first.ins, chain.out, chain.steps, reuse=reuse))
+            kernels.append(direct(chain.first.f, chain.first.ins, chain.out, chain.instructions, reuse=reuse))
     return None
 
 
 def _extends(chain: Chain, s, i: int, readers: dict, escapes: set) -> bool:
-    """Whether step `s` (number i) continues the chain in place: it reads the chain's result once, nothing else
+    """Whether instruction `s` (number i) continues the chain in place: it reads the chain's result once, nothing else
     reads that result or keeps it, and it has the chain's shape and dtype."""
-    last, first = chain.steps[-1], chain.steps[0]
+    last, first = chain.instructions[-1], chain.instructions[0]
     return (s.ins.count(last.out) == 1 and readers.get(last.out) == [i] and last.out not in escapes
             and (s.shape, s.dtype, layout(s.shape, s.strides)) == (first.shape, first.dtype,
                                                                    layout(first.shape, first.strides))
@@ -387,47 +392,48 @@ def _lowered(s, plain, backend, name, shape, program_steps, reuse: bool):
     return plain
 
 
-def _elided_expands(steps, readers: dict, escapes: set) -> dict:
+def _elided_expands(instructions, readers: dict, escapes: set) -> dict:
     """{expand's slot: its input's slot} for each expand that every reader can broadcast without: the reader is
     an elementwise op that broadcasts, and another of its operands has the full shape and is not itself an
     expand dropped (two operands both dropped would broadcast to less than the full shape)."""
-    alias = {i: s.ins[0] for i, s in enumerate(steps)
+    alias = {i: s.ins[0] for i, s in enumerate(instructions)
              if s.op is Expand and i not in escapes and i in readers
-             and all(steps[r].op in BROADCASTING and not steps[r].array_params for r in readers[i])}
+             and all(instructions[r].op in BROADCASTING and not instructions[r].array_params for r in readers[i])}
     changed = True
     while changed:                                   # drop an expand only while a full operand stays beside it
         changed = False
         for i in list(alias):
-            if not all(any(k != i and k not in alias and _shape(k, steps) == steps[r].shape for k in steps[r].ins)
+            if not all(any(k != i and k not in alias and _shape(k, instructions) == instructions[r].shape
+                           for k in instructions[r].ins)
                        for r in readers[i]):
                 del alias[i]
                 changed = True
     return alias
 
 
-def _shape(k: int, steps) -> tuple | None:
-    return steps[k].shape if k < len(steps) else None
+def _shape(k: int, instructions) -> tuple | None:
+    return instructions[k].shape if k < len(instructions) else None
 
 
 # ---------------------------------------------------------------- the program, for people
-def kernel_steps(kernel) -> list:
-    """The steps (primitive calls) a kernel runs."""
-    return getattr(kernel, "steps", None) or [kernel.step]
+def kernel_instructions(kernel) -> list:
+    """The instructions (recorded primitive calls) a kernel runs: one, or a fused chain's."""
+    return getattr(kernel, "instructions", None) or [kernel.instruction]
 
 
 def kernel_flops(kernel) -> int:
-    return sum(s.flops for s in kernel_steps(kernel))
+    return sum(s.flops for s in kernel_instructions(kernel))
 
 
 def kernel_bytes(program, kernel) -> tuple[int, int]:
     """(bytes read, bytes written) by a kernel: each array it reads from outside itself once, its result once; a
     kernel of views alone (permute, expand, slice: the input's own memory) moves none."""
-    steps = kernel_steps(kernel)
-    if all(getattr(s.op, "aliases", False) for s in steps):
+    instructions = kernel_instructions(kernel)
+    if all(getattr(s.op, "aliases", False) for s in instructions):
         return 0, 0
-    inside, alias = {s.out for s in steps}, program.alias
-    reads = {alias.get(j, j) for s in steps for j in s.ins} - inside
-    last = steps[-1]
+    inside, alias = {s.out for s in instructions}, program.alias
+    reads = {alias.get(j, j) for s in instructions for j in s.ins} - inside
+    last = instructions[-1]
     return sum(nbytes(*program.spec(j)) for j in reads), nbytes(last.shape, last.dtype)
 
 
@@ -435,7 +441,7 @@ def describe(program) -> str:
     """One line per kernel: what it runs (a fused group lists its primitives), its output, FLOPs, bytes moved
     (read and written), arithmetic intensity (FLOPs per byte) and module."""
     kernels = program.kernels
-    fused = sum(1 for k in kernels if len(kernel_steps(k)) > 1)
+    fused = sum(1 for k in kernels if len(kernel_instructions(k)) > 1)
     moved = [sum(kernel_bytes(program, k)) for k in kernels]
     flops = [kernel_flops(k) for k in kernels]
     lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives ({fused} fused chains, "
@@ -444,10 +450,10 @@ def describe(program) -> str:
              f"  {'#':>4}  {'kernel':<34} {'':<6} {'shape':<16} {'dtype':<8} {'FLOPs':>10} {'bytes':>10} "
              f"{'FLOP/B':>6}  module"]
     for i, k in enumerate(kernels):
-        steps = kernel_steps(k)
-        s = steps[-1]
-        what = " > ".join(t.op.name for t in steps) if len(steps) > 1 else s.op.name
-        kind = "fused" if len(steps) > 1 else ("" if hasattr(k, "fn") else "direct")
+        instructions = kernel_instructions(k)
+        s = instructions[-1]
+        what = " > ".join(t.op.name for t in instructions) if len(instructions) > 1 else s.op.name
+        kind = "fused" if len(instructions) > 1 else ("" if hasattr(k, "fn") else "direct")
         intensity = f"{flops[i] / moved[i]:6.2f}" if moved[i] else f"{'-':>6}"
         lines.append(f"  {i:4d}  {what:<34} {kind:<6} {str(s.shape):<16} {str(s.dtype):<8} "
                      f"{flops[i]:>10,} {moved[i]:>10,} {intensity}  {'.'.join(s.scope)} {s.step}".rstrip())
@@ -460,19 +466,19 @@ def to_dot(program, title: str = "compiled program") -> str:
     index_of, lines = {}, ["digraph program {", f'  label="{text(title)}"; labelloc=t; rankdir=TB;',
                            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
     for i, k in enumerate(program.kernels):
-        steps = kernel_steps(k)
-        for s in steps:
+        instructions = kernel_instructions(k)
+        for s in instructions:
             index_of[s.out] = i
-        last = steps[-1]
-        ops = "\\n".join(t.op.name for t in steps)
-        colour = "#f6d8ae" if len(steps) > 1 else ("#dde8f4" if steps[0].op in UFUNCS else "#eeeeee")
+        last = instructions[-1]
+        ops = "\\n".join(t.op.name for t in instructions)
+        colour = "#f6d8ae" if len(instructions) > 1 else ("#dde8f4" if instructions[0].op in UFUNCS else "#eeeeee")
         lines.append(f'  k{i} [label="{ops}\\n{last.shape} {last.dtype}\\n{kernel_flops(k):,} FLOPs, '
                      f'{nbytes(last.shape, last.dtype):,} B", fillcolor="{colour}"];')
     alias = program.alias
     for i, k in enumerate(program.kernels):
-        steps = kernel_steps(k)
-        inside = {s.out for s in steps}
-        sources = {index_of[alias.get(j, j)] for s in steps for j in s.ins
+        instructions = kernel_instructions(k)
+        inside = {s.out for s in instructions}
+        sources = {index_of[alias.get(j, j)] for s in instructions for j in s.ins
                    if alias.get(j, j) in index_of and j not in inside}
         lines += [f"  k{j} -> k{i};" for j in sorted(sources) if j != i]
     return "\n".join(lines + ["}"]) + "\n"

@@ -111,25 +111,26 @@ class Operand:
 
 @dataclass(frozen=True)
 class Line:
-    """One primitive of the body: `var = op(args)`; `step` is the primitive's record (its shape and module)."""
+    """One primitive of the body: `var = op(args)`; `instruction` is the program's record of that call (its shape
+    and module)."""
     var: str
     op: str
     args: tuple
-    step: object
+    instruction: object
 
 
 @dataclass
 class Kernel:
     """One loop over `shape` (the output's, its axes merged where every operand allows) computing `out` from
-    `inputs`. `steps`: the primitives it runs; `flops`: theirs, by the engine's rules; `bytes`: what it reads and
-    writes (each input once, the output once)."""
+    `inputs`. `instructions`: the primitive calls it runs; `flops`: theirs, by the engine's rules; `bytes`: what it
+    reads and writes (each input once, the output once)."""
     name: str
     shape: tuple
     dtype: str
     inputs: list
     out: Operand
     lines: list
-    steps: list
+    instructions: list
     flops: int = 0
     bytes: int = 0
     loads: dict = field(default_factory=dict)          # input name -> the variable its element is loaded into
@@ -152,11 +153,11 @@ class Kernel:
         for var, value in self.numbers:
             lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
         for ln in self.lines:
-            where = comment(".".join(ln.step.scope))
+            where = comment(".".join(ln.instruction.scope))
             value = EXPR[ln.op].format(*ln.args, f=f)
-            kind = BOOL if str(ln.step.dtype) == "bool" else t
+            kind = BOOL if str(ln.instruction.dtype) == "bool" else t
             lines.append((f"{kind} {ln.var} = {value if ln.op in SELECT else rounded.format(value)};",
-                          f"{ln.op} {ln.step.shape}" + (f"   {where}" if where else "")))
+                          f"{ln.op} {ln.instruction.shape}" + (f"   {where}" if where else "")))
         result = store.format(self.lines[-1].var)
         lines.append((f"{self.out.name}[{offset(self.out, index)}] = {result};", "the result"))
         width = max(len(code) for code, _ in lines)
@@ -180,7 +181,8 @@ class Kernel:
         names = ", ".join(op.name for op in self.inputs)
         one = Kernel(self.name, (self.shape[-1],), self.dtype,
                      [Operand(op.name, op.shape, op.dtype, op.strides[-1:]) for op in self.inputs],
-                     Operand("out", (self.shape[-1],), self.dtype, (1,)), self.lines, self.steps, loads=self.loads,
+                     Operand("out", (self.shape[-1],), self.dtype, (1,)), self.lines, self.instructions,
+                     loads=self.loads,
                      numbers=self.numbers)
         body = one.body(["i"])[:-1]
         result = self.lines[-1].var if self.lines else self.loads[self.inputs[0].name]
@@ -331,33 +333,34 @@ def merge_axes(shape: tuple, operands: list[tuple]) -> tuple[tuple, list[tuple]]
     return new_shape, [tuple(st[i] for _, st in merged) for i in range(len(operands))]
 
 
-def op_name(step) -> str | None:
+def op_name(instruction) -> str | None:
     """The name the language gives a primitive call: its op's (add, exp, where), a comparison's own (less, equal);
     None for a call with other parameters (a pow's exponent, a sum's axes), which no line computes."""
-    if step.op.name == "compare":
-        return step.params.get("op")
-    return None if step.params else step.op.name
+    if instruction.op.name == "compare":
+        return instruction.params.get("op")
+    return None if instruction.params else instruction.op.name
 
 
-def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k: None) -> Kernel | None:
-    """The kernel that computes `steps` (elementwise primitives of one output shape, in order, each reading what
+def build(name: str, instructions: list, operand, out_strides: tuple, constant=lambda k: None) -> Kernel | None:
+    """The kernel that computes `instructions` (elementwise primitives of one output shape, in order, each reading what
     came before it or arrays from outside) in one loop; None when one of them is not in this language. Every value
     has the result's dtype, or is a mask (bool: a comparison's result, a where's condition).
     operand(k) -> (shape, dtype, strides in bytes, itemsize) of array k read from outside; constant(k) -> the
     number array k always holds when it is a constant of the program (written into the source), else None.
     `out_strides`: the layout (bytes) the result must have, the one eager gives it."""
-    last = steps[-1]
+    last = instructions[-1]
     dtype = str(last.dtype)
     summed = reduces_last_axis(last)
     if summed:
-        if dtype not in ("float32", "float64") or not steps[:-1] or last.ins[0] != steps[-2].out:
+        if dtype not in ("float32", "float64") or not instructions[:-1] or last.ins[0] != instructions[-2].out:
             return None
-        steps, total = steps[:-1], last
-        last = steps[-1]
-    if dtype not in TYPES or any(op_name(s) not in EXPR or str(s.dtype) not in (dtype, "bool") for s in steps):
+        instructions, total = instructions[:-1], last
+        last = instructions[-1]
+    if dtype not in TYPES or any(op_name(s) not in EXPR or str(s.dtype) not in (dtype, "bool")
+           for s in instructions):
         return None
-    made, outside, lines, numbers = {}, {}, [], {}    # step slot -> its variable; outside index -> input number
-    for n, s in enumerate(steps):
+    made, outside, lines, numbers = {}, {}, [], {}  # instruction slot -> its variable; outside index -> input number
+    for n, s in enumerate(instructions):
         args = []
         for k in s.ins:
             if k in made:
@@ -385,24 +388,24 @@ def build(name: str, steps: list, operand, out_strides: tuple, constant=lambda k
     inputs = [Operand(f"in{i}", tuple(sp[0]), str(sp[1]), merged[i]) for i, sp in enumerate(specs.values())]
     out_shape = tuple(total.shape) if summed else loop
     kernel = Kernel(name, shape, dtype, inputs, Operand("out", out_shape, dtype, merged[-1]), lines,
-                    list(steps) + ([total] if summed else []), reduce=summed)
+                    list(instructions) + ([total] if summed else []), reduce=summed)
     kernel.loads = {f"in{i}": f"x{i}" for i in range(len(inputs))}
     kernel.reads, kernel.numbers = tuple(outside), list(numbers.values())
-    kernel.flops = sum(s.flops for s in kernel.steps)
+    kernel.flops = sum(s.flops for s in kernel.instructions)
     kernel.bytes = sum(math.prod(sp[0]) * sp[3] for sp in specs.values()) + \
         math.prod(out_shape) * last.dtype.itemsize
     return kernel
 
 
-def reduces_last_axis(step) -> str:
-    """'sum' or 'max' when `step` reduces its input's last axis alone (a row's sum or max), which a kernel may
+def reduces_last_axis(instruction) -> str:
+    """'sum' or 'max' when `instruction` reduces its input's last axis alone (a row's sum or max), which a kernel may
     end with; '' otherwise."""
-    if step.op.name not in ("sum", "max") or len(step.params.get("axes", ())) != 1:
+    if instruction.op.name not in ("sum", "max") or len(instruction.params.get("axes", ())) != 1:
         return ""
-    rank = len(step.shape) + (0 if step.params["keepdims"] else 1)
-    return step.op.name if step.params["axes"][0] % rank == rank - 1 else ""
+    rank = len(instruction.shape) + (0 if instruction.params["keepdims"] else 1)
+    return instruction.op.name if instruction.params["axes"][0] % rank == rank - 1 else ""
 
 
-def sums_last_axis(step) -> bool:
-    """Whether `step` is a sum over its input's last axis alone (a row sum)."""
-    return reduces_last_axis(step) == "sum"
+def sums_last_axis(instruction) -> bool:
+    """Whether `instruction` is a sum over its input's last axis alone (a row sum)."""
+    return reduces_last_axis(instruction) == "sum"

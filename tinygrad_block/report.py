@@ -230,7 +230,7 @@ def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backw
         write_text(path, dot)
     else:
         render(dot, path, dpi=dpi)
-    fused = sum(1 for k in program.kernels if len(getattr(k, "steps", ())) > 1)
+    fused = sum(1 for k in program.kernels if len(getattr(k, "instructions", ())) > 1)
     return {"command": "graph", "preset": cfg.name, "model": model, "backward": backward, "compiled": True,
             "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt, "kernels": len(program.kernels),
             "primitives": len(program.plain), "fused_chains": fused, "edges": dot.count("->"),

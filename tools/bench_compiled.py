@@ -110,7 +110,7 @@ def chain_runners(chain: Chain) -> dict:
 
 def fusion(size: str, rounds: int) -> dict:
     """Summed seconds per engine over every group of the block's compiled program that runs as generated C, per
-    round: its primitives one call at a time (the group's fallback, each step's own kernel, as an unfused replay
+    round: its primitives one call at a time (the group's fallback, each instruction's own kernel, as an unfused replay
     runs them) against the generated loop. A group whose fallback is a numpy chain (fuse.py's in-place rule, no
     C compiler's groups) is timed as chain_runners does, with the generated C beside it."""
     block, x, step = block_case(size)

@@ -11,7 +11,7 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.compiled import Compiled
-from tinygrad_block.fuse import kernel_steps, layout
+from tinygrad_block.fuse import kernel_instructions, layout
 from tinygrad_block.kernels import op_name, sums_last_axis
 
 from .common import CheckFailed, tensor_result
@@ -23,7 +23,7 @@ ELEMENTWISE = LANGUAGE | {"sin", "cos", "pow", "erf", "cast"}
 
 
 def in_rows(shape: tuple) -> bool:
-    """Whether a step's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
+    """Whether an instruction's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
     program the check hands over is float64: 8 bytes a number)."""
     dims, layout = shape
     strides, stride = [], 8
@@ -134,16 +134,16 @@ def _cases() -> list:
     return cases
 
 
-def _steps(program) -> tuple[list, set, list]:
-    """(steps, kept, groups) as the exercise sees a program: elided expands left out (their readers read the
-    expand's input), steps renumbered, each (op, ins, (shape, layout), module); the groups are the library's
-    kernels of more than one step, each sorted, in sorted order. A sum over its input's last axis alone is named
-    'row_sum'."""
-    steps, n = program.steps, len(program.steps)
+def _instructions(program) -> tuple[list, set, list]:
+    """(instructions, kept, groups) as the exercise sees a program: elided expands left out (their readers read the
+    expand's input), instructions renumbered, each (op, ins, (shape, layout), module); the groups are the
+    library's kernels of more than one instruction, each sorted, in sorted order. A sum over its input's last axis
+    alone is named 'row_sum'."""
+    instructions, n = program.instructions, len(program.instructions)
     escapes = program.escaping()
-    in_kernels = {s.out for k in program.kernels for s in kernel_steps(k)}
-    alias = {i: s.ins[0] for i, s in enumerate(steps) if i not in in_kernels}       # the dropped expands
-    assert all(steps[i].op.name == "expand" for i in alias)
+    in_kernels = {s.out for k in program.kernels for s in kernel_instructions(k)}
+    alias = {i: s.ins[0] for i, s in enumerate(instructions) if i not in in_kernels}       # the dropped expands
+    assert all(instructions[i].op.name == "expand" for i in alias)
     index = {old: new for new, old in enumerate(i for i in range(n) if i not in alias)}
 
     def ref(k):
@@ -153,22 +153,22 @@ def _steps(program) -> tuple[list, set, list]:
     seen = [("row_sum" if sums_last_axis(s) else op_name(s) or s.op.name,
              tuple(ref(k) for k in s.ins + tuple(k for _, k in s.array_params)),
              (tuple(s.shape), layout(s.shape, s.strides)), ".".join(s.scope))
-            for i, s in enumerate(steps) if i not in alias]
-    groups = sorted(sorted(index[s.out] for s in kernel_steps(k)) for k in program.kernels
-                    if len(kernel_steps(k)) > 1)
+            for i, s in enumerate(instructions) if i not in alias]
+    groups = sorted(sorted(index[s.out] for s in kernel_instructions(k)) for k in program.kernels
+                    if len(kernel_instructions(k)) > 1)
     return seen, {index[k] for k in escapes if k in index}, groups
 
 
-def _chains(steps: list, kept: set, readers: dict) -> list:
-    """The in-place chains rule (the fallback without a C compiler): in program order, a step joins the chain just
-    before it if it reads the chain's last result once, is its only reader, and that result is not kept."""
+def _chains(instructions: list, kept: set, readers: dict) -> list:
+    """The in-place chains rule (the fallback without a C compiler): in program order, an instruction joins the chain
+    just before it if it reads the chain's last result once, is its only reader, and that result is not kept."""
     chains, chain = [], None
-    for i, (op, ins, shape, _) in enumerate(steps):
+    for i, (op, ins, shape, _) in enumerate(instructions):
         if op not in LANGUAGE:
             chain = None
             continue
         if chain is not None and ins.count(chain[-1]) == 1 and readers.get(chain[-1]) == [i] \
-                and chain[-1] not in kept and shape == steps[chain[0]][2]:
+                and chain[-1] not in kept and shape == instructions[chain[0]][2]:
             chain.append(i)
             continue
         chain = [i]
@@ -176,24 +176,24 @@ def _chains(steps: list, kept: set, readers: dict) -> list:
     return sorted(c for c in chains if len(c) > 1)
 
 
-def rule(steps: list, kept: set, *, one_reader: bool = True, reads_are_readers: bool = False, not_kept: bool = True,
-         same_shape: bool = True, same_module: bool = True, language: bool = True, chains: bool = False,
-         lone: bool = False, row_sums: bool = True, rows: bool = True, any_sum: bool = False,
+def rule(instructions: list, kept: set, *, one_reader: bool = True, reads_are_readers: bool = False,
+         not_kept: bool = True, same_shape: bool = True, same_module: bool = True, language: bool = True,
+         chains: bool = False, lone: bool = False, row_sums: bool = True, rows: bool = True, any_sum: bool = False,
          sum_joins: bool = False) -> list:
     """The grouping rule, with one part changed for each usual slip (the defaults: fuse.py's rule)."""
     readers = {}
-    for i, (_, ins, _, _) in enumerate(steps):
+    for i, (_, ins, _, _) in enumerate(instructions):
         for k in (ins if reads_are_readers else dict.fromkeys(ins)):
             readers.setdefault(k, []).append(i)
     if chains:
-        return _chains(steps, kept, readers)
+        return _chains(instructions, kept, readers)
     ops, into = (LANGUAGE if language else ELEMENTWISE) | ({"row_sum"} if sum_joins else set()), {}
     ends = {"row_sum", "sum"} if any_sum else {"row_sum"}
-    for i, (op, _, shape, module) in enumerate(steps):
+    for i, (op, _, shape, module) in enumerate(instructions):
         found = readers.get(i, [])
         if op not in ops or not found or (one_reader and len(found) > 1) or (not_kept and i in kept):
             continue
-        r_op, _, r_shape, r_module = steps[found[0]]
+        r_op, _, r_shape, r_module = instructions[found[0]]
         if r_module != module and same_module:
             continue
         if r_op in ops and (r_shape == shape or not same_shape):
@@ -206,60 +206,61 @@ def rule(steps: list, kept: set, *, one_reader: bool = True, reads_are_readers: 
         while root in into:
             root = into[root]
         groups.setdefault(root, [root]).append(i)
-    alone = [[i] for i in range(len(steps)) if i not in into and i not in groups] if lone else []
+    alone = [[i] for i in range(len(instructions)) if i not in into and i not in groups] if lone else []
     return sorted([sorted(g) for g in groups.values()] + alone)
 
 
-SLIPS = [(dict(one_reader=False), "a step joins its reader's kernel only if it has exactly one reader: a result "
-          "that two ops read must be written to memory, where both can find it"),
-         (dict(reads_are_readers=True), "count readers, not reads: a step read twice by one op (a * a) has one "
-          "reader, and joins it"),
+SLIPS = [(dict(one_reader=False), "an instruction joins its reader's kernel only if it has exactly one reader: a "
+          "result that two ops read must be written to memory, where both can find it"),
+         (dict(reads_are_readers=True), "count readers, not reads: an instruction read twice by one op (a * a) has "
+          "one reader, and joins it"),
          (dict(not_kept=False), "a result that is kept (returned, or written back as a gradient) must reach "
-          "memory: the step does not join its reader"),
-         (dict(same_shape=False), "a step joins only a reader of its own shape and layout: a kernel is one loop over "
-          "its output's elements (a wider op reading a (4, 1) result broadcasts it, so that result is made first)"),
-         (dict(same_module=False), "a step joins only a reader in its own module: a kernel is one module's, as the "
-          "explorer draws it"),
+          "memory: the instruction does not join its reader"),
+         (dict(same_shape=False), "an instruction joins only a reader of its own shape and layout: a kernel is one "
+          "loop over its output's elements (a wider op reading a (4, 1) result broadcasts it, so that result is made "
+          "first)"),
+         (dict(same_module=False), "an instruction joins only a reader in its own module: a kernel is one module's, "
+          "as the explorer draws it"),
          (dict(language=False), "only the ops the kernel language computes join (add sub mul div neg reciprocal sqrt "
           "maximum exp log where and the comparisons): sin, cos, pow, erf and cast stay the array library's calls"),
-         (dict(lone=True), "return only groups of two or more steps: a lone op is the array library's call, not a "
-          "generated kernel"),
-         (dict(row_sums=False), "a step whose one reader is a row sum ('row_sum': a sum over its input's last axis "
-          "alone) joins it, in the same module, when the step's result lies in rows (in_rows): the kernel adds each "
-          "row up as it computes it"),
-         (dict(rows=False), "a row sum takes in a step only if the step's result lies in rows (in_rows, C order): "
-          "numpy sums numbers that lie side by side pairwise, the kernel adds in that order, and over another layout "
-          "numpy adds in another"),
+         (dict(lone=True), "return only groups of two or more instructions: a lone op is the array library's call, "
+          "not a generated kernel"),
+         (dict(row_sums=False), "an instruction whose one reader is a row sum ('row_sum': a sum over its input's last "
+          "axis alone) joins it, in the same module, when the instruction's result lies in rows (in_rows): the kernel "
+          "adds each row up as it computes it"),
+         (dict(rows=False), "a row sum takes in an instruction only if the instruction's result lies in rows (in_rows, "
+          "C order): numpy sums numbers that lie side by side pairwise, the kernel adds in that order, and over "
+          "another layout numpy adds in another"),
          (dict(any_sum=True), "only a row sum ends a group: numpy adds a sum over other axes ('sum') in another "
           "order (whole rows one after another), so it stays numpy's call and its input is written"),
          (dict(sum_joins=True), "a row sum ends its group: it is not in the kernel language, so it joins no reader "
           "(its result, one number a row, is written)"),
-         (dict(chains=True), "a group is a tree, not a chain: a step joins its one reader's kernel wherever that "
-          "reader comes in the program (past a reshape or a matmul) and whatever else it reads (two branches may "
+         (dict(chains=True), "a group is a tree, not a chain: an instruction joins its one reader's kernel wherever "
+          "that reader comes in the program (past a reshape or a matmul) and whatever else it reads (two branches may "
           "meet in an add)")]
 
 
 def check_fused_groups(solution) -> None:
-    """Each program's steps, handed over as the starter describes; the groups against the kernels tb.jit made."""
+    """Each program's instructions, handed over as the starter describes; the groups against the kernels tb.jit made."""
     cases = _cases()
     if not cases[0][1].backend.generates():
         raise CheckFailed("fused_groups: this machine has no C compiler, so tb.jit runs the in-place chains of "
                           "docs/compiled.md instead of generated kernels, and there are no groups to check against: "
                           "install one (gcc: README's setup) and check again")
     for name, program in cases:
-        steps, kept, want = _steps(program)
-        got = solution.fused_groups([tuple(s) for s in steps], set(kept))
-        call = f"fused_groups({name}: {len(steps)} steps)"
+        instructions, kept, want = _instructions(program)
+        got = solution.fused_groups([tuple(s) for s in instructions], set(kept))
+        call = f"fused_groups({name}: {len(instructions)} instructions)"
         if not isinstance(got, (list, tuple)) or not all(isinstance(g, (list, tuple)) for g in got):
-            raise CheckFailed(f"{call} returned {type(got).__name__}; return a list of groups, each a list of step "
-                              "numbers")
+            raise CheckFailed(f"{call} returned {type(got).__name__}; return a list of groups, each a list of "
+                              "instruction numbers")
         got = sorted(sorted(int(i) for i in g) for g in got)
         if got == want:
             continue
         hint = next((": " + why for switches, why in SLIPS
-                     if (slip := rule(steps, kept, **switches)) != want and slip == got), "")
-        shown = "" if len(steps) > 16 else "; steps " + ", ".join(f"{i} {op}{list(ins)}{list(shape[0])}"
-                                                                   for i, (op, ins, shape, _) in enumerate(steps))
+                     if (slip := rule(instructions, kept, **switches)) != want and slip == got), "")
+        shown = "" if len(instructions) > 16 else "; instructions " + ", ".join(
+            f"{i} {op}{list(ins)}{list(shape[0])}" for i, (op, ins, shape, _) in enumerate(instructions))
         missing = [g for g in want if g not in got][:3]
         extra = [g for g in got if g not in want][:3]
         raise CheckFailed(f"{call}: got {len(got)} group{'s' * (len(got) != 1)}, tb.jit made {len(want)}; missing "
@@ -293,8 +294,8 @@ def check_silu_in_one_kernel(solution) -> None:
             i = np.unravel_index(np.abs(got - want).argmax(), got.shape)
             raise CheckFailed(f"{call}: at x = {x[i]:.4g} it gives {got[i]:.6g}, SiLU is {want[i]:.6g}{hint}")
         kernels = compiled.program.kernels
-        if len(kernels) != 1 or len(kernel_steps(kernels[0])) < 2:
-            ops = {op_name(s) or s.op.name for s in compiled.program.steps}
+        if len(kernels) != 1 or len(kernel_instructions(kernels[0])) < 2:
+            ops = {op_name(s) or s.op.name for s in compiled.program.instructions}
             hint = next((why for key, why in SILU_HINTS if key in ops), ONE_READER)
             raise CheckFailed(f"{call} compiles to {len(kernels)} kernels, not one: {hint}\n{compiled.program}")
 

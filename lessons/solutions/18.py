@@ -7,7 +7,7 @@ LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", 
 
 
 def in_rows(shape: tuple) -> bool:
-    """Whether a step's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
+    """Whether an instruction's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
     program the check hands over is float64: 8 bytes a number)."""
     dims, layout = shape
     strides, stride = [], 8
@@ -17,19 +17,19 @@ def in_rows(shape: tuple) -> bool:
     return tuple(st for n, st in zip(dims, strides) if n > 1) == tuple(layout)
 
 
-def fused_groups(steps: list, kept: set) -> list:
-    """Each step of the language joins its reader's kernel when it has exactly one reader (which may read it
-    twice), that reader is of the language too, with the same shape (and layout) and module, and the step's result
-    is not kept; or when that one reader is a row sum of the same module and the step's result lies in rows (the
-    sum ends the group). A group is a reader with everything that joined it, following joins to the end."""
+def fused_groups(instructions: list, kept: set) -> list:
+    """Each instruction of the language joins its reader's kernel when it has exactly one reader (which may read it
+    twice), that reader is of the language too, with the same shape (and layout) and module, and the instruction's
+    result is not kept; or when that one reader is a row sum of the same module and the instruction's result lies in
+    rows (the sum ends the group). A group is a reader with everything that joined it, following joins to the end."""
     readers = {}
-    for i, (_, ins, _, _) in enumerate(steps):
+    for i, (_, ins, _, _) in enumerate(instructions):
         for k in set(ins):
             readers.setdefault(k, []).append(i)
     into = {}
-    for i, (op, _, shape, module) in enumerate(steps):
+    for i, (op, _, shape, module) in enumerate(instructions):
         if op in LANGUAGE and len(readers.get(i, [])) == 1 and i not in kept:
-            r_op, _, r_shape, r_module = steps[readers[i][0]]
+            r_op, _, r_shape, r_module = instructions[readers[i][0]]
             if r_module == module and (r_op in LANGUAGE and r_shape == shape or r_op == "row_sum" and in_rows(shape)):
                 into[i] = readers[i][0]
     groups = {}

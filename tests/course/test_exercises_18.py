@@ -7,7 +7,8 @@ from tinygrad_block.compiled import Compiled
 
 
 def _exercises():
-    from tinygrad_block import course
+    from conftest import course_module
+    course = course_module()
     return course.exercises_module(18)
 
 
@@ -15,14 +16,14 @@ def test_the_graders_rule_with_nothing_switched_off_is_the_librarys():
     """The slips are variants of one rule; unchanged, it makes exactly the groups tb.jit made of every case."""
     grader = _exercises()
     for _, program in grader._cases():
-        steps, kept, groups = grader._steps(program)
-        assert grader.rule(steps, kept) == groups
+        instructions, kept, groups = grader._instructions(program)
+        assert grader.rule(instructions, kept) == groups
 
 
 def test_the_cases_hold_the_groups_they_are_named_for_and_the_tiny_block_25_groups_of_86():
     """The tiny block's program: the 25 groups holding 86 primitives that lesson 18 counts."""
     grader = _exercises()
-    found = {name: [len(g) for g in grader._steps(program)[2]] for name, program in grader._cases()}
+    found = {name: [len(g) for g in grader._instructions(program)[2]] for name, program in grader._cases()}
     block = found.pop("the tiny block, forward and backward")
     assert found == {"one chain": [6], "read twice": [3], "two readers": [2, 2], "kept": [2],
                      "shape change": [2, 2, 2], "in between": [2], "two branches": [4], "outside": [2],
@@ -34,10 +35,10 @@ def test_the_cases_hold_the_groups_they_are_named_for_and_the_tiny_block_25_grou
 def test_row_sums_reach_the_learner_as_row_sum_and_in_rows_tells_the_layouts_apart():
     grader = _exercises()
     cases = dict(grader._cases())
-    steps = grader._steps(cases["sums"])[0]
-    assert [op for op, *_ in steps] == ["sub", "exp", "mul", "row_sum", "mul", "sum"]
-    steps = grader._steps(cases["not in rows"])[0]
-    assert [grader.in_rows(shape) for op, _, shape, _ in steps if op == "mul"] == [False, True]
+    instructions = grader._instructions(cases["sums"])[0]
+    assert [op for op, *_ in instructions] == ["sub", "exp", "mul", "row_sum", "mul", "sum"]
+    instructions = grader._instructions(cases["not in rows"])[0]
+    assert [grader.in_rows(shape) for op, _, shape, _ in instructions if op == "mul"] == [False, True]
     assert solution(18).in_rows(((4, 8), (64, 8))) and not solution(18).in_rows(((8, 4), (8, 64)))
 
 
@@ -49,26 +50,26 @@ def test_row_sums_reach_the_learner_as_row_sum_and_in_rows_tells_the_layouts_apa
     (dict(same_shape=False), "only a reader of its own shape"),
     (dict(same_module=False), "only a reader in its own module"),
     (dict(language=False), "only the ops the kernel language computes"),
-    (dict(lone=True), "return only groups of two or more steps"),
-    (dict(row_sums=False), "a step whose one reader is a row sum"),
-    (dict(rows=False), "a row sum takes in a step only if the step's result lies in rows"),
+    (dict(lone=True), "return only groups of two or more instructions"),
+    (dict(row_sums=False), "an instruction whose one reader is a row sum"),
+    (dict(rows=False), "a row sum takes in an instruction only if the instruction's result lies in rows"),
     (dict(any_sum=True), "only a row sum ends a group"),
     (dict(sum_joins=True), "a row sum ends its group"),
 ])
 def test_each_slip_in_the_grouping_rule_gets_its_hint(switches, fragment):
     rule = _exercises().rule
-    why = failures(18, solution(18, fused_groups=lambda steps, kept: rule(steps, kept, **switches)))["fused_groups"]
+    why = failures(18, solution(18, fused_groups=lambda code, kept: rule(code, kept, **switches)))["fused_groups"]
     assert why.startswith("fused_groups(") and "tb.jit made" in why and fragment in why
 
 
 def test_fused_groups_in_any_order_pass():
     rule = _exercises().rule
-    assert "fused_groups" not in failures(18, solution(18, fused_groups=lambda steps, kept: [
-        sorted(g, reverse=True) for g in reversed(rule(steps, kept))]))
+    assert "fused_groups" not in failures(18, solution(18, fused_groups=lambda instructions, kept: [
+        sorted(g, reverse=True) for g in reversed(rule(instructions, kept))]))
 
 
 def test_fused_groups_returning_something_else_is_rejected():
-    why = failures(18, solution(18, fused_groups=lambda steps, kept: 3))["fused_groups"]
+    why = failures(18, solution(18, fused_groups=lambda instructions, kept: 3))["fused_groups"]
     assert "return a list of groups" in why
 
 
@@ -104,7 +105,7 @@ def test_silu_changing_the_dtype_is_rejected():
 def _sgd(sign=-1, clear=True, read_lr=False, numpy_update=False, compiled=True, fixed_lr=None):
     """make_sgd_step with one slip."""
     def make_sgd_step(model, loss_fn):
-        def step(x, y, lr):
+        def instruction(x, y, lr):
             loss = loss_fn(model(x), y)
             loss.backward()
             rate = lr.item() if read_lr else (fixed_lr if fixed_lr is not None else lr)
@@ -117,7 +118,7 @@ def _sgd(sign=-1, clear=True, read_lr=False, numpy_update=False, compiled=True, 
                     if clear:
                         p.grad = None
             return loss
-        return tb.jit(step) if compiled else step
+        return tb.jit(instruction) if compiled else instruction
     return make_sgd_step
 
 

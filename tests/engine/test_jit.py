@@ -201,7 +201,7 @@ def test_a_fused_replay_equals_eager_on_new_inputs_and_its_program_says_what_fus
     assert len(program.kernels) < len(program.plain)
     text = str(program)
     assert "fused" in text and " > " in text and f"for {len(program.plain)} primitives" in text
-    flops = sum(s.flops for s in program.steps)
+    flops = sum(s.flops for s in program.instructions)
     assert f"{flops:,} FLOPs" in text.splitlines()[0]
 
 
@@ -280,7 +280,7 @@ def test_a_compiled_programs_flops_equal_the_closed_form(backward):
     want = accounting.block_forward_flops(CFG, 16, 2, matmul_only=False)
     if backward:
         want += accounting.block_backward_flops(CFG, 16, 2, matmul_only=False)
-    assert sum(s.flops for s in program.steps) == want
+    assert sum(s.flops for s in program.instructions) == want
     assert f"{want:,} FLOPs" in str(program).splitlines()[0]
 
 
@@ -346,8 +346,9 @@ def test_a_kernel_whose_layout_differs_from_eager_sends_the_program_back_to_unfu
         blk.zero_grad()
         compiled(x, dout)
     program = compiled.program
-    chain = next(k for k in program.kernels if len(getattr(k, "steps", ())) > 1)     # a fused chain, generated or not
-    chain.steps[-1].strides = (1,) * len(chain.steps[-1].shape)       # as if eager had laid it out otherwise
+    chain = next(k for k in program.kernels if len(getattr(k, "instructions", ())) > 1)   # fused, generated or not
+    last = chain.instructions[-1]
+    last.strides = (1,) * len(last.shape)                       # as if eager had laid it out otherwise
     for x, dout in zip(xs[2:], douts[2:]):
         blk.zero_grad()
         got = compiled(x, dout).numpy()

@@ -75,9 +75,9 @@ def test_the_blocks_fused_chains_run_as_generated_c_and_equal_eager_forward_and_
     xe = x.detach().requires_grad_()
     want = [step(xe).numpy(), xe.grad.numpy()] + [p.grad.numpy() for p in blk.parameters()]
     program = compiled.program
-    chains = [k for k in program.kernels if len(getattr(k, "steps", ())) > 1]
+    chains = [k for k in program.kernels if len(getattr(k, "instructions", ())) > 1]
     assert len(generated(program)) == len(program.plans) >= 20
-    assert all(isinstance(k, cpu_kernels.Generated) or {"exp", "log"} & {s.op.name for s in k.steps}
+    assert all(isinstance(k, cpu_kernels.Generated) or {"exp", "log"} & {s.op.name for s in k.instructions}
                for k in chains)                                           # the rest hold a transcendental op
     for g, w in zip(got, want):
         np.testing.assert_array_equal(bits(g), bits(w))

@@ -21,6 +21,7 @@ from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import LESSONS
 from tinygrad_block.explorer_page import explore
+from tinygrad_block.fuse import kernel_instructions
 from tinygrad_block.graph import record_graph
 from hostile import FINITE, NAMES, ROOT, TITLE, Affine, hostile
 
@@ -617,10 +618,10 @@ def test_a_folded_box_counts_every_layer_it_stands_for(visit, model):
 
 
 # ---------------------------------------------------------------- the compiled program's pane
-def kernel_steps(program, kind: str | None = None) -> list:
-    """(kernel index, its steps) for every kernel of the program; of fused chains only with kind='fused'."""
-    found = [(i, getattr(k, "steps", None) or [k.step]) for i, k in enumerate(program.kernels)]
-    return [(i, steps) for i, steps in found if kind is None or len(steps) > 1]
+def kernels_of(program, kind: str | None = None) -> list:
+    """(kernel index, its instructions) for every kernel of the program; of fused chains only with kind='fused'."""
+    found = [(i, kernel_instructions(k)) for i, k in enumerate(program.kernels)]
+    return [(i, group) for i, group in found if kind is None or len(group) > 1]
 
 
 def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
@@ -634,7 +635,7 @@ def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
     assert page.page.eval_on_selector_all("section.pane", "ps => ps.map(p => p.dataset.phase)") == ["compiled"]
     title = page.page.inner_text("section.pane h2")
     assert f"{len(program.kernels)} kernels for {len(program.plain)} primitives, " \
-           f"{len(kernel_steps(program, 'fused'))} of them fused chains" in title
+           f"{len(kernels_of(program, 'fused'))} of them fused chains" in title
     page.shot("compiled_depth1")
     assert "click a kernel for the primitives it runs" in page.page.inner_text("p.help")
     page.page.click("#expand-all")
@@ -642,35 +643,35 @@ def test_the_compiled_pane_draws_every_kernel_of_the_program(visit, program):
     drawn = page.nodes("compiled", "op")
     assert len(drawn) == len(program.kernels)
     assert sorted(n["id"] for n in drawn) == sorted(f"c{i}" for i in range(len(program.kernels)))
-    assert sum(n["text"].startswith("fused:") for n in drawn) == len(kernel_steps(program, "fused"))
+    assert sum(n["text"].startswith("fused:") for n in drawn) == len(kernels_of(program, "fused"))
     assert page.errors == []
 
 
 def test_clicking_a_fused_kernel_highlights_the_primitives_it_runs(visit, program):
-    i, steps = next((i, steps) for i, steps in kernel_steps(program, "fused")
-                    if all(s.phase == "forward" for s in steps))
+    i, group = next((i, group) for i, group in kernels_of(program, "fused")
+                    if all(s.phase == "forward" for s in group))
     page = visit("compiled")
     page.page.click("#phase-all")
     page.page.click("#expand-all")
     page.click({"id": f"c{i}"})
     page.shot("compiled_click_fused")
     assert Counter((n["label"], n["path"]) for n in page.nodes("forward") if "hl" in n["classes"]) == \
-        Counter((s.op.name, ".".join(s.scope)) for s in steps)
+        Counter((s.op.name, ".".join(s.scope)) for s in group)
     assert [n for n in page.nodes("backward") if "hl" in n["classes"]] == []
     assert page.page.inner_text("#card h3") == "fused kernel"
     card = page.card()
-    assert card["runs"].split("(")[0].strip() == steps[0].op.name
-    assert number(card["FLOPs"]) == sum(s.flops for s in steps)
-    assert card["output"].startswith(str(tuple(steps[-1].shape)).replace(",)", ")")[:-1])
+    assert card["runs"].split("(")[0].strip() == group[0].op.name
+    assert number(card["FLOPs"]) == sum(s.flops for s in group)
+    assert card["output"].startswith(str(tuple(group[-1].shape)).replace(",)", ")")[:-1])
     assert page.errors == []
 
 
 def test_clicking_a_forward_op_highlights_the_kernels_that_run_it_and_its_gradient(visit, program, block):
     """The query projection's matmul: its kernel, and the kernels of the four backward ops that differentiate it
-    (the recording's calls are the program's steps, in the order both ran)."""
-    calls = [s for s in program.steps if s.op.name != "derived"]
-    step_of = dict(zip(block.graph.ops(), map(id, calls)))               # graph node -> the program's step
-    kernel_of = {id(s): i for i, steps in kernel_steps(program) for s in steps}
+    (the recording's calls are the program's instructions, in the order both ran)."""
+    calls = [s for s in program.instructions if s.op.name != "derived"]
+    instruction_of = dict(zip(block.graph.ops(), map(id, calls)))      # graph node -> the program's instruction
+    kernel_of = {id(s): i for i, group in kernels_of(program) for s in group}
     i = block.index("forward", "matmul")
     grads = [j for j in block.graph.ops("backward") if block.graph.nodes[j].source == i]
     assert len(grads) == 4
@@ -680,13 +681,13 @@ def test_clicking_a_forward_op_highlights_the_kernels_that_run_it_and_its_gradie
     page.click(page.node("forward", "op", ".".join(block.graph.nodes[i].scope), "matmul"))
     page.shot("compiled_click_matmul")
     assert sorted(n["id"] for n in page.nodes("compiled") if "hl" in n["classes"]) == \
-        sorted({f"c{kernel_of[step_of[j]]}" for j in [i, *grads]})
+        sorted({f"c{kernel_of[instruction_of[j]]}" for j in [i, *grads]})
     assert page.card()["compiled"] == "run by its own kernel"
     said = []
     for expand in (n for n in page.nodes("forward", "op") if n["label"] == "expand"):
         page.hover(expand)
         said.append(page.card()["compiled"])
-    elided = [k for k in program.alias if program.steps[k].phase == "forward"]    # broadcast on the fly
+    elided = [k for k in program.alias if program.instructions[k].phase == "forward"]    # broadcast on the fly
     assert elided and said.count("no kernel: the compiled program broadcasts on the fly") == len(elided)
     assert said.count("run by its own kernel") == len(said) - len(elided)
     assert page.errors == []
@@ -718,8 +719,8 @@ def test_clicking_a_generated_kernel_shows_its_c_function_and_the_toggle_its_cud
 
 
 def test_clicking_a_kernel_without_generated_source_says_why_in_one_line(visit, program):
-    lone = next(i for i, steps in kernel_steps(program) if steps[0].op.name == "compare")
-    matmul = next(i for i, steps in kernel_steps(program) if steps[0].op.name == "matmul")
+    lone = next(i for i, group in kernels_of(program) if group[0].op.name == "compare")
+    matmul = next(i for i, group in kernels_of(program) if group[0].op.name == "matmul")
     page = visit("compiled")
     page.page.click("#phase-compiled")
     page.page.click("#expand-all")

@@ -23,7 +23,7 @@ from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
 from tinygrad_block.course import LESSONS
 from tinygrad_block.explorer_page import ASSETS, LESSON_FILES, MODULE_LESSONS, OP_LESSONS, Explorer, page_of
-from tinygrad_block.fuse import kernel_steps
+from tinygrad_block.fuse import kernel_instructions
 from tinygrad_block.graph import record_graph
 
 CFG = nn.preset("tiny")
@@ -383,14 +383,14 @@ def test_a_kernel_without_generated_source_says_why_in_a_line(compiled_tiny):
     plans, chains = planned(program), []
     for k in kernels(page):
         i = int(k["id"][1:])
-        steps = kernel_steps(program.kernels[i])
+        group = kernel_instructions(program.kernels[i])
         if i in plans:
             continue
-        if len(steps) == 1:
-            assert k["code"] == f"runs numpy's function ({steps[0].op.name}): source is generated for fused chains only"
+        if len(group) == 1:
+            assert k["code"] == f"runs numpy's function ({group[0].op.name}): source is generated for fused chains only"
         else:
-            chains.append([s.op.name for s in steps])
-    assert chains == []                                          # every group of two or more steps is generated
+            chains.append([s.op.name for s in group])
+    assert chains == []                                          # every group of two or more instructions is generated
     assert all("\n" not in k["code"] for k in kernels(page))
 
 

@@ -116,11 +116,11 @@ def test_a_compiled_decode_step_writes_rows_and_copies_no_buffer():
         for _ in range(3):
             token, _ = decoder.step(token)
     program = decoder.compiled.program
-    ops = [s.op for s in program.steps]
+    ops = [s.op for s in program.instructions]
     cache_shape = (2, TINY.n_kv_heads, 12, TINY.d_head)
     assert ops.count(SetRows) == 2 * TINY.n_layers
-    assert all(s.shape == cache_shape for s in program.steps if s.op is SetRows)
-    assert not any(s.op is Concat and s.shape == cache_shape for s in program.steps)
+    assert all(s.shape == cache_shape for s in program.instructions if s.op is SetRows)
+    assert not any(s.op is Concat and s.shape == cache_shape for s in program.instructions)
     written = [(arg, attr) for _, arg, attr, _, _ in program.writes]
     assert written == [(1, "data")]                                     # state[0]: the position, nothing else
     assert "setrows" in str(program)

@@ -8,7 +8,7 @@ LANGUAGE = {"add", "sub", "mul", "div", "neg", "reciprocal", "sqrt", "maximum", 
 
 
 def in_rows(shape: tuple) -> bool:
-    """Whether a step's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
+    """Whether an instruction's (shape, layout) lies in rows, C order, as a new numpy array of that shape does (every
     program the check hands over is float64: 8 bytes a number)."""
     dims, layout = shape
     strides, stride = [], 8
@@ -18,17 +18,17 @@ def in_rows(shape: tuple) -> bool:
     return tuple(st for n, st in zip(dims, strides) if n > 1) == tuple(layout)
 
 
-def fused_groups(steps: list, kept: set) -> list:
-    """The groups of primitives tb.jit computes in one generated kernel, by section 4's rule. steps[i] =
-    (op, ins, shape, module): op the primitive's name ('mul', 'sum', 'reshape', a comparison's own: 'less', ...),
-    except 'row_sum' for a sum over its input's last axis alone, which may end a group (section 4); ins what it
-    reads, in order: an int j for the result of steps[j] (j < i), or a str such as 'in3' for an array from outside
-    the program (an argument, a weight, a constant); shape the shape of its result with its memory layout, (shape,
-    strides along the axes longer than 1): two results of one shape laid out differently compare unequal, and
-    in_rows(shape) says whether it lies in rows; module the module it ran in ('block.norm1'; '' outside any). The
-    expands the compiler drops are already left out. kept: the steps whose results outlive the call (returned, or
-    written back as a gradient). Return the groups of two or more steps, each a list of step numbers, in any
-    order: for example [[2, 3, 4], [5, 7, 8]]."""
+def fused_groups(instructions: list, kept: set) -> list:
+    """The groups of primitives tb.jit computes in one generated kernel, by section 4's rule. instructions[i] = (op,
+    ins, shape, module): op the primitive's name ('mul', 'sum', 'reshape', a comparison's own: 'less', ...), except
+    'row_sum' for a sum over its input's last axis alone, which may end a group (section 4); ins what it reads, in
+    order: an int j for the result of instructions[j] (j < i), or a str such as 'in3' for an array from outside the
+    program (an argument, a weight, a constant); shape the shape of its result with its memory layout, (shape, strides
+    along the axes longer than 1): two results of one shape laid out differently compare unequal, and in_rows(shape)
+    says whether it lies in rows; module the module it ran in ('block.norm1'; '' outside any). The expands the compiler
+    drops are already left out. kept: the instructions whose results outlive the call (returned, or written back as a
+    gradient). Return the groups of two or more instructions, each a list of instruction numbers, in any order: for
+    example [[2, 3, 4], [5, 7, 8]]."""
     raise NotImplementedError
 
 
