@@ -22,7 +22,7 @@
 # - what a mistake looks like: an error that names the op and the shapes, never a silent guess.
 #
 # Run it as a script, `python -m tinygrad_block lesson 01`, or as a notebook,
-# `python -m tinygrad_block lesson 01 --notebook --execute` (it lands in `lessons/out/01/`).
+# `python -m tinygrad_block lesson 01 --notebook --execute` (it lands beside this file).
 
 # %%
 import inspect
@@ -31,8 +31,9 @@ import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import function
-from tinygrad_block.course import out_dir, show
 from tinygrad_block.graph import record_graph
+
+from course import out_dir, show
 
 OUT = out_dir(1)          # lessons/out/01/: this lesson's pictures
 

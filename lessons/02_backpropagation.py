@@ -27,7 +27,7 @@
 # - `tb.gradcheck`, and a broken primitive caught by it.
 #
 # Run it as a script, `python -m tinygrad_block lesson 02`, or as a notebook,
-# `python -m tinygrad_block lesson 02 --notebook --execute` (it lands in `lessons/out/02/`).
+# `python -m tinygrad_block lesson 02 --notebook --execute` (it lands beside this file).
 
 # %%
 import inspect
@@ -39,8 +39,10 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.autograd import toposort
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.graph import record_graph
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(2)          # lessons/out/02/: this lesson's pictures
 

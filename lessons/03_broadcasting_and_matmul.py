@@ -25,7 +25,7 @@
 #   $db$ = column sums), checked against autograd.
 #
 # Run it as a script, `python -m tinygrad_block lesson 03`, or as a notebook,
-# `python -m tinygrad_block lesson 03 --notebook --execute` (it lands in `lessons/out/03/`).
+# `python -m tinygrad_block lesson 03 --notebook --execute` (it lands beside this file).
 
 # %%
 import numpy as np
@@ -33,7 +33,9 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(3)          # lessons/out/03/: this lesson's pictures
 F64 = tb.float64

@@ -24,7 +24,7 @@
 #   uniform (its entropy against $\ln V$).
 #
 # Run it as a script, `python -m tinygrad_block lesson 04`, or as a notebook,
-# `python -m tinygrad_block lesson 04 --notebook --execute` (it lands in `lessons/out/04/`).
+# `python -m tinygrad_block lesson 04 --notebook --execute` (it lands beside this file).
 
 # %%
 import json
@@ -37,9 +37,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import CharTokenizer, python_help_text
+from tinygrad_block.pictures import figure
 from tinygrad_block.tokenizer import bpe_encode, learn_bpe, load_tokenizer, merge_pair, pair_counts
+
+from course import out_dir, show
 
 OUT = out_dir(4)          # lessons/out/04/: this lesson's pictures
 

@@ -27,7 +27,7 @@
 # - RMSNorm's backward pass by hand, checked against autograd and finite differences.
 #
 # Run it as a script, `python -m tinygrad_block lesson 05`, or as a notebook,
-# `python -m tinygrad_block lesson 05 --notebook --execute` (it lands in `lessons/out/05/`).
+# `python -m tinygrad_block lesson 05 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -38,8 +38,10 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import manual, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.gradcheck import central_difference, rel_err
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(5)          # lessons/out/05/: this lesson's pictures
 

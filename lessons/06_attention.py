@@ -26,7 +26,7 @@
 # - what attention patterns look like, drawn as heatmaps.
 #
 # Run it as a script, `python -m tinygrad_block lesson 06`, or as a notebook,
-# `python -m tinygrad_block lesson 06 --notebook --execute` (it lands in `lessons/out/06/`).
+# `python -m tinygrad_block lesson 06 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -35,7 +35,9 @@ import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import nn
-from tinygrad_block.course import figure, out_dir, show
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(6)          # lessons/out/06/: this lesson's pictures
 

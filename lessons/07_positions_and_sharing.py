@@ -27,7 +27,7 @@
 #   parameters and KV-cache bytes they save, computed for Llama-sized models.
 #
 # Run it as a script, `python -m tinygrad_block lesson 07`, or as a notebook,
-# `python -m tinygrad_block lesson 07 --notebook --execute` (it lands in `lessons/out/07/`).
+# `python -m tinygrad_block lesson 07 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -37,8 +37,10 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import meta_ids, meta_lm
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(7)          # lessons/out/07/: this lesson's pictures
 GiB, MiB, KiB = 2**30, 2**20, 2**10

@@ -23,7 +23,7 @@
 # - how many parameters the FFN holds, in one block and in a whole model, for nine published architectures.
 #
 # Run it as a script, `python -m tinygrad_block lesson 08`, or as a notebook,
-# `python -m tinygrad_block lesson 08 --notebook --execute` (it lands in `lessons/out/08/`).
+# `python -m tinygrad_block lesson 08 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -34,8 +34,10 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import PART_COLOURS, figure, out_dir, show
 from tinygrad_block.measure import meta_lm
+from tinygrad_block.pictures import figure
+
+from course import PART_COLOURS, out_dir, show
 
 OUT = out_dir(8)          # lessons/out/08/: this lesson's pictures
 

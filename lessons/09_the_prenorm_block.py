@@ -28,14 +28,16 @@
 #   identity path that keeps the pre-norm gradient in check.
 #
 # Run it as a script, `python -m tinygrad_block lesson 09`, or as a notebook,
-# `python -m tinygrad_block lesson 09 --notebook --execute` (it lands in `lessons/out/09/`).
+# `python -m tinygrad_block lesson 09 --notebook --execute` (it lands beside this file).
 
 # %%
 import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import measure, nn
-from tinygrad_block.course import figure, out_dir, show
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(9)          # lessons/out/09/: this lesson's pictures
 

@@ -32,16 +32,18 @@
 #   so a planted slip lights up the module where it lives.
 #
 # Run it as a script, `python -m tinygrad_block lesson 10`, or as a notebook,
-# `python -m tinygrad_block lesson 10 --notebook --execute` (it lands in `lessons/out/10/`).
+# `python -m tinygrad_block lesson 10 --notebook --execute` (it lands beside this file).
 
 # %%
 import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.gradcheck import central_difference, rel_err
 from tinygrad_block.manual import pitfalls
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(10)          # lessons/out/10/: this lesson's pictures
 

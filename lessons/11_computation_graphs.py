@@ -27,7 +27,7 @@
 # - a 70B model whose 80 identical layers are drawn once, and what each depth of drawing is for.
 #
 # Run it as a script, `python -m tinygrad_block lesson 11`, or as a notebook,
-# `python -m tinygrad_block lesson 11 --notebook --execute` (it lands in `lessons/out/11/`).
+# `python -m tinygrad_block lesson 11 --notebook --execute` (it lands beside this file).
 
 # %%
 import contextlib
@@ -43,9 +43,10 @@ import tinygrad_block as tb
 from tinygrad_block import accounting, nn
 from tinygrad_block.cli import main as command
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import out_dir, show
 from tinygrad_block.graph import record_graph
 from tinygrad_block.graph_dot import label
+
+from course import out_dir, show
 
 OUT = out_dir(11)          # lessons/out/11/: this lesson's drawings
 HAVE_GRAPHVIZ = shutil.which("dot") is not None and importlib.util.find_spec("graphviz") is not None

@@ -26,7 +26,7 @@
 # - figures you will see quoted for these models, each beside its exact count and why the two differ.
 #
 # Run it as a script, `python -m tinygrad_block lesson 12`, or as a notebook,
-# `python -m tinygrad_block lesson 12 --notebook --execute` (it lands in `lessons/out/12/`).
+# `python -m tinygrad_block lesson 12 --notebook --execute` (it lands beside this file).
 
 # %%
 import json
@@ -37,9 +37,11 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
-from tinygrad_block.course import PART_COLOURS, figure, out_dir, show
 from tinygrad_block.measure import meta_lm
-from tinygrad_block.measure import inspect_checkpoint, inspect_text
+from tinygrad_block.checkpoint_info import inspect_checkpoint, inspect_text
+from tinygrad_block.pictures import figure
+
+from course import PART_COLOURS, out_dir, show
 
 OUT = out_dir(12)         # lessons/out/12/: this lesson's pictures
 

@@ -28,7 +28,7 @@
 # - figures you will see quoted for these costs, each beside its exact count and why the two differ.
 #
 # Run it as a script, `python -m tinygrad_block lesson 13`, or as a notebook,
-# `python -m tinygrad_block lesson 13 --notebook --execute` (it lands in `lessons/out/13/`).
+# `python -m tinygrad_block lesson 13 --notebook --execute` (it lands beside this file).
 
 # %%
 import json
@@ -42,8 +42,10 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops, count_saved_bytes
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.measure import measured_activations, meta_ids, meta_lm, walk
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(13)         # lessons/out/13/: this lesson's pictures
 GiB, KiB = 2**30, 2**10

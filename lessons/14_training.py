@@ -25,7 +25,7 @@
 #   where in the model the right answer appears.
 #
 # Run it as a script, `python -m tinygrad_block lesson 14`, or as a notebook,
-# `python -m tinygrad_block lesson 14 --notebook --execute` (it lands in `lessons/out/14/`).
+# `python -m tinygrad_block lesson 14 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -34,11 +34,13 @@ import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import nn
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import induction_batch
 from tinygrad_block.optim import AdamW, WarmupCosine, clip_grad_norm, warmup_cosine
+from tinygrad_block.pictures import figure
 from tinygrad_block.train import (INDUCTION, Schedule, attention_weights, evaluate_lm, induction_scores, lm_loss,
                                   train)
+
+from course import out_dir, show
 
 OUT = out_dir(14)         # lessons/out/14/: this lesson's pictures
 

@@ -32,7 +32,7 @@
 # - mixtures of experts: total against active parameters, with Mixtral-8x7B's shape.
 #
 # Run it as a script, `python -m tinygrad_block lesson 15`, or as a notebook,
-# `python -m tinygrad_block lesson 15 --notebook --execute` (it lands in `lessons/out/15/`).
+# `python -m tinygrad_block lesson 15 --notebook --execute` (it lands beside this file).
 
 # %%
 import argparse
@@ -44,9 +44,11 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import CharTokenizer, python_help_text, text_batch, text_splits
+from tinygrad_block.pictures import figure
 from tinygrad_block.train import Schedule, evaluate_lm, train
+
+from course import out_dir, show
 
 OUT = out_dir(15)         # lessons/out/15/: this lesson's pictures
 

@@ -29,7 +29,7 @@
 #   drawn; perplexity, the exponential of the mean cross-entropy, and why a uniform model scores $V$.
 #
 # Run it as a script, `python -m tinygrad_block lesson 16`, or as a notebook,
-# `python -m tinygrad_block lesson 16 --notebook --execute` (it lands in `lessons/out/16/`).
+# `python -m tinygrad_block lesson 16 --notebook --execute` (it lands beside this file).
 
 # %%
 import numpy as np
@@ -39,9 +39,11 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import manual, measure, nn
 from tinygrad_block.counting import count_flops, count_saved_bytes
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.nn.decode import next_token, sampling_probabilities
 from tinygrad_block.nn.tiled import online_softmax_attention
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(16)         # lessons/out/16/: this lesson's pictures
 GiB, MiB = 2**30, 2**20

@@ -30,7 +30,7 @@
 # Without a GPU the lesson runs on the CPU and says so: the counts are the same, the timings are the CPU's.
 #
 # Run it as a script, `python -m tinygrad_block lesson 17`, or as a notebook,
-# `python -m tinygrad_block lesson 17 --notebook --execute` (it lands in `lessons/out/17/`).
+# `python -m tinygrad_block lesson 17 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -44,9 +44,11 @@ import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.device import get_backend
 from tinygrad_block.measure import generation_phases, meta_ids, meta_lm
+from tinygrad_block.pictures import figure
+
+from course import out_dir, show
 
 OUT = out_dir(17)         # lessons/out/17/: this lesson's pictures
 GB, GiB, MiB = 10**9, 2**30, 2**20

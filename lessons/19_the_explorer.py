@@ -31,7 +31,7 @@
 # - the compiled pane: kernels, a fused chain and the primitives it runs, and FLOPs that add up.
 #
 # Run it as a script, `python -m tinygrad_block lesson 19`, or as a notebook,
-# `python -m tinygrad_block lesson 19 --notebook --execute` (it lands in `lessons/out/19/`).
+# `python -m tinygrad_block lesson 19 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -40,8 +40,9 @@ import re
 import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import out_dir, show
 from tinygrad_block.graph import record_graph
+
+from course import out_dir, show
 
 OUT = out_dir(19)         # lessons/out/19/: this lesson's pages
 CFG = nn.preset("tiny")   # d_model 64, 4 query heads sharing 2 key/value heads, d_ff 172

@@ -28,7 +28,7 @@
 # - a damaged folder refused, with the error a learner sees.
 #
 # Run it as a script, `python -m tinygrad_block lesson 20`, or as a notebook,
-# `python -m tinygrad_block lesson 20 --notebook --execute` (it lands in `lessons/out/20/`).
+# `python -m tinygrad_block lesson 20 --notebook --execute` (it lands beside this file).
 
 # %%
 import contextlib
@@ -45,15 +45,16 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 import tinygrad_block as tb
 from tinygrad_block import accounting as acc
 from tinygrad_block import cli, nn
+from tinygrad_block.checkpoint_info import inspect_checkpoint
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import out_dir
 from tinygrad_block.data import python_help_text, text_batch
-from tinygrad_block.hf_folder import read_header
-from tinygrad_block.measure import inspect_checkpoint
+from tinygrad_block.safetensors_file import read_header
 from tinygrad_block.nn.cache import KVCache
 from tinygrad_block.nn.hf_config import config_from_hf, config_to_hf
 from tinygrad_block.nn.pretrained import hf_layout
 from tinygrad_block.train import Schedule, train
+
+from course import out_dir
 
 OUT = out_dir(20)         # lessons/out/20/: the folder this lesson writes
 FOLDER = OUT / "llama-demo"
@@ -151,7 +152,7 @@ assert list(files) == ["config.json", "model.safetensors", "tokenizer.json", "to
 # themselves, tensor after tensor, with nothing in between. So the file holds exactly $8 + n + 4N$ bytes for $N$
 # float32 parameters, and the header alone tells every name, shape and size, however many gigabytes the weights
 # take.
-# `hf_folder.read_header` reads it that way: the 8 bytes, the header, and no weight. It checks every entry
+# `safetensors_file.read_header` reads it that way: the 8 bytes, the header, and no weight. It checks every entry
 # against the format as it goes (section 7). Its byte ranges are absolute, from the start of the file.
 
 # %%
@@ -177,7 +178,7 @@ assert np.array_equal(np.frombuffer(raw[e.begin:e.end], "<f4").reshape(e.shape),
 # %% [markdown]
 # `python -m tinygrad_block inspect FOLDER` counts the parameters from the headers alone and sets the count
 # beside the course's closed form, `accounting.total_params`, computed from config.json (lesson 12). Its
-# function, `measure.inspect_checkpoint`, returns the same numbers as a dict.
+# function, `checkpoint_info.inspect_checkpoint`, returns the same numbers as a dict.
 
 # %%
 status = cli.main(["inspect", str(FOLDER)])

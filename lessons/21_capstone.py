@@ -29,7 +29,7 @@
 #   FLOPs the cache saves; the trained model copying a prompt it has never seen.
 #
 # Run it as a script, `python -m tinygrad_block lesson 21`, or as a notebook,
-# `python -m tinygrad_block lesson 21 --notebook --execute` (it lands in `lessons/out/21/`).
+# `python -m tinygrad_block lesson 21 --notebook --execute` (it lands beside this file).
 
 # %%
 import math
@@ -39,14 +39,16 @@ import numpy as np
 import tinygrad_block as tb
 from tinygrad_block import manual, nn
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import figure, out_dir, show
 from tinygrad_block.data import induction_batch
 from tinygrad_block.gradcheck import central_difference, rel_err
 from tinygrad_block.measure import meta_lm
 from tinygrad_block.nn.config import FFNS, LAYOUTS, NORMS
 from tinygrad_block.nn.decode import argmax
+from tinygrad_block.pictures import figure
 from tinygrad_block.tensor import zeros
 from tinygrad_block.train import Schedule, evaluate_lm, train
+
+from course import out_dir, show
 
 OUT = out_dir(21)         # lessons/out/21/: this lesson's pictures
 

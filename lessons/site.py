@@ -5,6 +5,10 @@ Sphinx with myst-nb reads each lesson's jupytext text as a notebook, runs it in 
 MathJax is served from the site itself (sphinx-mathjax-offline) and the search index is a script beside the pages,
 so the site opens from a folder (file://) with nothing fetched. Lives with the course, loaded by path
 (course.site_module), like the exercises: the installed package holds none of it.
+
+Sphinx reads copies of the lessons in a folder of its own, and myst-nb runs each in a kernel started there; a first
+cell, run but not shown, puts the lessons folder first on the kernel's sys.path, as `python lessons/NN_slug.py`
+puts it, so that `import course` finds this course and the pictures land in lessons/out/NN/ as they always do.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from contextlib import contextmanager
 from io import StringIO
 from pathlib import Path
 
-from tinygrad_block.course import LESSONS, CourseError, lesson_path
+from course import LESSONS, CourseError, lesson_path
 
 HERE = Path(__file__).resolve().parent / "site"                   # the site's stylesheet
 MARK = ".tinygrad_block_site"                   # the file that says a folder is a site this builds (safe to replace)
@@ -88,12 +92,21 @@ def home_page(readme: str, built: list[str], glossary: bool) -> str:
     return f"{title}\n\n{intro}{rest}\n\n{toc}\n"
 
 
+def on_the_lessons_path(text: str) -> str:
+    """A lesson's jupytext text with a first code cell, tagged so that the page leaves it out, that puts the lessons
+    folder first on sys.path: the kernel runs the copy in Sphinx's source folder, and `import course` must find
+    the course beside the lessons."""
+    first = text.index("# %%")
+    cell = f'# %% tags=["remove-cell"]\nimport sys\nsys.path.insert(0, {str(LESSONS)!r})\n\n'
+    return text[:first] + cell + text[first:]
+
+
 def stage(src: Path, lessons: list[Path]) -> bool:
     """Write the pages' sources into `src`: index.md, the lessons, and GLOSSARY.md when the course has one (its
     presence is returned). Links to lessons left out of the build become plain text."""
     built = [p.stem for p in lessons]
     for path in lessons:
-        (src / path.name).write_text(unlinked(path.read_text(), set(built)))
+        (src / path.name).write_text(on_the_lessons_path(unlinked(path.read_text(), set(built))))
     glossary = (LESSONS / "GLOSSARY.md").is_file()
     if glossary:
         (src / "GLOSSARY.md").write_text(unlinked((LESSONS / "GLOSSARY.md").read_text(), set(built)))

@@ -282,12 +282,17 @@ def block_program(block, x):
     return f.program
 
 
-# ---------------------------------------------------------------- the course's exercises
+# ---------------------------------------------------------------- the course and its exercises
+def course_module():
+    """lessons/course.py, loaded as the command line loads it (`cli.load_course`: by path, as the module `course`)."""
+    from tinygrad_block.cli import load_course
+    return load_course()
+
+
 def solution(number: int, **replaced):
     """The reference solution of lesson `number` (lessons/solutions/NN.py), with some functions replaced by
     wrong ones."""
-    from tinygrad_block import course
-    module = course.load_solution(ROOT / "lessons" / "solutions" / f"{number:02d}.py", number)
+    module = course_module().load_solution(ROOT / "lessons" / "solutions" / f"{number:02d}.py", number)
     for name, function in replaced.items():
         setattr(module, name, function)
     return module
@@ -295,15 +300,15 @@ def solution(number: int, **replaced):
 
 def failures(number: int, module) -> dict:
     """{exercise name: what the checker says is wrong} for the exercises `module` fails."""
-    from tinygrad_block import course
-    return {name: why for name, why in course.check(number, module) if why is not None}
+    return {name: why for name, why in course_module().check(number, module) if why is not None}
 
 
 # ---------------------------------------------------------------- the lessons, each run once per test run
 # A lesson runs as a reader who wants a notebook runs it, `python -m tinygrad_block lesson NN --notebook --execute`:
-# a Jupyter kernel runs the cells of lessons/NN_*.py in order, the pictures land under lessons/out/NN/, and the
-# executed notebook keeps each cell's output under it (tests/course/test_lessons.py says why this run, and not the
-# script's, is the one kept). Every test that reads what a lesson printed, drew or showed asks `lesson_run(path)`.
+# a Jupyter kernel started in lessons/ runs the cells of lessons/NN_*.py in order, the pictures land under
+# lessons/out/NN/, and the executed notebook (written into a folder of the test run's) keeps each cell's output
+# under it (tests/course/test_lessons.py says why this run, and not the script's, is the one kept). Every test
+# that reads what a lesson printed, drew or showed asks `lesson_run(path)`.
 # pytest-xdist's workers share no fixture, so the runs are kept as files in the test run's temporary folder, which
 # the workers share, one folder per lesson named after a hash of its text, behind a lock: whichever worker first
 # needs a lesson runs it, and the others wait for it and read its record.

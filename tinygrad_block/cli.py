@@ -1,11 +1,13 @@
 """The command line, `python -m tinygrad_block <command>`: one table of commands (COMMANDS), each with its help,
-its arguments, what it computes (report.py, course.py, tour.py) and how that prints (tables.py), and one place
-that runs them (`run`): the command's dict printed as lines, or as JSON with `--json` (fields: docs/cli.md).
-A user's mistake ends in one line on stderr and exit status 2, never a traceback.
+its arguments, what it computes (report.py, tour.py, and the course's own lessons/course.py, loaded by path from a
+clone) and how that prints (tables.py), and one place that runs them (`run`): the command's dict printed as lines,
+or as JSON with `--json` (fields: docs/cli.md). A user's mistake ends in one line on stderr and exit status 2, never
+a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -13,10 +15,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-from . import __version__, course, report, tables
+from . import __version__, clone, report, tables
 from .cuda import jit_by_default
-from .curriculum import notes_for
 from .device import get_backend
 from .explorer_page import MissingAsset
 from .graph import PNG_DPI
@@ -25,6 +27,8 @@ from .recordings import record_bytes
 from .nn import PRESETS, BlockConfig, preset
 from .nn.config import check_heads
 from .nn.pretrained import read_config
+from .quoted_figures import notes_for
+from .shell import command as shell_command
 from .units import human_bytes
 
 PROG = "python -m tinygrad_block"
@@ -242,7 +246,8 @@ def lesson_options(p) -> None:
     p.add_argument("--notebook", action="store_true", help="write the lesson as a .ipynb (the 'notebook' extra)")
     p.add_argument("--execute", action="store_true",
                    help="with --notebook: run every cell too, so the notebook holds its outputs and pictures")
-    p.add_argument("--out-dir", default=None, metavar="DIR", help="where the notebook goes (default lessons/out/NN)")
+    p.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="where the notebook goes (default: beside its lesson, lessons/NN_slug.ipynb)")
 
 
 def site_options(p) -> None:
@@ -469,7 +474,7 @@ def resume_command(args: argparse.Namespace, folder: Path) -> str:
              + (["--steps", str(args.steps)] if args.steps else [])
              + (["--text-file", args.text_file] if args.text_file else [])
              + (["--eager"] if args.eager else []) + (["--compiled"] if args.compiled else []) + ["--resume"])
-    return course.command(*again)
+    return shell_command(*again)
 
 
 def read_text_file(path: str, demo: str) -> str:
@@ -515,33 +520,67 @@ def tour_data(args: argparse.Namespace) -> dict:
         ok = tour(out_dir=args.out_dir, device=args.device)["ok"]
     except MissingAsset as e:                                        # an install without the explorer's files
         raise CommandError(str(e)) from None
-    lessons = course.LESSONS if course.LESSONS.is_dir() else None    # None: installed without the repository
+    lessons = clone.LESSONS if clone.LESSONS.is_dir() else None      # None: installed without the repository
     return {"command": "tour", "ok": ok, "lessons": None if lessons is None else str(lessons)}
 
 
-def lesson_data(args: argparse.Namespace) -> dict:
+# ---------------------------------------------------------------- the course, loaded from a clone's lessons/
+def load_course() -> ModuleType:
+    """lessons/course.py of the clone this package was installed from (clone.LESSONS), loaded by path as the module
+    `course`, the name the lessons and lessons/site.py import it by; a CommandError saying where the course lives
+    when the package was installed without it."""
+    path = clone.LESSONS / "course.py"
+    loaded = sys.modules.get("course")
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
+    if not path.is_file():
+        missing = path if clone.LESSONS.is_dir() else clone.LESSONS
+        raise CommandError(f"the course (lessons, exercises, solutions) lives in the repository's lessons/ folder, "
+                           f"and {missing} is not there: the installed package does not hold it. Clone the "
+                           "repository, install it from there (pip install -e '.[viz,notebook]') and run the "
+                           "course from its root")
+    spec = importlib.util.spec_from_file_location("course", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["course"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["course"]
+        raise
+    return module
+
+
+def with_course(compute: Callable[[ModuleType, argparse.Namespace], dict]) -> Callable[[argparse.Namespace], dict]:
+    """A course command's `data`: compute(course, args) with lessons/course.py loaded (`load_course`); a
+    CourseError, the course's word for a learner's mistake, becomes one line, status 2."""
+    def data(args: argparse.Namespace) -> dict:
+        course = load_course()
+        try:
+            return compute(course, args)
+        except course.CourseError as e:
+            raise CommandError(str(e)) from None
+    return data
+
+
+def lesson_data(course: ModuleType, args: argparse.Namespace) -> dict:
     """Run the lesson as a script (its status), or write it as a notebook."""
     if not args.notebook:
         if args.execute or args.out_dir:
             raise CommandError("--execute and --out-dir go with --notebook: "
-                               + course.command("lesson", f"{args.number:02d}", "--notebook", "--execute"))
+                               + shell_command("lesson", f"{args.number:02d}", "--notebook", "--execute"))
         return {"command": "lesson", "number": args.number, "status": course.run_lesson(args.number)}
     path = course.write_notebook(args.number, Path(args.out_dir) if args.out_dir else None, args.execute)
     return {"command": "lesson", "number": args.number, "path": str(path), "executed": args.execute,
             "open_with": course.notebook_viewer(path)}
 
 
-def exercise_file(number: int) -> Path:
-    return course.learner_file(number)
+def exercise_data(course: ModuleType, args: argparse.Namespace) -> dict:
+    default = course.learner_file(args.number)
+    path = course.write_starter(args.number, Path(args.out) if args.out else default, args.force)
+    return {"command": "exercise", "number": args.number, "path": str(path), "named": path != default}
 
 
-def exercise_data(args: argparse.Namespace) -> dict:
-    path = course.write_starter(args.number, Path(args.out) if args.out else exercise_file(args.number), args.force)
-    return {"command": "exercise", "number": args.number, "path": str(path),
-            "named": path != exercise_file(args.number)}
-
-
-def check_data(args: argparse.Namespace) -> dict:
+def check_data(course: ModuleType, args: argparse.Namespace) -> dict:
     if args.all:
         if args.number is not None or args.file is not None:
             raise CommandError("--all checks every lesson's exercise_NN.py in this folder: give it no lesson "
@@ -549,7 +588,7 @@ def check_data(args: argparse.Namespace) -> dict:
         return {"command": "check", "all": True, "lessons": course.progress()}
     if args.number is None:
         raise CommandError("give the lesson whose exercises to check, like `check 02`, or --all for every lesson")
-    path = Path(args.file) if args.file else exercise_file(args.number)
+    path = Path(args.file) if args.file else course.learner_file(args.number)
     results = course.check(args.number, course.load_solution(path, args.number))
     return {"command": "check", "number": args.number, "path": str(path),
             "results": [{"name": name, "why": why} for name, why in results]}
@@ -562,7 +601,7 @@ def tour_text(data: dict) -> list[str]:
         return ["next, the course: twenty-one lessons with exercises, in the repository's lessons/ folder (this "
                 "installed package does not hold them); clone the repository, pip install -e '.[viz,notebook]' at its "
                 "root, and take lesson 01 from there"]
-    return [f"next, the course, one lesson at a time: {course.command('lesson', '01')} (add --notebook --execute "
+    return [f"next, the course, one lesson at a time: {shell_command('lesson', '01')} (add --notebook --execute "
             "for a notebook); lessons/README.md lists them all"]
 
 
@@ -588,7 +627,7 @@ def lesson_text(data: dict) -> list[str]:
 
 
 def exercise_text(data: dict) -> list[str]:
-    check = course.command("check", f"{data['number']:02d}", *([data["path"]] if data["named"] else []))
+    check = shell_command("check", f"{data['number']:02d}", *([data["path"]] if data["named"] else []))
     return [f"exercise {data['number']:02d}: wrote {data['path']}; fill in each function, then run `{check}`"]
 
 
@@ -611,7 +650,7 @@ def progress_text(lessons: list[dict]) -> list[str]:
     passed = sum(lesson["passed"] or 0 for lesson in lessons)
     total = sum(len(lesson["exercises"]) for lesson in lessons)
     todo = next((lesson for lesson in lessons if lesson["failing"]), None)
-    after = "" if todo is None else "; next: " + course.command(
+    after = "" if todo is None else "; next: " + shell_command(
         "check" if todo["passed"] is not None else "exercise", f"{todo['number']:02d}")
     return lines + [f"check --all: {passed} of {total} exercises pass; {len(done)} of {len(lessons)} lessons done, "
                     f"{len(started) - len(done)} under way, {len(lessons) - len(started)} not started{after}"]
@@ -671,18 +710,19 @@ COMMANDS = {c.name: c for c in [
     Command("calc", CALC_HELP, (calc_options, dtype_option, json_option), calc_data, tables.calc_text,
             description=CALC_HELP + " (docs/cli.md)"),
     Command("lesson", "run a numbered lesson, or write it as a notebook", (lesson_number, lesson_options),
-            lesson_data, lesson_text, mistakes=(course.CourseError,), status=lambda data: data.get("status", 0),
+            with_course(lesson_data), lesson_text, status=lambda data: data.get("status", 0),
             description="Run lessons/NN_*.py as a script, or with --notebook write it as a .ipynb."),
     Command("exercise", "write a lesson's exercises as a starter file to fill in", (lesson_number, exercise_options),
-            exercise_data, exercise_text, mistakes=(course.CourseError,),
+            with_course(exercise_data), exercise_text,
             description="Write exercise_NN.py: a lesson's exercises, each a function to write."),
-    Command("check", "check your solutions to a lesson's exercises", (check_options,), check_data,
-            check_text, mistakes=(course.CourseError,),
+    Command("check", "check your solutions to a lesson's exercises", (check_options,), with_course(check_data),
+            check_text,
             status=lambda data: 0 if data.get("all") or all(r["why"] is None for r in data["results"]) else 1,
             description="Run the lesson's checker on your file; each exercise passes or says why not. With --all, "
                         "your progress through the course: one line a lesson, then the total."),
-    Command("site", SITE_HELP, (site_options,), lambda args: course.site_module().build(Path(args.out), args.lessons),
-            site_text, mistakes=(course.CourseError,), description=SITE_HELP + " (docs/site.md)"),
+    Command("site", SITE_HELP, (site_options,),
+            with_course(lambda course, args: course.site_module().build(Path(args.out), args.lessons)),
+            site_text, description=SITE_HELP + " (docs/site.md)"),
     Command("train", TRAIN_HELP, (train_options, results_json_option), train_data, tables.train_text,
             description=TRAIN_HELP + " (docs/training.md)", mistakes=(ValueError, FileNotFoundError),
             status=lambda data: 0 if data.get("passed", True) else 1),   # the induction model missed its threshold
@@ -714,7 +754,7 @@ def parser() -> Parser:
 
 
 def run(command: Command, args: argparse.Namespace) -> int:
-    """Compute the command's dict and print it: its lines (with the curriculum's notes on the preset), or JSON with
+    """Compute the command's dict and print it: its lines (with the quoted figures' notes on the preset), or JSON with
     --json. Its exit status."""
     try:
         data = command.data(args)
@@ -726,7 +766,7 @@ def run(command: Command, args: argparse.Namespace) -> int:
         data["curriculum"] = notes
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, default=str))
-    elif lines := command.text(data) + tables.curriculum_text(notes):
+    elif lines := command.text(data) + tables.quoted_text(notes):
         print("\n".join(lines))
     return command.status(data)
 

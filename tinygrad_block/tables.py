@@ -148,7 +148,7 @@ def memory_text(data: dict) -> list[str]:
             "assumes FlashAttention and fused kernels"]
 
 
-def curriculum_text(notes: list[dict]) -> list[str]:
+def quoted_text(notes: list[dict]) -> list[str]:
     """Where a commonly quoted figure differs from the exact value: both, and why."""
     lines = ["  where commonly quoted figures differ:"] if notes else []
     for n in notes:

@@ -45,7 +45,7 @@ def test_no_message_names_a_package_that_no_index_has():
 
 @pytest.mark.parametrize("lesson, needs", [("05", "matplotlib"), ("16", "matplotlib")])
 def test_a_lesson_without_the_viz_extra_is_one_line(tmp_path, command_line, lesson, needs):
-    """05 draws through course.figure (pictures.figure), 16 imports matplotlib itself: a ModuleNotFoundError each."""
+    """05 draws through pictures.figure, 16 imports matplotlib itself: a ModuleNotFoundError each."""
     result = command_line.process("lesson", lesson, cwd=tmp_path, env=without(tmp_path, "matplotlib"))
     one_line_error(result, f"lesson: error: {lesson}_", needs, "pip install -e '.[viz]'")
 
@@ -90,10 +90,10 @@ def test_version_is_the_projects(command_line, tmp_path):
 
 
 def test_the_tour_ends_at_the_first_lesson_where_the_lessons_are(tmp_path, command_line, monkeypatch):
-    from tinygrad_block import course
+    from tinygrad_block import clone, shell
     last = command_line.out("tour", "--out-dir", tmp_path / "a").splitlines()[-1]
-    assert course.command("lesson", "01") in last and "lessons/README.md" in last
-    monkeypatch.setattr(course, "LESSONS", tmp_path / "no-lessons")  # installed from a wheel: no lessons/ beside it
+    assert shell.command("lesson", "01") in last and "lessons/README.md" in last
+    monkeypatch.setattr(clone, "LESSONS", tmp_path / "no-lessons")   # installed from a wheel: no lessons/ beside it
     last = command_line.out("tour", "--out-dir", tmp_path / "b").splitlines()[-1]
     assert "repository's lessons/ folder" in last and "installed package does not hold them" in last
     assert "-m tinygrad_block lesson" not in last and "pip install -e '.[viz,notebook]'" in last

@@ -1,5 +1,6 @@
-"""The course commands (course.py, lessons/exercises/): lessons found and run, notebooks written, starters handed out,
-and each checker against its reference solution (lessons/solutions/) and against typical wrong answers."""
+"""The course commands (lessons/course.py, loaded by path by the command line; lessons/exercises/): lessons found and
+run, notebooks written and run where JupyterLab runs them, starters handed out, and each checker against its reference
+solution (lessons/solutions/) and against typical wrong answers."""
 import ast
 import json
 import os
@@ -14,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tinygrad_block import course
+from tinygrad_block import clone
 from tinygrad_block.cli import main
 
-from conftest import failures, output_text, solution
+from conftest import course_module, failures, output_text, solution
 
+course = course_module()
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "lessons" / "solutions"
+PACKAGE = ROOT / "tinygrad_block"
 
 
 @pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("[0-9][0-9].py")), ids=lambda p: p.stem)
@@ -36,22 +39,53 @@ def test_every_lesson_with_exercises_has_a_reference_solution():
     assert numbers and all((SOLUTIONS / f"{n:02d}.py").is_file() for n in numbers)
 
 
-def test_the_checkers_live_beside_the_lessons_and_never_import_the_course_back():
-    """lessons/exercises/ is loaded by path: the package holds no exercises, and no grader imports course.py."""
-    assert not (ROOT / "tinygrad_block" / "exercises").exists()
+def package_modules() -> dict[str, ast.Module]:
+    """Every module of the package, parsed, by its path inside the package (`nn/block.py`)."""
+    return {str(p.relative_to(PACKAGE)): ast.parse(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def path_parts(tree: ast.Module) -> set[str]:
+    """The texts a module joins into paths: `x / "part"`, `Path("part")`, `x.joinpath("part")`, one folder each."""
+    found = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+            found |= {x.value for x in (n.left, n.right) if isinstance(x, ast.Constant)}
+        elif isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in ("Path", "joinpath"):
+            found |= {a.value for a in n.args if isinstance(a, ast.Constant)}
+    return {part for text in found if isinstance(text, str) for part in text.split("/")}
+
+
+def test_the_package_holds_no_course_code_and_names_the_lessons_folder_once():
+    """The course (its code, exercises and site builder) lives in lessons/: no module of the package is course code,
+    only clone.py names the lessons folder (a path part "lessons"), only the command line and the explorer's links
+    ask it where that is, and no module imports `course`. No grader imports the course back."""
+    modules = package_modules()
+    assert not {"course.py", "curriculum.py"} & set(modules) and not (PACKAGE / "exercises").exists()
+    naming = {name for name, tree in modules.items() if "lessons" in path_parts(tree)}
+    assert naming == {"clone.py"}
+    asking = {name for name, tree in modules.items() for n in ast.walk(tree)
+              if isinstance(n, ast.ImportFrom) and (n.module == "clone" or "clone" in {a.name for a in n.names})}
+    assert asking == {"cli.py", "explorer_page.py"}
+    importing = {name for name, tree in modules.items() for n in ast.walk(tree)
+                 if isinstance(n, ast.Import) and "course" in {a.name for a in n.names}
+                 or isinstance(n, ast.ImportFrom) and not n.level and n.module == "course"}
+    assert importing == set()
+    assert clone.LESSONS == ROOT / "lessons" and Path(course.__file__) == clone.LESSONS / "course.py"
     for path in sorted((ROOT / "lessons" / "exercises").glob("*.py")):
         imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
         assert not {m for m in imported if m and "course" in m}, f"{path.name} imports the course back"
 
 
-@pytest.mark.parametrize("command", [["exercise", "05"], ["check", "05"], ["lesson", "05"]])
+@pytest.mark.parametrize("command", [["exercise", "05"], ["check", "05"], ["lesson", "05"], ["check", "--all"],
+                                     ["site", "--out", "site"]])
 def test_without_the_repository_the_course_says_where_it_lives(tmp_path, monkeypatch, capsys, command):
-    monkeypatch.setattr(course, "LESSONS", tmp_path / "lessons")           # the package installed on its own
+    monkeypatch.setattr(clone, "LESSONS", tmp_path / "lessons")            # the package installed on its own
     with pytest.raises(SystemExit) as stop:
         main(command)
     lines = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(lines) == 1
     assert "lives in the repository's lessons/ folder" in lines[0] and "Clone the repository" in lines[0]
+    assert str(tmp_path / "lessons") in lines[0] and "the installed package does not hold it" in lines[0]
 
 
 GRADED = sorted(int(p.stem) for p in (course.LESSONS / "exercises").glob("[0-9][0-9].py"))
@@ -117,7 +151,8 @@ def test_a_solution_that_does_not_import_is_one_line(tmp_path, command_line):
 
 STAND_IN = """# %%
 import sys
-print(__name__, __file__, sys.argv, sys.path[0])
+import course
+print(__name__, __file__, sys.argv, sys.path[0], course.__file__)
 assert {ok}, "the lesson's own check"
 print("after the check")
 """
@@ -126,17 +161,20 @@ print("after the check")
 @pytest.mark.parametrize("ok", [True, False])
 def test_lesson_runs_the_script_as_python_would(tmp_path, command_line, ok):
     """`lesson NN` prints, says and exits what `python lessons/NN_*.py` does: the same module name, file, argv
-    and import folder, a failing check's traceback and status 1. Shown on a lesson of its own (the course's lessons
-    run once each, in test_lessons.py)."""
+    and import folder (where `import course` finds the course beside the lesson), a failing check's traceback and
+    status 1. Shown on a lesson of its own, in a course folder of its own that the command line is pointed at (the
+    course's lessons run once each, in test_lessons.py)."""
     lessons = tmp_path / "lessons"
     lessons.mkdir()
+    (lessons / "course.py").write_text((ROOT / "lessons" / "course.py").read_text())
     script = lessons / "01_stand_in.py"
     script.write_text(STAND_IN.format(ok=ok))
     python = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
-    prelude = f"from pathlib import Path\nfrom tinygrad_block import course\ncourse.LESSONS = Path({str(lessons)!r})"
+    prelude = f"from pathlib import Path\nfrom tinygrad_block import clone\nclone.LESSONS = Path({str(lessons)!r})"
     lesson = command_line.process("lesson", "1", cwd=tmp_path, prelude=prelude)
     assert lesson.returncode == python.returncode == (0 if ok else 1), lesson.stderr
     assert lesson.stdout == python.stdout and python.stdout.startswith(f"__main__ {script} ")
+    assert python.stdout.splitlines()[0].endswith(f" {lessons} {lessons / 'course.py'}")
     assert ("after the check" in lesson.stdout) == ok
     assert ("AssertionError: the lesson's own check" in lesson.stderr) == (not ok), lesson.stderr
 
@@ -151,6 +189,38 @@ def test_lesson_notebook_holds_the_scripts_cells(tmp_path, capsys):
     assert kinds.count("markdown") == script.count("# %% [markdown]")
     printed = capsys.readouterr().out
     assert f"wrote {path}" in printed
+
+
+def a_course_of(folder: Path, monkeypatch, *names: str) -> Path:
+    """folder/lessons/, a course of these lessons and the course's code, copied; the command line pointed at it (as
+    at a clone's lessons/) for the rest of the test."""
+    lessons = folder / "lessons"
+    lessons.mkdir()
+    for name in ("course.py", *names):
+        (lessons / name).write_text((ROOT / "lessons" / name).read_text())
+    monkeypatch.setattr(clone, "LESSONS", lessons)
+    monkeypatch.delitem(sys.modules, "course", raising=False)      # loaded from the copy; the course's again after
+    return lessons
+
+
+def test_the_notebook_written_beside_its_lesson_runs_where_jupyterlab_starts_its_kernel(tmp_path, monkeypatch):
+    """JupyterLab starts a notebook's kernel in the notebook's own folder. The notebook `lesson 01 --notebook`
+    writes lies beside its lesson, so run from its own folder (nbclient's working folder, as JupyterLab's) its
+    `import course` finds the course, and the pictures land in the course's out/01/, as the script's do."""
+    import nbclient
+    import nbformat
+    lessons = a_course_of(tmp_path, monkeypatch, "01_tensors_and_the_graph.py")
+    assert main(["lesson", "1", "--notebook"]) == 0
+    path = lessons / "01_tensors_and_the_graph.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    outputs = [output_text(o) for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
+    assert any("dy/dx = 7" in text for text in outputs)
+    pictures = [line.removeprefix("picture: ") for text in outputs for line in text.splitlines()
+                if line.startswith("picture: ")]
+    assert pictures and all((tmp_path / p).is_file() and Path(p).parent == Path("lessons/out/01") for p in pictures)
 
 
 def jupyter_lab_get(command: list[str], cwd: Path, paths: list[str]) -> list[tuple[int, dict | None]]:
@@ -197,27 +267,22 @@ AS_ROOT = " (as root, JupyterLab also wants --allow-root)"
 @pytest.mark.parametrize("where", ["lessons", "out-dir"])
 def test_lesson_notebook_says_how_to_open_it_and_that_command_serves_it(tmp_path, monkeypatch, command_line, where):
     """The printed command is this environment's JupyterLab on the notebook; run as printed (with no browser, a
-    port and a token added), the server hands out the notebook the lesson wrote. Written where the lessons are
-    (lessons/out/NN/, the default), JupyterLab is rooted at the lessons folder: the other lessons are served too,
-    the command's paths typed relative to the folder it was printed in. With --out-dir elsewhere it is rooted
-    at that folder."""
+    port and a token added), the server hands out the notebook the lesson wrote. Written beside its lesson (the
+    default), JupyterLab is rooted at the lessons folder: the other lessons are served too, the command's paths
+    typed relative to the folder it was printed in. With --out-dir elsewhere it is rooted at that folder."""
     pytest.importorskip("jupyterlab", reason="JupyterLab is missing: pip install -e '.[notebook]'")
-    lessons = tmp_path / "lessons"                                   # a course of two lessons, copied
-    lessons.mkdir()
-    for name in ("01_tensors_and_the_graph.py", "02_backpropagation.py"):
-        (lessons / name).write_text((ROOT / "lessons" / name).read_text())
-    monkeypatch.setattr(course, "LESSONS", lessons)
+    lessons = a_course_of(tmp_path, monkeypatch, "01_tensors_and_the_graph.py", "02_backpropagation.py")
     monkeypatch.chdir(tmp_path)
     elsewhere = ["--out-dir", tmp_path / "notes"] if where == "out-dir" else []
     out = command_line.out("lesson", "1", "--notebook", *elsewhere)
-    path = (tmp_path / "notes" if elsewhere else lessons / "out" / "01") / "01_tensors_and_the_graph.ipynb"
+    path = (tmp_path / "notes" if elsewhere else lessons) / "01_tensors_and_the_graph.ipynb"
     opening = out.splitlines()[1].strip()
     assert opening.startswith("open it with: ") and opening.endswith(AS_ROOT)
     command = shlex.split(opening.removeprefix("open it with: ").removesuffix(AS_ROOT))
     assert Path(command[0]).parent == Path(sys.executable).parent and command[1] == "lab"
     if where == "lessons":
-        assert command[2:] == ["--ServerApp.root_dir=lessons", "lessons/out/01/01_tensors_and_the_graph.ipynb"]
-        paths = ["out/01/01_tensors_and_the_graph.ipynb", "02_backpropagation.py"]
+        assert command[2:] == ["--ServerApp.root_dir=lessons", "lessons/01_tensors_and_the_graph.ipynb"]
+        paths = ["01_tensors_and_the_graph.ipynb", "02_backpropagation.py"]
     else:
         assert command[2:] == ["--ServerApp.root_dir=notes", "notes/01_tensors_and_the_graph.ipynb"]
         paths = ["01_tensors_and_the_graph.ipynb"]

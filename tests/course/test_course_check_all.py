@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from tinygrad_block import course
+from conftest import ROOT, course_module
 
+course = course_module()
 SOLUTIONS = ROOT / "lessons" / "solutions"
 LESSONS = sorted(int(p.stem) for p in (ROOT / "lessons" / "exercises").glob("[0-9][0-9].py"))
 WRONG_ATTENTION = """

@@ -73,12 +73,12 @@ def printed(lesson_run):
 
 
 def test_the_table_covers_every_text_and_the_differing_figures():
-    from tinygrad_block import curriculum
+    from tinygrad_block import quoted_figures
 
     assert len(ROWS) >= 50 and {r["text"] for r in ROWS} == {"anatomy", "forward pass", "formulas", "deep dive"}
     quoted = [r for r in ROWS if r["as commonly quoted"]]
     exact = " ".join(plain(r["exact value"]) for r in quoted)
-    for note in curriculum.NOTES:                      # each figure the course notes as differing has its row
+    for note in quoted_figures.NOTES:                      # each figure the course notes as differing has its row
         first = numbers(note.exact())[0]
         assert shows(first, exact), f"{note.preset}, {note.what}: {note.exact()}"
 

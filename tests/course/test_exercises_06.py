@@ -93,7 +93,8 @@ def test_attention_with_the_softmax_over_the_queries_is_rejected_with_the_reason
 
 
 def test_the_attention_starter_states_the_task_not_the_code():
-    from tinygrad_block import course
+    from conftest import course_module
+    course = course_module()
     starter = course.exercises(6).starter
     task = starter[starter.index("def attention"):starter.index("def stable_softmax")]
     assert "(B, H, L, d_head)" in task and "sum to 1" in task and "j <= i" in task

@@ -1,8 +1,10 @@
 """Lesson 08's checkers (lessons/exercises/08.py) reject typical wrong answers, each with the reason."""
 import math
 
-from tinygrad_block import course, nn
-from conftest import failures, solution
+from tinygrad_block import nn
+from conftest import course_module, failures, solution
+
+course = course_module()
 
 
 def test_swiglu_with_silu_on_the_up_projection_is_rejected():

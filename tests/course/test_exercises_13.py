@@ -100,7 +100,8 @@ def test_mfu_as_a_percentage_is_rejected():
 
 
 def test_the_flops_starter_states_the_task_not_the_sum():
-    from tinygrad_block import course
+    from conftest import course_module
+    course = course_module()
     starter = course.exercises(13).starter
     task = starter[starter.index("def forward_flops_per_token"):starter.index("def mfu_needed")]
     assert "seq_len" in task and "causal mask" in task

@@ -40,13 +40,15 @@ def test_the_lora_rank_from_the_columns_of_a_is_rejected_with_the_reason():
 
 
 def test_the_lora_starter_leaves_the_rank_to_the_learner():
-    from tinygrad_block import course
+    from conftest import course_module
+    course = course_module()
     starter = course.exercises(15).starter
     assert "A: (r, d_in)" in starter and "B: (d_out, r)" in starter and ".shape" not in starter
 
 
 def test_the_moe_starter_states_the_task_not_the_counts():
-    from tinygrad_block import course
+    from conftest import course_module
+    course = course_module()
     starter = course.exercises(15).starter
     task = starter[starter.index("def moe_params"):]
     assert "(total, active)" in task and "cfg.experts_top_k" in task

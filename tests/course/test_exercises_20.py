@@ -14,7 +14,9 @@ def test_the_reference_solution_passes_every_check():
 
 
 def test_the_two_kv_oracles_agree():
-    from tinygrad_block import accounting, course
+    from conftest import course_module
+    from tinygrad_block import accounting
+    course = course_module()
     from tinygrad_block.nn.hf_config import config_from_hf
     grader = course.exercises_module(20)
     config = grader.CONFIGS[0][1]

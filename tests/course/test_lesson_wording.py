@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 import tinygrad_block as tb
-from tinygrad_block import course, nn
+from tinygrad_block import nn
 from tinygrad_block.data import python_help_text
 from tools import glossary
 
+from conftest import course_module
+
+course = course_module()
 ROOT = Path(__file__).resolve().parents[2]
 QUOTING = re.compile(r"(commonly|often|usually) quoted|circulat|popular table|often said|sometimes given", re.I)
 OUTSIDE = re.compile(r"et al\.|https?://|\bpaper\b|\bblog\b|data sheet|model card", re.I)

@@ -9,17 +9,19 @@ written) and what a script's cannot (each cell's output under it, pictures inlin
 and added no check. What only a script run would prove is that `python lessons/NN_*.py` works outside a kernel, and
 the two differ only in what can be read off the file, which the test named "the script is the notebook's cells"
 reads: the notebook's cells are the file's own text (no magic hidden in a comment), the file uses nothing that only
-a kernel defines (`display`, `get_ipython`, a `%` magic or a `!` shell line), and imports nothing from lessons/ (the
-script's folder is on its sys.path, the kernel's is not). That `python -m tinygrad_block lesson NN` runs the file as
-`python` would is tested in test_course.py, on a lesson of its own."""
+a kernel defines (`display`, `get_ipython`, a `%` magic or a `!` shell line), and imports nothing from lessons/ but
+`course` (the script's folder is on its sys.path; the kernel starts in lessons/, where `import course` resolves, but
+the script's own folder is not otherwise the kernel's). That `python -m tinygrad_block lesson NN` runs the file as
+`python` would, and that the notebook runs from its own folder as JupyterLab runs it, is tested in test_course.py."""
 import ast
 import re
 from pathlib import Path
 
 import pytest
 
-from tinygrad_block import course
+from conftest import course_module
 
+course = course_module()
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py"))
 ids = [p.stem for p in LESSONS]
@@ -76,8 +78,9 @@ def test_the_script_is_the_notebooks_cells_and_needs_no_kernel(path):
     tree = ast.parse("\n".join(ours))
     unbound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in KERNEL_ONLY} - bound_names(tree)
     assert not unbound, f"only a kernel defines {sorted(unbound)}"
-    beside = {p.stem for p in (ROOT / "lessons").iterdir()}
-    assert not imported_modules(tree) & beside, f"imports from lessons/, where a kernel does not look: {beside}"
+    beside = {p.stem for p in (ROOT / "lessons").iterdir()} - {"course"}
+    assert "course" in imported_modules(tree), "a lesson draws through the course's out_dir and show"
+    assert not imported_modules(tree) & beside, f"imports from lessons/ more than the course: {beside}"
 
 
 def bound_names(tree: ast.AST) -> set[str]:

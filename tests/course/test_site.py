@@ -17,8 +17,10 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 import tinygrad_block as tb
-from conftest import ROOT
-from tinygrad_block import course, nn
+from conftest import ROOT, course_module
+from tinygrad_block import nn
+
+course = course_module()
 
 SHOTS = Path("/tmp/site_shots")
 BUILT = ["01_tensors_and_the_graph", "19_the_explorer"]

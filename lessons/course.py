@@ -1,32 +1,37 @@
-"""The course around the numbered lessons: find and run a lesson, write it as a notebook, hand out a lesson's
-exercises as a starter file, and check a learner's solutions against the lesson's checker.
+"""The course around the numbered lessons, kept with them: the lessons' own helpers (`out_dir`, `show`,
+`PART_COLOURS`), and what the course commands of `python -m tinygrad_block` do: find and run a lesson, write it as a
+notebook, hand out a lesson's exercises as a starter file, check a learner's solutions against the lesson's
+checker, and load the site's builder.
 
-A lesson is `lessons/NN_slug.py` in the repository (jupytext percent format: a script and a notebook at once).
-Its exercises live beside it: the starter a learner fills in, `lessons/exercises/starters/NN.py`, and the
-grader `lessons/exercises/NN.py`, a list of checks, each a function that takes the learner's module and raises
-`CheckFailed` (lessons/exercises/common.py) saying precisely what is wrong. Reference solutions are kept apart,
-in `lessons/solutions/NN.py`. All of these are the repository's, loaded here by path: the installed package
-holds none of them, and says so.
+A lesson is `lessons/NN_slug.py` (jupytext percent format: a script and a notebook at once) and imports this file as
+`course` (`from course import out_dir, show`): the lessons folder is on sys.path wherever a lesson runs, as
+`python lessons/NN_slug.py`, as a notebook beside it, in the site's build. Its exercises live beside it: the starter
+a learner fills in, `exercises/starters/NN.py`, and the grader `exercises/NN.py`, a list of checks, each a function
+that takes the learner's module and raises `CheckFailed` (exercises/common.py) saying precisely what is wrong.
+Reference solutions are kept apart, in `solutions/NN.py`. The command line loads this file by path from a clone's
+lessons/ folder (tinygrad_block/clone.py): the installed package holds none of the course, and says so.
 
-Lessons draw their pictures through `out_dir`, `figure` and `show`: each picture is saved under
+Lessons draw their pictures through `out_dir`, `pictures.figure` and `show`: each picture is saved under
 lessons/out/NN/, its path printed, and, when the lesson runs as a notebook, shown inline.
 """
 from __future__ import annotations
 
 import html
 import importlib.util
+import os
 import runpy
 import shlex
 import subprocess
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .pictures import figure  # noqa: F401  (the lessons draw through course.figure, course.show)
+from tinygrad_block.shell import command, from_here, program
 
-LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+LESSONS = Path(__file__).resolve().parent      # this file's folder: the lessons, their exercises and solutions
 PACKAGE = "lesson_exercises"           # the name lessons/exercises/ is loaded under, its files as PACKAGE.NN
 
 
@@ -35,20 +40,18 @@ class CourseError(Exception):
 
 
 def _in_repository(*parts: str) -> Path:
-    """The folder LESSONS/parts, or a CourseError saying that the course is the repository's, not the package's."""
+    """The folder LESSONS/parts, or a CourseError saying that the course is the repository's lessons/ folder."""
     folder = LESSONS.joinpath(*parts)
     if not folder.is_dir():
-        missing = folder if LESSONS.is_dir() else LESSONS
         raise CourseError(f"the course (lessons, exercises, solutions) lives in the repository's lessons/ folder, "
-                          f"and {missing} is not there: the installed package does not hold it. Clone the "
-                          "repository, install it from there (pip install -e '.[viz,notebook]') and run the "
-                          "course from its root")
+                          f"and {folder} is not there. Clone the repository, install it from there "
+                          "(pip install -e '.[viz,notebook]') and run the course from its root")
     return folder
 
 
 def lesson_path(number: int) -> Path:
     """lessons/NN_*.py for lesson `number`, or a CourseError naming the lessons there are."""
-    found = sorted(_in_repository().glob(f"{number:02d}_*.py"))
+    found = sorted(LESSONS.glob(f"{number:02d}_*.py"))
     if not found:
         have = ", ".join(p.stem for p in sorted(LESSONS.glob("[0-9][0-9]_*.py")))
         raise CourseError(f"there is no lesson {number:02d}; the lessons are: {have}")
@@ -56,9 +59,10 @@ def lesson_path(number: int) -> Path:
 
 
 def run_lesson(number: int) -> int:
-    """Run a lesson as a script (through `run_script`), its output straight to the terminal; its exit status."""
-    runner = "from tinygrad_block.course import run_script; run_script()"
-    return subprocess.run([sys.executable, "-c", runner, str(lesson_path(number))]).returncode
+    """Run a lesson as a script (through `run_script`, with this folder first on sys.path as `python` puts it),
+    its output straight to the terminal; its exit status."""
+    runner = "import sys; sys.path[0] = sys.argv.pop(1); import course; course.run_script()"
+    return subprocess.run([sys.executable, "-c", runner, str(LESSONS), str(lesson_path(number))]).returncode
 
 
 EXTRAS = {"matplotlib": "viz", "graphviz": "viz", "torch": "ref", "transformers": "ref", "cupy": "gpu"}  # its extra
@@ -87,50 +91,41 @@ def _stop(message: str) -> None:
 
 
 def write_notebook(number: int, out_dir: Path | None = None, execute: bool = False) -> Path:
-    """The lesson as a .ipynb under lessons/out/NN/ by default: its cells as in the script, and with `execute`
-    their outputs too (every cell run in order by a Jupyter kernel, pictures inline)."""
+    """The lesson as a .ipynb beside it by default, lessons/NN_slug.ipynb (where a Jupyter kernel, which starts in
+    the notebook's own folder, imports `course` as the script does): its cells as in the script, and with
+    `execute` their outputs too (every cell run in order by a Jupyter kernel, pictures inline). Written to a
+    temporary name, then renamed into place."""
     try:
         import jupytext
     except ImportError:
         raise CourseError("writing a notebook needs jupytext: install the 'notebook' extra, "
                           "pip install -e '.[notebook]' from the repository's root") from None
     path = lesson_path(number)
-    out = (out_dir or LESSONS / "out" / f"{number:02d}") / f"{path.stem}.ipynb"
+    out = (out_dir or LESSONS) / f"{path.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     notebook = jupytext.read(path)
     if execute:
         notebook = _execute(notebook, path)
-    jupytext.write(notebook, out)
+    _write_atomically(out, jupytext.writes(notebook, fmt="ipynb"))
     return out
 
 
-def from_here(path: Path) -> str:
-    """`path` as a command printed here is best typed: relative to the current folder when it lies below it (a
-    virtual environment's `.venv/bin/python`, which needs no activating), else in full."""
-    path, here = Path(path).absolute(), Path.cwd()
-    return str(path.relative_to(here) if path.is_relative_to(here) else path)
-
-
-def program(path: Path) -> str:
-    """The program at `path` as `from_here` types it, `./x` for a bare `x` (which a shell would search PATH for)."""
-    typed = from_here(path)
-    return typed if "/" in typed else f"./{typed}"
-
-
-def this_python() -> str:
-    """This interpreter as a shell word, for the commands the course and the CLI print (see `from_here`)."""
-    return shlex.quote(program(Path(sys.executable)))
-
-
-def command(*words: str) -> str:
-    """The shell command that runs `python -m tinygrad_block WORDS...` with this very interpreter, quoted."""
-    return f"{this_python()} -m tinygrad_block {shlex.join(words)}"
+def _write_atomically(path: Path, text: str) -> None:
+    """`text` into `path`: written to a temporary file beside it, then renamed over it."""
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 def notebook_viewer(path: Path) -> str | None:
     """The command that opens the notebook at `path` in JupyterLab, with the `jupyter` of this Python's environment
     (a virtual environment need not be activated); None when JupyterLab is not installed there.
-    JupyterLab roots its file browser at the lessons folder when the notebook lies in it (lessons/out/NN/ by
+    JupyterLab roots its file browser at the lessons folder when the notebook lies in it (beside its lesson, by
     default), so every lesson and notebook is a click away; at the notebook's own folder otherwise (--out-dir
     elsewhere: JupyterLab opens no file outside its root)."""
     jupyter = Path(sys.executable).parent / ("jupyter.exe" if sys.platform == "win32" else "jupyter")
@@ -142,8 +137,9 @@ def notebook_viewer(path: Path) -> str | None:
 
 
 def _execute(notebook, path: Path):
-    """Run every cell of `notebook` in a fresh kernel, from the repository root; a failing cell is a CourseError
-    naming the lesson and the error."""
+    """Run every cell of `notebook` in a fresh kernel started in the lessons folder, as JupyterLab starts one for
+    the notebook beside its lesson (`import course` resolves there); a failing cell is a CourseError naming the
+    lesson and the error."""
     try:
         import nbclient
     except ImportError:
@@ -152,7 +148,7 @@ def _execute(notebook, path: Path):
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                                      extra_arguments=["--IPKernelApp.log_level=ERROR"],   # no start-up chatter
-                                     resources={"metadata": {"path": str(LESSONS.parent)}})
+                                     resources={"metadata": {"path": str(LESSONS)}})
     try:
         client.execute(stderr=subprocess.DEVNULL)    # the kernel's own stderr (zmq's shutdown asserts): not ours
     except nbclient.exceptions.CellExecutionError as e:
@@ -162,7 +158,7 @@ def _execute(notebook, path: Path):
 
 def site_module() -> ModuleType:
     """lessons/site.py, the builder of the course's website (`python -m tinygrad_block site`), loaded by path."""
-    return _load_file("lesson_site", _in_repository() / "site.py")
+    return _load_file("lesson_site", LESSONS / "site.py")
 
 
 # ---------------------------------------------------------------- pictures, saved and shown

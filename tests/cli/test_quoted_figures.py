@@ -1,11 +1,12 @@
-"""The curriculum's differing figures: each exact value pinned (by hand arithmetic), each parameter count also
-held by the model built on the shape-only device, and each printed by the CLI."""
+"""The quoted figures (tinygrad_block/quoted_figures.py): each commonly quoted figure's exact value pinned (by hand
+arithmetic), each parameter count also held by the model built on the shape-only device, and each printed by the
+CLI (its JSON under the key "curriculum")."""
 import re
 
 import pytest
 
 import tinygrad_block as tb
-from tinygrad_block import cli, curriculum, nn
+from tinygrad_block import cli, nn, quoted_figures
 from tinygrad_block.nn.config import preset
 
 EXACT = {  # (preset, what) -> exact value, worked out by hand from the published shapes
@@ -30,8 +31,8 @@ EXACT = {  # (preset, what) -> exact value, worked out by hand from the publishe
 
 
 def test_every_note_is_pinned_and_exact():
-    assert {(n.preset, n.what) for n in curriculum.NOTES} == set(EXACT)
-    for n in curriculum.NOTES:
+    assert {(n.preset, n.what) for n in quoted_figures.NOTES} == set(EXACT)
+    for n in quoted_figures.NOTES:
         assert n.exact() == EXACT[(n.preset, n.what)], n.what
         assert n.quoted and n.why and n.command in cli.COMMANDS
 
@@ -48,7 +49,7 @@ def test_the_hand_counts_are_what_the_model_holds(name, what, part):
     assert f"{held:,}" == EXACT[(name, what)]
 
 
-@pytest.mark.parametrize("note", curriculum.NOTES, ids=lambda n: f"{n.preset}-{n.what}")
+@pytest.mark.parametrize("note", quoted_figures.NOTES, ids=lambda n: f"{n.preset}-{n.what}")
 def test_the_command_prints_the_note(command_line, note):
     argv = [note.command, "--preset", note.preset] + (["--seq-len", "16"] if note.command != "params" else [])
     text = command_line.out(*argv)
@@ -59,5 +60,5 @@ def test_the_command_prints_the_note(command_line, note):
 
 def test_no_note_sends_the_reader_to_a_text_they_do_not_have():
     """Figures are quoted as commonly given; the texts they come from are not the reader's."""
-    for n in curriculum.NOTES:
+    for n in quoted_figures.NOTES:
         assert not re.search(r"(?<![\d,._])00[0-4](?![\d,_])|document|deck", f"{n.quoted} {n.why}"), n.what
