@@ -72,7 +72,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
                                "inspect {tmp}/run --json"),
     "mistake_preset": ("params --preset lama2-7b",),
     "mistake_seq_len": ("flops --preset tiny --seq-len 0", "memory --preset llama2-7b --seq-len 4097",
-                        "walk --preset tiny --json --seq-len abc"),
+                        "calc --preset tiny --seq-len 8 --mfu 1.5"),
     "mistake_heads": ("calc --d-model 4096 --n-layers 2 --n-heads 30 --d-ff 100 --vocab 10 --seq-len 8",),
     "mistake_files": ("generate {tmp}/nowhere --ids 1", "graph --preset tiny --out {tmp}/g.txt", "lesson 99"),
 }
@@ -90,7 +90,8 @@ NUMBER = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
 MASKS = (
     Mask("progress", re.compile(r"^.*\d+%\|.*$"), "<progress>"),                    # a tqdm bar, all its updates
     Mask("json-time", re.compile(r"""(["']\w*(?:seconds|_s)["']):\s*-?""" + NUMBER), r"\1: <time>"),
-    Mask("rate", re.compile(NUMBER + r"\s*[A-Za-zµ]*/s(?![A-Za-z])|" + NUMBER + r"\s*\w+ per second"), "<rate>"),
+    Mask("rate", re.compile(NUMBER + r"\s*[A-Za-zµ]*/s(?![A-Za-z])|" + NUMBER + r"[\w ]*? per second"), "<rate>"),
+    Mask("share-of-measured", re.compile(NUMBER + r"% of (?:the )?(?:peak|measured\b[\w ]*)"), "<share>"),
     Mask("took", re.compile(r"\btook\s+" + NUMBER + r"(?:\s*[a-zµ]+\b)?"), "took <time>"),
     Mask("time", re.compile(NUMBER + r"\s?(?:s|ms|µs|us|ns|sec|seconds?)(?![\w/])"), "<time>"),
     Mask("temp-path", re.compile(r"/tmp/[^\s/'\",;:)]+"), "<tmp>"),
@@ -103,11 +104,30 @@ MASKS = (
 )
 
 
+TIMED_HEADER = re.compile(r"\S\s{2,}(?:ms|s|µs|us|[kMGT]?FLOP/s|[kMGT]?B/s)(?=\s|$)")
+TABLE_CELLS = re.compile(r"(?:\s+-?[\d.,]+(?:[eE][-+]?\d+)?%?)+\s*")
+
+
+def mask_timed_columns(lines: list[str]) -> list[str]:
+    """Rule 'timed-columns': in a table whose header names a timing column (ms, TFLOP/s, GB/s, ...), the rows keep
+    their cells before that column; the cells from it on, measured on this machine, become <timed>."""
+    masked, keep = [], None
+    for line in lines:
+        if keep and line[:keep].strip() and TABLE_CELLS.fullmatch(line[keep:]):
+            masked.append(line[:keep] + " <timed>")
+            continue
+        header = TIMED_HEADER.search(line)
+        keep = header.start() + 1 if header and len(re.findall(r"\S\s{2,}\S", line)) >= 2 else None
+        masked.append(line)
+    return masked
+
+
 def mask(text: str, paths: list[tuple[str, str]] = ()) -> str:
-    """`text` with the run's own paths (path, placeholder; in order) and every MASKS match replaced."""
+    """`text` with the run's own paths (path, placeholder; in order), the timed columns of a table and every
+    MASKS match replaced."""
     for path, placeholder in paths:
         text = text.replace(path, placeholder)
-    lines = text.split("\n")
+    lines = mask_timed_columns(text.split("\n"))
     for rule in MASKS:
         lines = [rule.pattern.sub(rule.placeholder, line) for line in lines]
     return "\n".join(lines)

@@ -22,6 +22,9 @@ from tools import snapshot
      ".state.json.<pid>.tmp"),
     ("saved 2026-11-27T22:01:29 at 0x7f12ab34cd", "saved <date> at <address>"),
     ("GPU: 79.1 GiB free of 80 GiB", "GPU: <free memory> of 80 GiB"),
+    ("timed: 12 ms -> 0.02 TFLOP/s = 2.32% of the peak, 23.5% of the measured GEMM",
+     "timed: <time> -> <rate> = <share>, <share>"),
+    ("prefill runs 42 x as many FLOPs per second as decode", "prefill runs <rate> as decode"),
 ])
 def test_mask_replaces_what_changes_from_run_to_run(text, expected):
     assert snapshot.mask(text) == expected
@@ -34,6 +37,20 @@ def test_mask_replaces_what_changes_from_run_to_run(text, expected):
 ])
 def test_mask_keeps_what_a_run_computes(text):
     assert snapshot.mask(text) == text
+
+
+def test_mask_keeps_a_timed_tables_counted_columns_and_masks_the_measured_ones():
+    table = ("size           matmul FLOPs  calls         ms    TFLOP/s   of peak\n"
+             "tiny              9,093,120    280      8.161   0.001114    0.134%\n"
+             "medium        9,311,354,880    280    481.815    0.01933    2.323%\n"
+             "matmul FLOPs per call: tiny 32,475\n"
+             "tiny              9,093,120    280      8.161   0.001114    0.134%")
+    assert snapshot.mask(table).splitlines() == [
+        "size           matmul FLOPs  calls         ms    TFLOP/s   of peak",
+        "tiny              9,093,120    280 <timed>",
+        "medium        9,311,354,880    280 <timed>",
+        "matmul FLOPs per call: tiny 32,475",
+        "tiny              9,093,120    280      8.161   0.001114    0.134%"]      # no header above it: kept
 
 
 def test_mask_replaces_the_runs_own_paths_in_order():
