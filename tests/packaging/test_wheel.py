@@ -104,6 +104,18 @@ def test_each_wheel_holds_the_notices_and_the_explorer(built, origin):
         assert sorted(a.namelist()) == sorted(b.namelist())           # the sdist held all the tree's build needs
 
 
+def test_the_wheel_holds_no_course_and_prints_the_quoted_figures_there(built, installed):
+    """The course (lessons/course.py, the exercises, the site's builder) stays in the repository; what the package
+    needs of it on its own, the quoted figures the params command prints beside the exact ones, is in the wheel."""
+    with zipfile.ZipFile(built["wheels"]["sdist"]) as wheel:
+        names = wheel.namelist()
+    assert "tinygrad_block/quoted_figures.py" in names and "tinygrad_block/clone.py" in names
+    assert not [n for n in names if n.startswith("lessons/") or n.rsplit("/", 1)[-1] in ("course.py", "site.py")]
+    text = checked(installed["python"], "-m", "tinygrad_block", "params", "--preset", "llama2-7b",
+                   cwd=installed["work"])
+    assert "where commonly quoted figures differ" in text and "262,144,000" in text
+
+
 def test_the_installed_package_is_the_wheels_not_the_repositorys(installed):
     where = checked(installed["python"], "-c", "import tinygrad_block; print(tinygrad_block.__file__)",
                     cwd=installed["work"]).strip()
