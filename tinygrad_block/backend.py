@@ -7,7 +7,7 @@ tests catch what would stall a GPU). `MetaBackend` runs the ops on shapes alone:
 computes nothing, so a 70B model's FLOPs can be counted on a laptop. `device.py` finds a device's backend by
 name. numpy is imported by the backends (this file, cpu_kernels.py, cuda.py, cuda_kernels.py, strict.py,
 device.py), by dtypes.py and generator.py (numpy's dtypes, its bit generator), and at the edges (the file readers
-hf_folder.py and nn/pretrained.py, the test tool `gradcheck`, the tour): ops, composites and modules call
+safetensors_file.py and nn/pretrained.py, the test tool `gradcheck`, the tour): ops, composites and modules call
 `tensor.backend.<op>(...)`.
 """
 from __future__ import annotations

@@ -18,11 +18,12 @@ from pathlib import Path
 from types import ModuleType
 
 from . import __version__, clone, report, tables
+from .checkpoint_info import inspect_text
 from .cuda import jit_by_default
 from .device import get_backend
 from .explorer_page import MissingAsset
 from .graph import PNG_DPI
-from .measure import DTYPES, inspect_text
+from .measure import DTYPES
 from .recordings import record_bytes
 from .nn import PRESETS, BlockConfig, preset
 from .nn.config import check_heads
@@ -345,7 +346,7 @@ def writable_folder(folder: Path, option: str) -> None:
 def writable_target(path: Path, fmt: str) -> None:
     """--out FILE: its folder takes files, and FILE is a name the system accepts for a regular file (or for none
     yet); a folder, a FIFO or a device there is refused by its name alone, never opened."""
-    from .hf_folder import check_target
+    from .files import check_target
     writable_folder(path.parent, "--out")
     try:
         check_target(path)
@@ -440,7 +441,7 @@ def train_data(args: argparse.Namespace) -> dict:
     """Check the folder, the pictures' matplotlib and --text-file; run the demonstration. A run that diverges, that
     Ctrl-C stops (saved, with the command that goes on) or that cannot save (a full disk, a file-size limit, a
     read-only folder) ends in one line; so does a folder that another training run holds."""
-    from .hf_folder import FolderInUse
+    from .files import FolderInUse
     from .train import SaveFailed, TrainingDiverged, TrainingStopped
     folder = Path(args.out or f"out/{args.demo}")
     writable_folder(folder, "--out")

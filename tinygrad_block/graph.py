@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .function import Movement, primitive
 from .graph_view import GraphView, build
-from .hf_folder import check_target, write_atomic
+from .files import check_target, write_atomic
 from .trace import observe
 
 
@@ -166,7 +166,7 @@ PNG_DPI = 200       # pixels per inch of a PNG: sharp on a slide (graphviz's own
 def render(source: str | GraphView, path, format: str | None = None, *, dpi: int | None = None) -> Path:
     """Render DOT text (or a GraphView) to `path`: svg, png or pdf, from the extension unless `format` is
     given. A PNG gets `dpi` pixels per inch (default PNG_DPI); svg and pdf are vector drawings. Written as a
-    checkpoint is (hf_folder.write_atomic); a folder or a FIFO at `path` is refused before graphviz runs."""
+    checkpoint is (files.write_atomic); a folder or a FIFO at `path` is refused before graphviz runs."""
     path = Path(path)
     check_target(path)                                               # before graphviz runs: a FIFO, a folder
     fmt = format or path.suffix.lstrip(".").lower()

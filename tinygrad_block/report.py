@@ -9,13 +9,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import accounting, measure, recordings
+from . import accounting, checkpoint_info, measure, recordings
 from .cuda import jit_by_default
 from .dtypes import int64
 from .explorer_page import explore, page_of
 from .generator import Generator
 from .graph import render
-from .hf_folder import write_text
+from .files import write_text
 from .measure import DTYPES, PHASES
 from .nn import LM, PRESETS, BlockConfig, TransformerBlock
 from .nn.hf_config import config_from_hf
@@ -353,5 +353,5 @@ def _generated(run: dict, model: LM | None, chosen: list[int]) -> dict:
 
 
 def inspect_data(path) -> dict:
-    """A checkpoint's parameters counted from its safetensors headers (measure.inspect_checkpoint)."""
-    return {"command": "inspect", **measure.inspect_checkpoint(path)}
+    """A checkpoint's parameters counted from its safetensors headers (checkpoint_info.inspect_checkpoint)."""
+    return {"command": "inspect", **checkpoint_info.inspect_checkpoint(path)}

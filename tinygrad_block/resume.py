@@ -20,8 +20,8 @@ import math
 import shutil
 from pathlib import Path
 
-from .hf_folder import (inside, read_array, read_header, read_json_object, readable, remove_stale, rename_folder,
-                        temporary, write_safetensors, write_text)
+from .files import inside, read_json_object, readable, remove_stale, rename_folder, temporary, write_text
+from .safetensors_file import read_array, read_header, write_safetensors
 from .tensor import Tensor
 
 KEEP = 2                     # checkpoints kept: the newest and the one before (in case the newest is being read)

@@ -1,7 +1,7 @@
 """Text in, text out: one interface, `Tokenizer`, for our character models (`CharTokenizer`, saved as vocab.json)
 and for real checkpoints (`HFTokenizer`, a Hugging Face tokenizer.json run by the `tokenizers` library), and
 `load_tokenizer(folder)`, which reads whichever a folder holds. Its files are untrusted input, checked by
-hf_folder.py (inside the folder, size, valid JSON) and here (types, ids) before anything uses them."""
+files.py (inside the folder, size, valid JSON) and here (types, ids) before anything uses them."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tokenizers
 
-from .hf_folder import HeldStderr, inside, read_json_object, readable, shown, write_text
+from .files import HeldStderr, inside, read_json_object, readable, shown, write_text
 
 MAX_BYTES = 64 * 2**20       # the largest tokenizer file read (Llama 3's tokenizer.json is 9 MB)
 BPE_HELP = ("transformers writes one where you trust the folder: "

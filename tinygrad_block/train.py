@@ -31,7 +31,7 @@ from .cuda import jit_by_default
 from .generator import Generator
 from .data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from .nn import LM, BlockConfig
-from .hf_folder import hold_folder, stands_for, write_atomic, write_text
+from .files import hold_folder, stands_for, write_atomic, write_text
 from .optim import AdamW, Optimizer, WarmupCosine, clip_grad_norm
 from .pictures import figure
 from .resume import latest, load_checkpoint, save_checkpoint

@@ -13,7 +13,7 @@ import numpy as np
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, nn
-from tinygrad_block.hf_folder import write_safetensors
+from tinygrad_block.safetensors_file import write_safetensors
 from tinygrad_block.measure import meta_lm
 from tinygrad_block.nn.cache import KVCache
 from tinygrad_block.nn.hf_config import config_from_hf, config_to_hf

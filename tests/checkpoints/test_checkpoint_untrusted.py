@@ -1,7 +1,7 @@
-"""A checkpoint folder is untrusted input (hf_folder.py, nn/hf_config.py, nn/pretrained.py): every hostile or
-careless folder below, written by the test itself, is one clear error naming the file and what was expected; nothing
-outside the folder is opened; the size is known before any array is made; a save replaces the folder's checkpoint
-whole, and a process killed in the middle of a save leaves the previous checkpoint loadable."""
+"""A checkpoint folder is untrusted input (files.py, safetensors_file.py, nn/hf_config.py, nn/pretrained.py):
+every hostile or careless folder below, written by the test itself, is one clear error naming the file and what was
+expected; nothing outside the folder is opened; the size is known before any array is made; a save replaces the
+folder's checkpoint whole, and a process killed in the middle of a save leaves the previous checkpoint loadable."""
 from __future__ import annotations
 
 import json
@@ -20,7 +20,7 @@ from safetensors.numpy import load_file, save_file
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, nn
-from tinygrad_block import hf_folder, tokenizer
+from tinygrad_block import safetensors_file, tokenizer
 from tinygrad_block.nn import pretrained
 
 TINY = nn.preset("tiny").with_(n_layers=1, vocab_size=40, name="tiny1")
@@ -458,7 +458,7 @@ def test_a_model_that_would_not_fit_in_the_free_memory_is_refused(ckpt, monkeypa
 
 def test_loading_reads_each_tensor_once_into_its_final_array(good, monkeypatch):
     """One copy of the weights: each stored tensor is read once, straight into an array of the model's dtype, and
-    that array (or a part of it, for GPT-2's fused q/k/v) becomes the parameter without another copy."""
+    that array (or a part of it, for GPT-2's stacked q/k/v) becomes the parameter without another copy."""
     reads = []
     real = pretrained.read_array
 
@@ -476,18 +476,18 @@ def test_loading_reads_each_tensor_once_into_its_final_array(good, monkeypatch):
 
 
 def test_bf16_and_f16_are_converted_in_chunks_exactly(tmp_path, monkeypatch):
-    monkeypatch.setattr(hf_folder, "CHUNK_BYTES", 64)                 # many chunks, one partial at the end
+    monkeypatch.setattr(safetensors_file, "CHUNK_BYTES", 64)          # many chunks, one partial at the end
     bits = np.random.default_rng(0).integers(0, 2**16, 1001, dtype=np.uint16)
     bits[(bits & 0x7F80) == 0x7F80] = 0x3F80                         # no inf or nan: compare values
     halves = np.random.default_rng(1).standard_normal(999).astype(np.float16)
     header = {"b": {"dtype": "BF16", "shape": [7, 143], "data_offsets": [0, 2002]},
               "h": {"dtype": "F16", "shape": [999], "data_offsets": [2002, 4000]}}
     write_raw(tmp_path / "x.safetensors", header, bits.tobytes() + halves.tobytes())
-    entries = hf_folder.read_header(tmp_path / "x.safetensors", "test")
+    entries = safetensors_file.read_header(tmp_path / "x.safetensors", "test")
     as_float32 = (bits.astype(np.uint32) << 16).view(np.float32).reshape(7, 143)
-    assert np.array_equal(hf_folder.read_array(entries["b"], np.dtype(np.float32), "test"), as_float32)
-    assert np.array_equal(hf_folder.read_array(entries["b"], np.dtype(np.float64), "test"), as_float32)
-    assert np.array_equal(hf_folder.read_array(entries["h"], np.dtype(np.float64), "test"), halves)
+    assert np.array_equal(safetensors_file.read_array(entries["b"], np.dtype(np.float32), "test"), as_float32)
+    assert np.array_equal(safetensors_file.read_array(entries["b"], np.dtype(np.float64), "test"), as_float32)
+    assert np.array_equal(safetensors_file.read_array(entries["h"], np.dtype(np.float64), "test"), halves)
 
 
 # ---------------------------------------------------------------- saving
@@ -506,7 +506,7 @@ def test_saving_over_a_sharded_checkpoint_leaves_exactly_the_new_one(ckpt):
 def test_our_safetensors_writer_is_read_by_the_safetensors_library(tmp_path):
     tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(0, np.float64),
                "c": np.float16(1.5) * np.ones((1, 1, 3), np.float16), "d": np.asfortranarray(np.eye(3))}
-    hf_folder.write_safetensors(tmp_path / "t.safetensors", tensors, {"format": "pt"})
+    safetensors_file.write_safetensors(tmp_path / "t.safetensors", tensors, {"format": "pt"})
     back = load_file(tmp_path / "t.safetensors")
     assert set(back) == set(tensors) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype
                                              for k, v in tensors.items())
@@ -519,7 +519,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file(ckpt
     def broken_write(f):
         f.write(b"half a checkpoint")
         raise OSError("disk full")
-    monkeypatch.setattr(hf_folder, "write_atomic", lambda path, write, real=hf_folder.write_atomic:
+    monkeypatch.setattr(safetensors_file, "write_atomic", lambda path, write, real=safetensors_file.write_atomic:
                         real(path, broken_write))
     with pytest.raises(OSError, match="disk full"):
         nn.LM(TINY, generator=tb.Generator(9)).save_pretrained(ckpt)

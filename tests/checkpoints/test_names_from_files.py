@@ -1,6 +1,6 @@
 """Names read from a checkpoint's files (tensors, shards, architectures, tokens) reach the terminal escaped, never
 raw: an escape sequence, a newline or a bidi override in a name cannot clear the screen or forge a line of an error or
-of inspect's report (hf_folder.shown, used by every message and report line that shows one); a list of 20,000 names
+of inspect's report (files.shown, used by every message and report line that shows one); a list of 20,000 names
 is ten and a count. The generated text of `generate` has its control characters escaped too (tables.terminal_text)."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from safetensors.numpy import load_file, save_file
 
 import numpy as np
 import tinygrad_block as tb
-from tinygrad_block import measure, nn
-from tinygrad_block.hf_folder import shown, shown_list
+from tinygrad_block import checkpoint_info, nn
+from tinygrad_block.files import shown, shown_list
 from tinygrad_block.tables import generate_text, terminal_text
 
 TINY = nn.preset("tiny").with_(n_layers=1, vocab_size=40, name="tiny1")
@@ -136,7 +136,7 @@ def test_inspect_shows_names_escaped_and_lists_cut(ckpt, command_line):
     skipped = next(line for line in lines if "skipped (not parameters)" in line)
     assert skipped.endswith(", ... and 19,990 more") and len(skipped) < 1200, skipped
     assert not any(line.startswith("from_pretrained") for line in lines)                  # no forged line
-    assert len(lines) == len(measure.inspect_text(measure.inspect_checkpoint(ckpt)))
+    assert len(lines) == len(checkpoint_info.inspect_text(checkpoint_info.inspect_checkpoint(ckpt)))
     assert sum("\\nfrom_pretrained: loaded" in line for line in lines) >= 2        # in the head and the skipped
 
 

@@ -25,7 +25,7 @@ from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen3 import modeling_qwen3
 
 import tinygrad_block as tb
-from tinygrad_block import accounting, hf_folder, measure, nn
+from tinygrad_block import accounting, checkpoint_info, measure, nn, safetensors_file
 from tinygrad_block.nn import pretrained
 
 TOL = 1e-10
@@ -51,7 +51,7 @@ CONFIGS = {   # GQA where it exists; non-default RoPE bases and scalings; Qwen2 
     "gemma_256": ("GemmaConfig", SIZES | dict(hidden_size=48, num_attention_heads=2, num_key_value_heads=1)),  # the
     # default head_dim, 256: q is 48 -> 512; and x sqrt(48), not a float32 number
     "phi3": ("Phi3Config", SIZES | dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
-                                                         "partial_rotary_factor": 1.0})),   # qkv, gate_up fused
+                                                         "partial_rotary_factor": 1.0})),   # qkv, gate_up stacked
     "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, n_positions=P, vocab_size=V, bos_token_id=None,
                                 eos_token_id=None, activation_function="gelu_new", layer_norm_epsilon=1e-5)),
 }
@@ -60,7 +60,7 @@ SAVED_AS = {"llama": "LlamaForCausalLM", "mistral": "LlamaForCausalLM", "qwen2":
             "llama3": "LlamaForCausalLM", "linear": "LlamaForCausalLM",           # save_pretrained's layout:
             "qwen3": "Qwen3ForCausalLM", "qwen3_wide": "Qwen3ForCausalLM", "llama_narrow": "LlamaForCausalLM",
             "gemma": "GemmaForCausalLM", "gemma_256": "GemmaForCausalLM",
-            "phi3": "Phi3ForCausalLM",                                           # Phi-3 saved fused again
+            "phi3": "Phi3ForCausalLM",                                           # Phi-3 saved stacked again
             "gpt2": "GPT2LMHeadModel"}                                  # Mistral without its window is Llama
 
 
@@ -320,8 +320,8 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
         raise AssertionError(f"inspect read the values of {entry.name}")
 
     monkeypatch.setattr(pretrained, "read_array", no_read)
-    monkeypatch.setattr(hf_folder, "read_array", no_read)
-    info = measure.inspect_checkpoint(folder)
+    monkeypatch.setattr(safetensors_file, "read_array", no_read)
+    info = checkpoint_info.inspect_checkpoint(folder)
     model = hf_model(arch)
     n = sum(p.numel() for p in model.parameters())       # tied weights counted once
     assert info["parameters"] == info["closed_form"] == n and info["matches"]
@@ -332,7 +332,7 @@ def test_inspect_counts_parameters_from_headers_alone(arch, saved, monkeypatch):
     assert info["components"].get("lm_head", 0) == (0 if tied else V * d)
     ffn = sum(p.numel() for n, p in model.named_parameters() if ".mlp." in n)
     assert info["components"]["ffn"] == ffn
-    text = "\n".join(measure.inspect_text(info))
+    text = "\n".join(checkpoint_info.inspect_text(info))
     assert f"{n:,} parameters" in text and "matches accounting.total_params" in text
 
 
@@ -353,7 +353,7 @@ def test_params_flops_and_inspect_read_a_config_json_alone(arch, saved, tmp_path
     assert flops["model"]["forward_all"] == accounting.model_forward_flops(cfg, 5, 2, matmul_only=False)
     info = command_line.json("inspect", folder)
     assert info["files"] == [] and info["parameters"] == info["closed_form"] == n and info["matches"]
-    assert info["components"] == measure.inspect_checkpoint(saved[arch, "single"])["components"]
+    assert info["components"] == checkpoint_info.inspect_checkpoint(saved[arch, "single"])["components"]
     assert "config.json alone, no weights" in command_line.out("inspect", folder)
     drawn = command_line.json("graph", "--preset", folder, "--model", "--out", tmp_path / "model.dot")
     assert drawn["nodes"] > 0 and (tmp_path / "model.dot").read_text().startswith("digraph")
@@ -364,21 +364,39 @@ def test_a_config_json_that_cannot_be_read_is_one_line(tmp_path, command_line):
     err = command_line.mistake("params", "--preset", tmp_path)
     assert "config.json has no 'intermediate_size'" in err and err.count("\n") == 1
     with pytest.raises(ValueError, match=msg("inspect", "intermediate_size")):
-        measure.inspect_checkpoint(tmp_path)
+        checkpoint_info.inspect_checkpoint(tmp_path)
 
 
 def test_inspect_names_a_matching_preset_and_explains_a_missing_closed_form(tmp_path):
     cfg = nn.preset("tiny")
     nn.LM(cfg, generator=tb.Generator(0)).save_pretrained(tmp_path / "tiny")
-    info = measure.inspect_checkpoint(tmp_path / "tiny")
+    info = checkpoint_info.inspect_checkpoint(tmp_path / "tiny")
     assert info["preset"] == "tiny" and info["parameters"] == accounting.total_params(cfg)
     hf = json.loads((tmp_path / "tiny" / "config.json").read_text())
     (tmp_path / "tiny" / "config.json").write_text(json.dumps(hf | {"rope_scaling": {"rope_type": "yarn"}}))
-    info = measure.inspect_checkpoint(tmp_path / "tiny")
+    info = checkpoint_info.inspect_checkpoint(tmp_path / "tiny")
     assert info["closed_form"] is None and "yarn" in info["why_no_closed_form"]
     assert info["parameters"] == accounting.total_params(cfg)
-    assert any("no closed form" in line for line in measure.inspect_text(info))
+    assert any("no closed form" in line for line in checkpoint_info.inspect_text(info))
 
+
+
+def test_measuring_a_model_and_reading_a_folder_are_two_rooms():
+    """measure.py measures models on the shape-only device and reads no folder: importing it loads none of the
+    checkpoint readers; inspect lives in checkpoint_info.py, which runs no model and needs nothing of measure."""
+    import subprocess
+    import sys
+    probe = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+             "print(' '.join(sorted(m for m in sys.modules if m.startswith('tinygrad_block'))))")
+
+    def loaded(module: str) -> set[str]:
+        out = subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True, check=True)
+        return set(out.stdout.split())
+    readers = {"tinygrad_block.checkpoint_info", "tinygrad_block.safetensors_file", "tinygrad_block.nn.pretrained",
+               "tinygrad_block.nn.hf_config", "tinygrad_block.nn.families"}
+    assert loaded("tinygrad_block.measure") & readers == set()
+    assert "tinygrad_block.measure" not in loaded("tinygrad_block.checkpoint_info")
+    assert not hasattr(measure, "inspect_checkpoint") and not hasattr(measure, "inspect_text")
 
 def test_qwen2_biases_in_the_closed_forms():
     """BlockConfig.qkv_bias: biases on q, k, v only, counted by accounting's parameters and FLOPs."""
@@ -426,7 +444,7 @@ def test_missing_folder_file_config_and_shard(saved, tmp_path):
         nn.LM.from_pretrained(folder)
     (folder / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match=msg("inspect", "has no config.json")):
-        measure.inspect_checkpoint(folder)
+        checkpoint_info.inspect_checkpoint(folder)
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""`graph --out FILE` writes as a checkpoint is written (hf_folder.write_atomic): to a temporary beside FILE, renamed
+"""`graph --out FILE` writes as a checkpoint is written (files.write_atomic): to a temporary beside FILE, renamed
 into place, so a write that fails leaves the file that was there; a name the system refuses, and a FIFO, a device
 or a folder where FILE would go, are refused by name in one line, status 2, never opened (a FIFO opened to write
 waits for a reader forever)."""
@@ -13,7 +13,7 @@ import sys
 
 from conftest import ROOT, one_line_error
 
-from tinygrad_block.hf_folder import TEMPORARY
+from tinygrad_block.files import TEMPORARY
 
 
 def test_a_name_longer_than_the_system_allows_is_one_line(tmp_path, command_line):

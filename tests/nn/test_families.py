@@ -5,6 +5,9 @@ tables against the modules and formulas written out by hand. Whole models of eac
 tests/checkpoints/test_pretrained.py."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import transformers
@@ -15,7 +18,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block.nn import pretrained
 from tinygrad_block.nn.config import FFNS, NORMS
-from tinygrad_block.nn.families import FAMILIES, SAVE_ORDER, family_of
+from tinygrad_block.nn.families import FAMILIES, SAVE_ORDER, Family, family_of
 from tinygrad_block.nn.hf_config import ARCHITECTURES, config_from_hf, config_to_hf
 
 SMALL = dict(hidden_size=32, intermediate_size=40, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
@@ -70,18 +73,35 @@ def test_config_json_round_trips_through_the_record_and_transformers(arch):
     assert pretrained.layout_shapes(nn.LM, arch, cfg, "test") == stored
 
 
-def test_fused_tensors_are_named_by_the_record():
+def test_stacked_tensors_are_named_by_the_record():
     """Phi-3 stores q, k, v as one qkv_proj and gate, up as one gate_up_proj; GPT-2 q, k, v as c_attn; the rest
     store each projection alone."""
     q, k, v, gate, up = ("layers.0.attn.q_proj.weight", "layers.0.attn.k_proj.weight", "layers.0.attn.v_proj.weight",
                          "layers.0.ffn.gate_proj.weight", "layers.0.ffn.up_proj.weight")
-    assert FAMILIES["Phi3ForCausalLM"].fused() == {"model.layers.0.self_attn.qkv_proj.weight": [q, k, v],
+    assert FAMILIES["Phi3ForCausalLM"].stacked() == {"model.layers.0.self_attn.qkv_proj.weight": [q, k, v],
                                                    "model.layers.0.mlp.gate_up_proj.weight": [gate, up]}
-    assert FAMILIES["GPT2LMHeadModel"].fused() == {"transformer.h.0.attn.c_attn.weight": [q, k, v]}
-    assert all(not fam.fused() for arch, fam in FAMILIES.items() if arch not in ("Phi3ForCausalLM", "GPT2LMHeadModel"))
+    assert FAMILIES["GPT2LMHeadModel"].stacked() == {"transformer.h.0.attn.c_attn.weight": [q, k, v]}
+    assert all(not fam.stacked() for arch, fam in FAMILIES.items()
+               if arch not in ("Phi3ForCausalLM", "GPT2LMHeadModel"))
 
 
-def test_phi3_splits_its_fused_tensors_on_load_and_stacks_them_on_save(tmp_path):
+
+# where a checkpoint's tensors of several parameters are described: code, tests, docs and the lesson that loads one
+STACKED_TEXTS = ["tinygrad_block/nn/families.py", "tinygrad_block/nn/pretrained.py", "tinygrad_block/nn/hf_config.py",
+                 "tinygrad_block/checkpoint_info.py", "tinygrad_block/safetensors_file.py", "docs/checkpoints.md",
+                 "docs/variants.md", "lessons/20_real_models.py", "tests/checkpoints/test_pretrained.py",
+                 "tests/checkpoints/test_checkpoint_untrusted.py"]
+
+
+@pytest.mark.parametrize("path", STACKED_TEXTS)
+def test_a_tensor_holding_several_parameters_is_stacked_never_fused(path):
+    """'Fused' names one idea, a kernel that does the work of several (tb.jit's chains, manual/fused.py); a
+    checkpoint tensor holding several of our parameters (c_attn, qkv_proj, gate_up_proj) is stacked."""
+    assert not hasattr(Family, "fused")
+    text = (Path(__file__).resolve().parents[2] / path).read_text()
+    assert re.findall(r"[^\n]*\bfus(?:e|ed|es|ing)\b[^\n]*", text, flags=re.IGNORECASE) == []
+
+def test_phi3_splits_its_stacked_tensors_on_load_and_stacks_them_on_save(tmp_path):
     """The rows of qkv_proj are q's, then k's, then v's (H d_head, H_kv d_head, H_kv d_head); gate_up_proj's
     gate's then up's: read apart into our projections, written back as one tensor, bit for bit."""
     _, cfg = config_from_hf(hf_dict("Phi3ForCausalLM"))

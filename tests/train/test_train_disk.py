@@ -1,4 +1,4 @@
-"""When the disk says no (train.py, resume.py, hf_folder.py's writing room): a full disk, a file-size limit and a
+"""When the disk says no (train.py, resume.py, files.py's writing room): a full disk, a file-size limit and a
 read-only folder during a save each stop the run with one sentence naming the step and the last whole checkpoint
 (SaveFailed, an OSError; status 1 from the command line), nothing half-written is left, and that checkpoint still
 resumes, ending bit for bit where the uninterrupted run ends. One training at a time per folder: a second is
@@ -28,7 +28,7 @@ import tinygrad_block as tb
 from tinygrad_block import nn
 from tinygrad_block import train as train_mod
 from tinygrad_block.data import induction_batch
-from tinygrad_block.hf_folder import TEMPORARY, FolderInUse, hold_folder, remove_stale, temporary, write_text
+from tinygrad_block.files import TEMPORARY, FolderInUse, hold_folder, remove_stale, temporary, write_text
 from tinygrad_block.resume import latest
 
 CFG = nn.BlockConfig(d_model=32, n_heads=2, n_kv_heads=2, d_ff=64, n_layers=1, vocab_size=16, max_seq_len=32)
@@ -225,8 +225,8 @@ def test_the_command_line_says_one_line_when_a_file_would_pass_the_size_limit(tm
 # ---------------------------------------------------------------- one writer per folder; what a killed one left
 MID_SAVE = """
 import sys, time
-from tinygrad_block import cli, hf_folder
-real = hf_folder.write_atomic
+from tinygrad_block import cli, safetensors_file
+real = safetensors_file.write_atomic
 
 def held(path, write):
     if path.name == "optimizer.safetensors" and path.parent.name.startswith(".step-000004."):
@@ -237,7 +237,7 @@ def held(path, write):
             time.sleep(600)
         return real(path, write_and_wait)
     return real(path, write)
-hf_folder.write_atomic = held
+safetensors_file.write_atomic = held
 sys.exit(cli.main(sys.argv[1:]))
 """
 

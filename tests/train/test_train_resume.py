@@ -23,7 +23,7 @@ from tinygrad_block import nn
 from tinygrad_block import train as train_mod
 from tinygrad_block.data import induction_batch
 from tinygrad_block.optim import AdamW, WarmupCosine
-from tinygrad_block.hf_folder import read_header
+from tinygrad_block.safetensors_file import read_header
 from tinygrad_block.resume import latest, load_checkpoint
 
 CFG = nn.BlockConfig(d_model=32, n_heads=2, n_kv_heads=2, d_ff=64, n_layers=1, vocab_size=16, max_seq_len=32)

@@ -1,7 +1,7 @@
 """One record per architecture family, as its Hugging Face checkpoints hold it: config.json's names for our
 fields and transformers' defaults for them, the BlockConfig fields every model of the family has (norm,
 feed-forward, biases, QK-norm, scaled embeddings), how its tensors are named, which are stored transposed and which
-fused, and its attention window. config.json's reader and writer (hf_config.py), loading and saving
+stacked under one name, and its attention window. config.json's reader and writer (hf_config.py), loading and saving
 (pretrained.py), `inspect` and the command line read these records: a new family is one record here, and its tests.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ PLAIN = {"rope": True, "qkv_bias": False, "qk_norm": False, "scale_embeddings": 
 class Family:
     """An architecture family's record. `names`: (regex, replacement) pairs, applied in order, turn our parameter
     names into the checkpoint's; several of ours renamed to one name are stored stacked along the output axis (a
-    fused tensor, split on load and stacked again on save)."""
+    stacked tensor, split on load and stacked again on save)."""
     hf_class: str                    # config.json's architectures[0]: 'Qwen3ForCausalLM'
     model_type: str                  # config.json's model_type: 'qwen3'
     label: str                       # how messages and docs name it: 'Qwen3'
@@ -51,8 +51,8 @@ class Family:
         return (sequential and heads_ok and biases_ok and cfg.norm == self.norm
                 and cfg.ffn in self.activation[1].values() and all(getattr(cfg, k) == v for k, v in self.fixed.items()))
 
-    def fused(self) -> dict[str, list[str]]:
-        """{the checkpoint's name of a fused tensor: our parameters stacked in it}, for one block (docs, tests)."""
+    def stacked(self) -> dict[str, list[str]]:
+        """{the checkpoint's name of a stacked tensor: our parameters stacked in it}, for one block (docs, tests)."""
         ours = ["layers.0.attn.q_proj.weight", "layers.0.attn.k_proj.weight", "layers.0.attn.v_proj.weight",
                 "layers.0.ffn.gate_proj.weight", "layers.0.ffn.up_proj.weight"]
         found = {}
@@ -102,7 +102,7 @@ SAVE_ORDER = [f for f in FAMILIES.values() if f.saves]    # the first that fits 
 
 def family_of(cfg) -> Family:
     """The family whose layout save_pretrained writes a config's model in: the one its name says (a loaded model
-    keeps its family: a Phi-3 is saved fused again), if it fits, else the first of SAVE_ORDER that does."""
+    keeps its family: a Phi-3 is saved stacked again), if it fits, else the first of SAVE_ORDER that does."""
     named = FAMILIES.get(cfg.name)
     if named is not None and named.saves and named.fits(cfg):
         return named

@@ -8,7 +8,7 @@ import math
 
 from .config import BlockConfig, check_heads
 from .families import FAMILIES, MODEL_TYPES, Family, family_of
-from ..hf_folder import is_int, shown, shown_list
+from ..files import is_int, shown, shown_list
 
 ARCHITECTURES = tuple(FAMILIES)
 ROPE_KEYS = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",

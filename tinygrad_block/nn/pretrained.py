@@ -1,11 +1,12 @@
 """Hugging Face checkpoints: a folder with config.json and model.safetensors (or shards listed in
 model.safetensors.index.json), read into nn.LM, written back out, and counted from the file headers alone.
 
-The folder is untrusted input: hf_folder.py checks every path, JSON file and safetensors header, hf_config.py every
-config field, and the model's size is known from its config (on the shape-only device) before any array is made.
-Each architecture's record (families.py) says how its checkpoints name our parameters, which they fuse (GPT-2's
-c_attn, Phi-3's qkv_proj and gate_up_proj: split on load, stacked again on save) and which they store transposed
-(GPT-2's Conv1D, (in, out)). Tensors are read straight into the model's arrays, never unpickled."""
+The folder is untrusted input: files.py checks every path and JSON file, safetensors_file.py every header,
+hf_config.py every config field, and the model's size is known from its config (on the shape-only device) before
+any array is made. Each architecture's record (families.py) says how its checkpoints name our parameters, which
+they stack under one name (GPT-2's c_attn, Phi-3's qkv_proj and gate_up_proj: split on load, stacked again on save)
+and which they store transposed (GPT-2's Conv1D, (in, out)). Tensors are read straight into the model's arrays,
+never unpickled."""
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ from .attention import Attention
 from .config import BlockConfig
 from .families import FAMILIES
 from .hf_config import ARCHITECTURES, config_from_hf, config_to_hf, hf_architecture
-from ..hf_folder import (FLOATS, TensorEntry, inside, is_int, read_array, read_header, read_json_object, readable,
-                         shown, shown_list, sync_folder, write_safetensors, write_text)
+from ..files import inside, is_int, read_json_object, readable, shown, shown_list, sync_folder, write_text
+from ..safetensors_file import FLOATS, TensorEntry, read_array, read_header, write_safetensors
 
 __all__ = ["ARCHITECTURES", "config_from_hf", "config_to_hf", "hf_architecture", "load_pretrained",
            "save_pretrained", "checkpoint_files", "read_config", "read_headers", "hf_layout", "layout_shapes"]
@@ -245,9 +246,9 @@ def too_large(model, dtype, op: str, room: str) -> ValueError:
 # ---------------------------------------------------------------- parameter names and layouts
 def hf_layout(model, arch: str) -> dict[str, tuple[bool, list[str]]]:
     """{HF tensor name: (transposed, [our parameter names])}, in our order, as the architecture's record says
-    (families.py): its names; several of ours under one name are stacked along the output axis (fused: GPT-2's
-    c_attn = q, k, v; Phi-3's qkv_proj and gate_up_proj); transposed: a block weight stored (in, out) (GPT-2's
-    Conv1D)."""
+    (families.py): its names; several of ours under one name are stacked along the output axis (a stacked
+    tensor: GPT-2's c_attn = q, k, v; Phi-3's qkv_proj and gate_up_proj); transposed: a block weight stored
+    (in, out) (GPT-2's Conv1D)."""
     fam, layout = FAMILIES[arch], {}
     for ours, p in model.named_parameters():
         hf = ours
