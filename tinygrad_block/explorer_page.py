@@ -1,7 +1,8 @@
 """The graph explorer: a recorded Graph as one self-contained HTML page a learner clicks through. Python decides
 what the page holds — every primitive of the forward and backward views (identical layers stored once), the module
 tree with what each module sums up (parameters, FLOPs, bytes), each op's shapes, dtypes, FLOPs and bytes, which
-backward ops differentiate which forward op, autograd's order — and explorer/explorer.js only shows and hides it,
+backward ops differentiate which forward op, autograd's order, and the DOT text of every label, box, frame and
+arrow (graph_dot.py writes it) — and explorer/explorer.js only shows and hides it, joining those into statements
 laid out by graphviz (compiled to WebAssembly, inside the page). With a compiled program (tb.jit's, of the same
 forward and backward) the page has a third pane: its kernels, each listing the primitives it runs, linked both ways
 to those primitives in the forward and backward panes; a generated kernel's card shows its source (C and CUDA C),
@@ -27,10 +28,10 @@ from pathlib import Path
 
 from . import cpu_kernels, cuda_kernels
 from .dtypes import nbytes
-from .fuse import kernel_bytes, kernel_flops, kernel_instructions
+from .fuse import fused_chains, kernel_bytes, kernel_flops, kernel_instructions
 from .compiled import program_of
 from .graph import Graph, is_movement, record_graph
-from .graph_dot import STYLE
+from .graph_dot import PAGE, STYLE, page_box, page_edge, page_frame, page_node
 from .graph_view import GraphView, finite, folded_layers, moments
 from .kernels import EXPR, TYPES, op_name
 
@@ -72,9 +73,6 @@ MODULE_LESSONS = {
     "DeepNormBlock": (15, "2. DeepNorm"), "LM": (4, "3. The residual stream through the blocks"),
     "MoE": (15, "8. Mixture of experts: total against active parameters"),
 }
-KERNEL_STYLE = {"kernel": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", color="#757575"',
-                "fused": 'shape=box, style="rounded,filled,bold", fillcolor="#f6d8ae", color="#e65100", penwidth=2',
-                "check": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffffff", color="#9e9e9e"'}
 
 
 class MissingAsset(RuntimeError):
@@ -241,12 +239,25 @@ def payload(graph: Graph, *, title: str, depth: int, fold: bool, values: bool, p
         kernels, edges["compiled"] = _kernels(graph, program, ids, nodes, fold)
         nodes += kernels
         phases.append("compiled")
-    data = {"title": title, "depth": depth, "phases": phases, "style": STYLE | KERNEL_STYLE, "nodes": nodes,
+    data = {"title": title, "depth": depth, "phases": phases, "style": STYLE, "dot": PAGE, "nodes": nodes,
             "edges": edges, "modules": _modules(views, nodes, phases), "values": values}
+    _labels(data)
     if program is not None:                  # the whole program's size (a fold draws one layer's kernels)
         data["program"] = {"kernels": len(program.kernels), "primitives": len(program.plain),
-                           "fused": sum(1 for k in program.kernels if len(kernel_instructions(k)) > 1)}
+                           "fused": fused_chains(program)}
     return data
+
+
+def _labels(data: dict) -> None:
+    """What the script draws, as graph_dot writes it: each node's label (`dot`), each module's as a closed box per
+    phase (`dot`) and as an open frame (`frame`), and each edge's (its fifth item), so the script only joins them."""
+    for n in data["nodes"]:
+        n["dot"] = page_node(n)
+    for m in data["modules"].values():
+        m["dot"], m["frame"] = {p: page_box(m, p) for p in data["phases"]}, page_frame(m)
+    for edges in data["edges"].values():
+        for e in edges:
+            e.append(page_edge(e[2]))
 
 
 def _node(graph: Graph, view: GraphView, n, phase: str, ids: dict, values: bool) -> dict:

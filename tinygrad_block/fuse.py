@@ -1,4 +1,5 @@
-"""From a verified capture's instructions to the kernels a replay runs, and the program as text and as a drawing.
+"""From a verified capture's instructions to the kernels a replay runs, and the program as text and as a drawing
+(whose DOT text graph_dot.program writes).
 
 This file is the plan; the backend does the work: every array function a replay calls, the backend hands over by
 name (`backend.ufunc`: numpy's or CuPy's, or its own, as the GPU's cuBLAS matmul and MATH's exp), and the
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 
 from .dtypes import nbytes
-from .graph_dot import text
+from . import graph_dot
 from .kernels import EXPR, build, op_name, reduces_last_axis
 from .function import (Add, Cast, Compare, Concat, Cos, Div, Erf, Exp, Expand, Gather, Log, Matmul, Max, Maximum,
                        Mul, Neg, Pad, Permute, Pow, Reciprocal, Reshape, Sin, Slice, Sqrt, Sub, Sum, Where)
@@ -421,6 +422,12 @@ def kernel_instructions(kernel) -> list:
     return getattr(kernel, "instructions", None) or [kernel.instruction]
 
 
+def fused_chains(program) -> int:
+    """How many of the program's kernels run a fused chain (more than one instruction): the count `print(program)`,
+    the explorer's compiled pane and the graph command report."""
+    return sum(len(kernel_instructions(k)) > 1 for k in program.kernels)
+
+
 def kernel_flops(kernel) -> int:
     return sum(s.flops for s in kernel_instructions(kernel))
 
@@ -441,10 +448,10 @@ def describe(program) -> str:
     """One line per kernel: what it runs (a fused group lists its primitives), its output, FLOPs, bytes moved
     (read and written), arithmetic intensity (FLOPs per byte) and module."""
     kernels = program.kernels
-    fused = sum(1 for k in kernels if len(kernel_instructions(k)) > 1)
     moved = [sum(kernel_bytes(program, k)) for k in kernels]
     flops = [kernel_flops(k) for k in kernels]
-    lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives ({fused} fused chains, "
+    lines = [f"program: {len(kernels)} kernels for {len(program.plain)} primitives "
+             f"({fused_chains(program)} fused chains, "
              f"{len(program.plain) - len(kernels)} primitives saved); {sum(flops):,} FLOPs, {sum(moved):,} bytes moved"
              + ("; replayed as one CUDA graph" if program.graph else ""),
              f"  {'#':>4}  {'kernel':<34} {'':<6} {'shape':<16} {'dtype':<8} {'FLOPs':>10} {'bytes':>10} "
@@ -461,26 +468,21 @@ def describe(program) -> str:
 
 
 def to_dot(program, title: str = "compiled program") -> str:
-    """The kernels as a graph: one box per kernel (a fused chain lists its primitives, with FLOPs and bytes
-    written), arrows from the kernel that wrote an array to each kernel that reads it."""
-    index_of, lines = {}, ["digraph program {", f'  label="{text(title)}"; labelloc=t; rankdir=TB;',
-                           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+    """The kernels as a graph (graph_dot.program writes it): one box per kernel (a fused chain lists its primitives,
+    with FLOPs and bytes written), arrows from the kernel that wrote an array to each kernel that reads it."""
+    index_of, kernels, arrows = {}, [], []
     for i, k in enumerate(program.kernels):
         instructions = kernel_instructions(k)
-        for s in instructions:
-            index_of[s.out] = i
+        index_of.update({s.out: i for s in instructions})
         last = instructions[-1]
-        ops = "\\n".join(t.op.name for t in instructions)
-        colour = "#f6d8ae" if len(instructions) > 1 else ("#dde8f4" if instructions[0].op in UFUNCS else "#eeeeee")
-        lines.append(f'  k{i} [label="{ops}\\n{last.shape} {last.dtype}\\n{kernel_flops(k):,} FLOPs, '
-                     f'{nbytes(last.shape, last.dtype):,} B", fillcolor="{colour}"];')
+        kind = "fused" if len(instructions) > 1 else ("elementwise" if instructions[0].op in UFUNCS else "kernel")
+        kernels.append((f"k{i}", [s.op.name for s in instructions], last.shape, last.dtype, kernel_flops(k),
+                        nbytes(last.shape, last.dtype), kind))
     alias = program.alias
     for i, k in enumerate(program.kernels):
         instructions = kernel_instructions(k)
         inside = {s.out for s in instructions}
         sources = {index_of[alias.get(j, j)] for s in instructions for j in s.ins
                    if alias.get(j, j) in index_of and j not in inside}
-        lines += [f"  k{j} -> k{i};" for j in sorted(sources) if j != i]
-    return "\n".join(lines + ["}"]) + "\n"
-
-
+        arrows += [(f"k{j}", f"k{i}") for j in sorted(sources) if j != i]
+    return graph_dot.program(title, kernels, arrows)

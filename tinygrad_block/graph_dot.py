@@ -1,6 +1,9 @@
-"""DOT text for a GraphView: op nodes, module boxes, a dashed cluster per module scope (a fold of identical layers
-labelled × n), a dotted cluster per named step where a module's own ops are drawn, the residual stream as a
-straight highway; in the backward view, where gradients split and sum.
+"""Every DOT text the project writes, in one place: a GraphView's (op nodes, module boxes, a dashed cluster per module
+scope, a fold of identical layers labelled × n, a dotted cluster per named step where a module's own ops are drawn,
+the residual stream as a straight highway; in the backward view, where gradients split and sum), a compiled
+program's kernels (`program`, called by fuse.to_dot), and the labels, styles and frames of the explorer page's
+drawing (`page_node`, `page_box`, `page_frame`, PAGE), which Python puts in the page's data so that its script
+only joins them into statements as modules open and close.
 
 Depth counts below the root module: at depth 1 a block shows norm1, attn, norm2 and ffn as boxes and its own
 ops (the residual adds) one by one; depth 2 opens attn and ffn; depth None shows every primitive. The view's
@@ -22,8 +25,20 @@ STYLE = {
     "const": 'shape=plaintext, fontcolor="#777777"',
     "grad": 'shape=ellipse, style="filled,dashed", fillcolor="#ffe0b2", color="#e65100"',
     "fold": 'shape=note, style=filled, fillcolor="#f1f8e9", color="#4c8a46", fontsize=11',
+    # the explorer's compiled pane: a kernel, a fused chain, an index's bounds check
+    "kernel": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", color="#757575"',
+    "fused": 'shape=box, style="rounded,filled,bold", fillcolor="#f6d8ae", color="#e65100", penwidth=2',
+    "check": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffffff", color="#9e9e9e"',
 }
 HIGHWAY = 'penwidth=3, color="#2e7d32", weight=50'
+GRAPH_HEAD = ['  rankdir=TB; newrank=true; fontname="Helvetica";',
+              '  node [fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9, color="#555555"];']
+PROGRAM_HEAD = ['  rankdir=TB;', '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+PROGRAM_FILL = {"fused": 'fillcolor="#f6d8ae"', "elementwise": 'fillcolor="#dde8f4"', "kernel": 'fillcolor="#eeeeee"'}
+# the explorer page's drawing: its header, and an open module's frame (a closed one is a node styled STYLE["box"])
+PAGE = {"head": '  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10];\n'
+                '  edge [fontname="Helvetica", fontsize=8, color="#777777"];',
+        "frame": 'style="rounded,dashed"; color="#9e9e9e"; fontsize=10; fontcolor="#4c8a46";', "highway": HIGHWAY}
 SCOPE_CLUSTER = 'style="rounded,dashed"; color="#9e9e9e";'
 FOLD_CLUSTER = 'style="rounded,bold"; color="#4c8a46"; penwidth=2;'
 STEP_CLUSTER = 'style="rounded,dotted"; color="#7986cb"; fontcolor="#3949ab"; fontsize=9;'
@@ -43,6 +58,18 @@ def text(line: str) -> str:
 def lines(*parts: str) -> str:
     """A label of several lines (empty ones left out), each drawn as written, joined by DOT's \\n."""
     return "\\n".join(text(part) for part in parts if part)
+
+
+def node(name: str, label: str, style: str) -> str:
+    """One node's statement: `label` is DOT text already (from `lines`), `style` its attributes."""
+    return f'  {name} [label="{label}", {style}];'
+
+
+def digraph(title: str, head: list[str], body: list[str]) -> str:
+    """A whole DOT document: its name and label `title` (drawn as written), the default attributes `head`, then
+    the statements of `body`."""
+    title = text(title)
+    return "\n".join([f'digraph "{title}" {{', *head, f'  labelloc=t; label="{title}";', *body, "}"]) + "\n"
 
 
 def _flops(n: int) -> str:
@@ -116,25 +143,80 @@ def clusters(view) -> list[str]:
             opened.append(key)
             out.append(cluster_head(view, key))
             out += fold_note(view, key, nodes[0].name) if key in view.folds else []
-        out += [f'  {n.name} [label="{label(view, n)}", {STYLE[n.kind]}];' for n in nodes]
+        out += [node(n.name, label(view, n), STYLE[n.kind]) for n in nodes]
     return out + ["  }"] * len(opened)
 
 
 def emit(view, title: str | None) -> str:
     """The DOT text of a GraphView: the header, the nodes in their nested clusters, the edges, then where each
     gradient comes out. Deterministic: the same view gives the same bytes."""
-    title = text(title or view.phase)
-    head = [f'digraph "{title}" {{', '  rankdir=TB; newrank=true; fontname="Helvetica";',
-            '  node [fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9, color="#555555"];',
-            f'  labelloc=t; label="{title}";']
     sinks = {n.name: n for n in view.nodes if n.name.startswith("g")}
     edges, tail = [], []
     for e in view.edges:
         if e.dst in sinks:
-            tail += [f'  {e.dst} [label="{label(view, sinks[e.dst])}", {STYLE["grad"]}];', f"  {e.src} -> {e.dst};"]
+            tail += [node(e.dst, label(view, sinks[e.dst]), STYLE["grad"]), edge(e.src, e.dst)]
             continue
         attrs = [HIGHWAY] if e.highway else []
         if view.depth is not None:
             attrs.append(f'label=" {_shape(e.shape)}"')
-        edges.append(f"  {e.src} -> {e.dst}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
-    return "\n".join(head + clusters(view) + edges + tail + ["}"]) + "\n"
+        edges.append(edge(e.src, e.dst, attrs))
+    return digraph(title or view.phase, GRAPH_HEAD, clusters(view) + edges + tail)
+
+
+def edge(src: str, dst: str, attrs: list[str] = ()) -> str:
+    """One edge's statement, with its attributes (DOT text already) when it has any."""
+    return f"  {src} -> {dst}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";"
+
+
+# ---------------------------------------------------------------- a compiled program's kernels
+def program(title: str, kernels: list[tuple], arrows: list[tuple]) -> str:
+    """The DOT text of a compiled program: kernels as (name, the ops it runs, shape, dtype, FLOPs, bytes written,
+    kind: 'fused', 'elementwise' or 'kernel'), one box each listing its ops; arrows as (src, dst) names."""
+    nodes = [node(name, lines(*ops, f"{_shape(shape)} {dtype}", f"{_flops(flops)}, {written:,} B"), PROGRAM_FILL[kind])
+             for name, ops, shape, dtype, flops, written, kind in kernels]
+    return digraph(title, PROGRAM_HEAD, nodes + [edge(a, b) for a, b in arrows])
+
+
+# ---------------------------------------------------------------- the explorer page's labels
+def _joined(*parts: str) -> str:
+    """A label of these lines, empty ones kept (the page draws them so), each drawn as written."""
+    return "\\n".join(text(part) for part in parts)
+
+
+def page_node(n: dict) -> str:
+    """A node of the explorer page (explorer_page._node, _kernel_node) as DOT label text: what it is, its shape and
+    dtype, its FLOPs; a kernel lists what it runs."""
+    shape, flops = _shape(n["shape"]), [_flops(n["flops"])] if n["flops"] else []
+    if n["kind"] in ("residual", "accumulate"):
+        return _joined("+", n["note"], shape)
+    if n["phase"] == "compiled":
+        return _joined("fused: " + "\n".join(n["ops"]) if n["kind"] == "fused" else n["label"],
+                       f"{shape} {n['dtype']}", *flops)
+    if n["kind"] == "op":
+        head = n["label"] + (" (with a scalar)" if n["scalar"] else "")
+        return _joined(head, *([n["note"]] if n["note"] else []), f"{shape} {n['dtype']}", *flops)
+    return _joined(n["label"], shape)
+
+
+def page_box(m: dict, phase: str) -> str:
+    """A closed module of the explorer page (explorer_page._modules) as DOT label text, in one phase: its name, its
+    kernels (compiled), its output's shape, its FLOPs (a fold's: each layer's, and all of them)."""
+    total, repeat = m["total"], m["repeat"]
+    head = m["label"] + ("′" if phase == "backward" else "") + (f"  × {repeat}" if repeat > 1 else "")
+    kernels = [f"{total['ops'][phase] // repeat:,} kernels" + (" each" if repeat > 1 else "")] \
+        if phase == "compiled" else []
+    shape = [_shape(m["shape"][phase])] if phase in m["shape"] else []
+    flops = total["flops"][phase]
+    each = [f"{human_flops(flops // repeat)} each", f"× {repeat} = {human_flops(flops)}"] if repeat > 1 \
+        else [human_flops(flops)]
+    return _joined(head, *kernels, *shape, *each)
+
+
+def page_frame(m: dict) -> str:
+    """An open module of the explorer page as its frame's DOT label text: its name, a fold's count, and [−]."""
+    return text(m["label"] + (f"  × {m['repeat']}" if m["repeat"] > 1 else "") + "  [−]")
+
+
+def page_edge(shape) -> str:
+    """An arrow of the explorer page as DOT label text: the shape it carries."""
+    return text(_shape(shape))

@@ -13,6 +13,7 @@ from . import accounting, checkpoint_info, measure, recordings
 from .cuda import jit_by_default
 from .dtypes import int64
 from .explorer_page import explore, page_of
+from .fuse import fused_chains
 from .generator import Generator
 from .graph import render
 from .files import write_text
@@ -230,10 +231,9 @@ def compiled_graph(cfg: BlockConfig, path: Path, fmt: str, *, model: bool, backw
         write_text(path, dot)
     else:
         render(dot, path, dpi=dpi)
-    fused = sum(1 for k in program.kernels if len(getattr(k, "instructions", ())) > 1)
     return {"command": "graph", "preset": cfg.name, "model": model, "backward": backward, "compiled": True,
             "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt, "kernels": len(program.kernels),
-            "primitives": len(program.plain), "fused_chains": fused, "edges": dot.count("->"),
+            "primitives": len(program.plain), "fused_chains": fused_chains(program), "edges": dot.count("->"),
             "seconds": round(time.perf_counter() - start, 3)}
 
 

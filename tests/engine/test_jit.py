@@ -9,6 +9,7 @@ import pytest
 import tinygrad_block as tb
 from tinygrad_block import nn, optim
 from tinygrad_block.counting import count_flops
+from tinygrad_block.fuse import kernel_instructions
 from tinygrad_block.gradcheck import central_difference, rel_err
 
 CFG = nn.preset("tiny")
@@ -264,13 +265,38 @@ def test_the_program_draws_as_a_graph():
         blk.zero_grad()
         compiled(x, dout)
     dot = compiled.program.to_dot()
-    assert dot.startswith("digraph program") and dot.count("->") > len(compiled.program.kernels) // 2
+    assert dot.startswith('digraph "compiled program" {') and dot.count("->") > len(compiled.program.kernels) // 2
     assert dot.count("[label=") == len(compiled.program.kernels) and "FLOPs" in dot
     title = 'a "quoted" \\N title\nover two lines & <b>'           # graphviz would read \N, " and &-entities
     svg = subprocess.run(["dot", "-Tsvg"], input=compiled.program.to_dot(title), capture_output=True, text=True,
                          check=True).stdout
     drawn = [t.text for t in ElementTree.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
     assert drawn[:2] == ['a "quoted" \\N title', "over two lines & <b>"]
+
+
+def test_fused_chains_are_counted_once_for_the_listing_and_the_drawing():
+    """(a * b + a).exp() and (a - b) * 3 are two chains of elementwise ops, each read only by the next (the 3's
+    broadcast dropped): two fused kernels, which print(program) and fuse.fused_chains both say."""
+    from tinygrad_block.fuse import fused_chains
+    compiled = tb.jit(lambda a, b: ((a * b + a).exp(), (a - b) * 3.0))
+    g = tb.Generator(0)
+    for _ in range(3):
+        compiled(tb.randn(4, 8, generator=g), tb.randn(4, 8, generator=g))
+    program = compiled.program
+    assert [[s.op.name for s in kernel_instructions(k)] for k in program.kernels] == \
+        [["mul", "add", "exp"], ["sub", "mul"]]
+    assert fused_chains(program) == 2
+    assert "(2 fused chains, " in str(program).splitlines()[0]
+    assert program.to_dot().count('fillcolor="#f6d8ae"') == 2              # drawn as fused, both
+
+
+def test_the_programs_drawing_writes_its_numbers_as_the_graphs_drawing_does():
+    """One writer (graph_dot): x + 1 on one element is 1 FLOP, written "1 FLOP" as the graph writes it; a shape of
+    one axis is written (1,)."""
+    compiled = tb.jit(lambda x: x + 1.0)
+    for i in range(3):
+        compiled(tb.tensor([float(i)]))
+    assert 'label="add\\n(1,) float32\\n1 FLOP, 4 B"' in compiled.program.to_dot()
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "forward+backward"])

@@ -195,6 +195,53 @@ def test_names_reach_the_data_as_written_and_no_markup_reaches_the_html(hostile_
     assert [modules[f"{ROOT}.{name}"]["label"] for name in NAMES] == list(NAMES)
 
 
+def read_dot(label: str) -> str:
+    """What graphviz draws for a DOT string's text (the oracle, written apart from graph_dot): \\n a line break,
+    \\" a quote, \\\\ a backslash, then &amp; an ampersand. A quote, line break or control character left raw
+    fails."""
+    assert not re.search(r'[\x00-\x08\x0a-\x1f\x7f]', label), f"a raw line break or control character in {label!r}"
+    out, i = [], 0
+    while i < len(label):
+        c = label[i]
+        assert c != '"', f"an unescaped quote in {label!r}"
+        if c == "\\":
+            nxt = label[i + 1]
+            out.append({"n": "\n", '"': '"', "\\": "\\"}.get(nxt, "\\" + nxt))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out).replace("&amp;", "&")
+
+
+def as_drawn(name: str) -> str:
+    """A name as the drawing shows it: a control character (no SVG may hold it) as its code, \\x07."""
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m[0]):02x}", name)
+
+
+def test_every_label_the_page_draws_comes_in_its_data_as_dot_text(hostile_page):
+    """The page's script only joins statements: each node's label, each module's box (per phase) and frame, and
+    each arrow's shape come from Python as DOT text, every name in them drawn as written."""
+    data = hostile_page.data
+    for name in NAMES:
+        m = data["modules"][f"{ROOT}.{name}"]
+        assert read_dot(m["frame"]) == as_drawn(name) + "  [−]"
+        assert read_dot(m["dot"]["forward"]).startswith(as_drawn(name) + "\n")
+        assert read_dot(m["dot"]["backward"]).startswith(as_drawn(name) + "′\n")
+    for n in data["nodes"]:
+        lines = read_dot(n["dot"]).split("\n")
+        shape = "(" + ", ".join(map(str, n["shape"])) + ("," if len(n["shape"]) == 1 else "") + ")"
+        if n["kind"] == "op":
+            assert lines[0] == as_drawn(n["label"]) + (" (with a scalar)" if n["scalar"] else "")
+            assert f"{shape} {n['dtype']}" in lines
+        elif n["kind"] not in ("residual", "accumulate"):
+            assert lines == [*as_drawn(n["label"]).split("\n"), shape]
+    arrows = [e for edges in data["edges"].values() for e in edges]
+    assert arrows and all(read_dot(e[4]) == "(" + ", ".join(map(str, e[2])) + ("," if len(e[2]) == 1 else "") + ")"
+                          for e in arrows)
+    assert set(data["style"]) >= {"op", "box", "kernel", "fused", "check"} and data["dot"]["highway"]
+
+
 def test_statistics_of_values_near_the_float64_limit_are_finite_and_exact(hostile_page):
     """The finite values (1e300, -1e300, 1, 2, 3, 4) of 8: std about 5.8e299 (oracle: the statistics module, exact
     in fractions), not inf; a histogram over [-1e300, 1e300] (hand-derived: 1, 2, 3 and 4 land in the middle bar,

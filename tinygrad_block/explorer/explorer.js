@@ -22,11 +22,10 @@ const human = (n, unit) => {
   return fmt(n) + " " + unit;
 };
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
-// A DOT string graphviz draws as written, as graph_dot.text makes them: it reads \ (\N, \l), " and HTML entities
-// (&lt;) inside one; a line break is DOT's \n; a control character, which an SVG may not hold, is shown as \xNN.
-const SPECIAL = {"\\": "\\\\", '"': '\\"', "&": "&amp;", "\n": "\\n", "\t": "\t"};
-const q = s => '"' + String(s).replace(/[\\"&\x00-\x1f\x7f]/g, c => SPECIAL[c] ||
-  "\\\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")) + '"';
+// The DOT text is Python's (graph_dot.py): every label comes escaped (`dot`, `frame`, an edge's fifth item) and
+// every style from D.style and D.dot; this script only joins them into statements. Drawn ids are quoted as they are:
+// they hold only letters, digits, "_" and ":", never a name.
+const q = id => '"' + id + '"';
 // Drawn ids hold no names (graphviz reads \N in an id; a name may hold ":"): a module is its number here.
 const paths = Object.keys(modules), numbers = new Map(paths.map((p, i) => [p, i]));
 const boxId = (phase, path) => "m:" + phase + ":" + numbers.get(path);
@@ -47,22 +46,6 @@ const drawnAs = n => {
 };
 const inFold = n => n.scope.some((_, k) => (modules[n.scope.slice(0, k + 1).join(".")] || {}).repeat > 1);
 
-function boxLabel(path, phase) {
-  const m = modules[path], t = m.total, f = t.flops[phase] / m.repeat;
-  const head = m.label + (phase === "backward" ? "′" : "") + (m.repeat > 1 ? "  × " + m.repeat : "") +
-    (phase === "compiled" ? "\n" + fmt(t.ops.compiled / m.repeat) + " kernels" + (m.repeat > 1 ? " each" : "") : "");
-  const flops = m.repeat > 1 ? human(f, "FLOPs") + " each\n× " + m.repeat + " = " + human(t.flops[phase], "FLOPs")
-    : human(t.flops[phase], "FLOPs");
-  return head + "\n" + (m.shape[phase] ? shape(m.shape[phase]) + "\n" : "") + flops;
-}
-function nodeLabel(n) {
-  if (n.kind === "residual" || n.kind === "accumulate") return "+\n" + n.note + "\n" + shape(n.shape);
-  if (n.phase === "compiled") return (n.kind === "fused" ? "fused: " + n.ops.join("\n") : n.label) + "\n" +
-    shape(n.shape) + " " + n.dtype + (n.flops ? "\n" + fmt(n.flops) + (n.flops === 1 ? " FLOP" : " FLOPs") : "");
-  if (n.kind === "op") return n.label + (n.scalar ? " (with a scalar)" : "") + (n.note ? "\n" + n.note : "") +
-    "\n" + shape(n.shape) + " " + n.dtype + (n.flops ? "\n" + fmt(n.flops) + (n.flops === 1 ? " FLOP" : " FLOPs") : "");
-  return n.label + "\n" + shape(n.shape);
-}
 function heat(value, max) {            // white to red, on a log scale
   if (!max || !value) return "#ffffff";
   const t = Math.log1p(value) / Math.log1p(max), c = Math.round(255 - 200 * t);
@@ -115,9 +98,9 @@ function dot(phase) {
   const decl = id => {
     const fill = colour === "none" ? "" : ', fillcolor="' + (colour === "check" ? checkFill(id, phase) :
       heat(cost(id, phase), max)) + '"';
-    if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ", label=" + q(boxLabel(boxPath(id), phase)) + fill + "];";
+    if (id.startsWith("m:")) return q(id) + " [" + D.style.box + ", id=" + q(id) + ', label="' + modules[boxPath(id)].dot[phase] + '"' + fill + "];";
     const n = byId[id];
-    return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ", label=" + q(nodeLabel(n)) + fill + "];";
+    return q(id) + " [" + D.style[n.kind] + ", id=" + q(id) + ', label="' + n.dot + '"' + fill + "];";
   };
   const inside = new Map();                           // open module path -> drawn ids directly in it
   for (const [id, path] of items) {
@@ -133,9 +116,8 @@ function dot(phase) {
     for (const c of children(p)) {
       const before = lines.length;
       lines.push(indent + "subgraph " + q("cluster_" + phase + "_" + numbers.get(c)) + " {");
-      lines.push(indent + '  id=' + q("c:" + phase + ":" + numbers.get(c)) + '; label=' + q(modules[c].label +
-        (modules[c].repeat > 1 ? "  × " + modules[c].repeat : "") + "  [−]") +
-        '; style="rounded,dashed"; color="#9e9e9e"; fontsize=10; fontcolor="#4c8a46";');
+      lines.push(indent + "  id=" + q("c:" + phase + ":" + numbers.get(c)) + '; label="' + modules[c].frame + '"; ' +
+        D.dot.frame);
       emit(c, indent + "  ");
       if (lines.length === before + 2) lines.splice(before); else lines.push(indent + "}");
     }
@@ -143,14 +125,13 @@ function dot(phase) {
   for (const r of root) emit(r, "  ");
   emit("", "  ");
   const seen = new Set(), edges = [];
-  for (const [s, d, sh, highway] of D.edges[phase]) {
+  for (const [s, d, , highway, label] of D.edges[phase]) {
     const a = drawnAs(byId[s]), b = drawnAs(byId[d]), key = a + ">" + b;
     if (a === b || seen.has(key)) continue;
     seen.add(key);
-    edges.push("  " + q(a) + " -> " + q(b) + " [label=" + q(shape(sh)) + (highway ? ', penwidth=3, color="#2e7d32", weight=50' : "") + "];");
+    edges.push("  " + q(a) + " -> " + q(b) + ' [label="' + label + '"' + (highway ? ", " + D.dot.highway : "") + "];");
   }
-  return 'digraph G {\n  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10];\n' +
-    '  edge [fontname="Helvetica", fontsize=8, color="#777777"];\n' + lines.join("\n") + "\n" + edges.join("\n") + "\n}";
+  return "digraph G {\n" + D.dot.head + "\n" + lines.join("\n") + "\n" + edges.join("\n") + "\n}";
 }
 
 // Drawing, and what each drawn thing answers.
