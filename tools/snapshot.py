@@ -88,10 +88,12 @@ class Mask:
 
 NUMBER = r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?"
 MASKS = (
-    Mask("progress", re.compile(r"^.*\d+%\|.*$"), "<progress>"),                    # a tqdm bar, all its updates
+    Mask("progress", re.compile(r"^.*\d+%\|.*$"), "<progress>"),                    # a tqdm bar, each update
     Mask("json-time", re.compile(r"""(["']\w*(?:seconds|_s)["']):\s*-?""" + NUMBER), r"\1: <time>"),
     Mask("rate", re.compile(NUMBER + r"\s*[A-Za-zµ]*/s(?![A-Za-z])|" + NUMBER + r"[\w ]*? per second"), "<rate>"),
-    Mask("share-of-measured", re.compile(NUMBER + r"% of (?:the )?(?:peak|measured\b[\w ]*)"), "<share>"),
+    Mask("timed-ratio", re.compile(                                   # a timing over a timing, or over a peak
+        NUMBER + r"% of (?:the )?(?:peak|measured\b[\w ]*|eager call)|" + NUMBER + r"(?= x (?:eager|PyTorch))|"
+        r"(?:(?<=balance point: )|(?<=np\.add = ))" + NUMBER), "<ratio>"),
     Mask("took", re.compile(r"\btook\s+" + NUMBER + r"(?:\s*[a-zµ]+\b)?"), "took <time>"),
     Mask("time", re.compile(NUMBER + r"\s?(?:s|ms|µs|us|ns|sec|seconds?)(?![\w/])"), "<time>"),
     Mask("temp-path", re.compile(r"/tmp/[^\s/'\",;:)]+"), "<tmp>"),
@@ -130,7 +132,8 @@ def mask(text: str, paths: list[tuple[str, str]] = ()) -> str:
     lines = mask_timed_columns(text.split("\n"))
     for rule in MASKS:
         lines = [rule.pattern.sub(rule.placeholder, line) for line in lines]
-    return "\n".join(lines)
+    return "\n".join(line for i, line in enumerate(lines)            # a bar's updates, however many: one line
+                     if not (line == "<progress>" and i and lines[i - 1] == line))
 
 
 NUMBER_TOKEN = re.compile(r"(?<![\w.])-?" + r"\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<=\w)\d+(?:\.\d+)?")
@@ -191,10 +194,20 @@ def compare_lesson(before: str, after: str) -> LessonDiff:
                 diff.changed.append((old[i1 + i], new[j1 + j]))
             else:
                 diff.reworded += 1
-    for number, count in gone.items():
-        line = next((line for line in touched_old + old if number in numbers(line)), "")
-        diff.vanished += [(number, line)] * count
+    diff.vanished = blame(gone, touched_old + old)
     return diff
+
+
+def blame(gone: Counter, lines: list[str]) -> list[tuple[str, str]]:
+    """(number, line) for each printing of a number in `gone`, on the first of `lines` that printed it and is not
+    yet blamed for as many printings."""
+    left, blamed = gone.copy(), []
+    for line in lines:
+        for number in numbers(line):
+            if left[number] > 0:
+                left[number] -= 1
+                blamed.append((number, line))
+    return blamed
 
 
 def compare_command(before: str, after: str) -> list[str]:
@@ -325,7 +338,12 @@ def read(snapshot: Path, name: str) -> str:
 def report_lesson(name: str, diff: LessonDiff) -> list[str]:
     lines = [f"{name}: {len(diff.vanished)} numbers vanished, {len(diff.changed)} lines changed, "
              f"{diff.new} lines new, {diff.reworded} reworded"]
-    lines += [f"    vanished {number!r:>14}  before: {line.strip()}" for number, line in diff.vanished]
+    by_line: dict[str, Counter] = {}
+    for number, line in diff.vanished:
+        by_line.setdefault(line, Counter())[number] += 1
+    for line, gone in by_line.items():
+        counts = ", ".join(number + (f" (x{count})" if count > 1 else "") for number, count in gone.items())
+        lines += [f"    vanished {counts}", f"             before: {line.strip()}"]
     for old, new in diff.changed:
         lines += [f"    changed  before: {old.strip()}", f"             after:  {new.strip()}"]
     return lines

@@ -23,7 +23,10 @@ from tools import snapshot
     ("saved 2026-11-27T22:01:29 at 0x7f12ab34cd", "saved <date> at <address>"),
     ("GPU: 79.1 GiB free of 80 GiB", "GPU: <free memory> of 80 GiB"),
     ("timed: 12 ms -> 0.02 TFLOP/s = 2.32% of the peak, 23.5% of the measured GEMM",
-     "timed: <time> -> <rate> = <share>, <share>"),
+     "timed: <time> -> <rate> = <ratio>, <ratio>"),
+    ("compiled  4.1 ms  0.20 x eager  0.38 x PyTorch", "compiled  <time>  <ratio> x eager  <ratio> x PyTorch"),
+    ("measured: 3.2 GB/s; the device's balance point: 160 FLOPs per byte",
+     "measured: <rate>; the device's balance point: <ratio> FLOPs per byte"),
     ("prefill runs 42 x as many FLOPs per second as decode", "prefill runs <rate> as decode"),
 ])
 def test_mask_replaces_what_changes_from_run_to_run(text, expected):
@@ -51,6 +54,11 @@ def test_mask_keeps_a_timed_tables_counted_columns_and_masks_the_measured_ones()
         "medium        9,311,354,880    280 <timed>",
         "matmul FLOPs per call: tiny 32,475",
         "tiny              9,093,120    280      8.161   0.001114    0.134%"]      # no header above it: kept
+
+
+def test_mask_keeps_one_line_of_a_progress_bars_updates():
+    assert snapshot.mask("[stderr]\n 10%|█ | 1/10 [00:01]\n 20%|██ | 2/10 [00:02]\ndone: 3 steps") == \
+        "[stderr]\n<progress>\ndone: 3 steps"
 
 
 def test_mask_replaces_the_runs_own_paths_in_order():
@@ -123,5 +131,5 @@ def test_compare_masks_each_snapshots_own_paths_and_reports_what_differs(tmp_pat
     write_snapshot(tmp_path / "c", "/srv/c", broken, {"lesson_01": 1, "walk": 2})
     assert snapshot.compare(tmp_path / "a", tmp_path / "c") == 1
     out = capsys.readouterr().out
-    assert "lesson_01: status 0 before, 1 after" in out and "vanished            '3'  before: n = 3 in <time>" in out
+    assert "lesson_01: status 0 before, 1 after" in out and "vanished 3\n             before: n = 3 in <time>" in out
     assert "-wrote <tmp>/walk/x" in out and "2 differ: lesson_01, walk" in out
