@@ -7,6 +7,7 @@ other files, an unknown lesson, the extra missing, a lesson that fails) are one 
 
 Skipped, saying why, without the 'site' extra, playwright or chromium. Screenshots go to /tmp/site_shots/."""
 import fcntl
+import html
 import json
 import re
 import subprocess
@@ -151,6 +152,16 @@ def test_every_picture_a_lesson_showed_is_drawn(site, open_page, lesson_run, ste
     everywhere = page.page.eval_on_selector_all("img", "is => is.map(i => i.naturalWidth)")
     assert all(w > 0 for w in everywhere) and page.problems == []
     assert page.page.locator(".cell_output .stderr").all_inner_texts() == []     # no warning under a cell
+
+
+@pytest.mark.parametrize("stem", BUILT)
+def test_a_lesson_page_shows_the_lessons_own_code_cells_and_not_the_one_that_finds_the_course(site, stem):
+    """The build runs each lesson with a first cell of its own, which puts lessons/ on the kernel's path so that
+    `import course` resolves: run, not shown. The page shows the lesson's code cells, as many as the file has."""
+    page = (site / f"{stem}.html").read_text()
+    code_cells = len(re.findall(r"^# %%$", (ROOT / "lessons" / f"{stem}.py").read_text(), flags=re.M))
+    assert page.count('class="cell docutils container"') == code_cells
+    assert "sys.path.insert" not in page and "from course import" in html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
 def local_targets(page) -> list[str]:
