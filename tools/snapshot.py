@@ -1,7 +1,7 @@
 """Before and after a change: every lesson's numbers and every command's output, saved from one tree, compared.
 
     python tools/snapshot.py save DIR [--root TREE] [--only NAME ...]   # NAME: lesson_05, params_tiny, lesson_1*
-    python tools/snapshot.py compare BEFORE AFTER
+    python tools/snapshot.py compare BEFORE AFTER [--only NAME ...]
 
 `save` runs, in TREE (default: this repository) with TREE alone on PYTHONPATH (so its package, not the installed
 one, is imported; meta.json says which file was), each on one thread, two processes at a time: every lesson as a
@@ -227,6 +227,11 @@ def is_lesson(name: str) -> bool:
     return name.startswith("lesson_")
 
 
+def chosen(name: str, only: list[str]) -> bool:
+    """Whether `name` is among the glob patterns `only` (all are, without any)."""
+    return not only or any(fnmatch.fnmatch(name, pattern) for pattern in only)
+
+
 def child_env(tree: Path) -> dict[str, str]:
     """The environment of every process a snapshot starts: `tree` alone on PYTHONPATH, one thread, no display."""
     env = dict(os.environ, PYTHONPATH=str(tree), MPLBACKEND="Agg", PYTHONHASHSEED="0", COLUMNS="120")
@@ -294,7 +299,7 @@ def save(out: Path, tree: Path, only: list[str]) -> int:
     """Runs every lesson and command (or those `only` names) in `tree`; writes their outputs and the index."""
     tree, out, env = tree.resolve(), out.resolve(), child_env(tree.resolve())
     jobs = {**{name: (line,) for name, line in lessons(tree).items()}, **COMMANDS}
-    jobs = {name: lines for name, lines in jobs.items() if not only or any(fnmatch.fnmatch(name, p) for p in only)}
+    jobs = {name: lines for name, lines in jobs.items() if chosen(name, only)}
     out.mkdir(parents=True, exist_ok=True)
     index = json.loads((out / "index.json").read_text()) if only and (out / "index.json").exists() else {}
     scratch = out / "scratch"                        # the same path on a rerun, so one mask serves every file
@@ -349,9 +354,11 @@ def report_lesson(name: str, diff: LessonDiff) -> list[str]:
     return lines
 
 
-def compare(before: Path, after: Path) -> int:
-    """Prints what differs between two snapshots; status 0 when nothing vanished, changed or broke."""
-    index_before, index_after = (json.loads((s / "index.json").read_text()) for s in (before, after))
+def compare(before: Path, after: Path, only: list[str] = ()) -> int:
+    """Prints what differs between two snapshots (or their `only` names); status 0 when nothing vanished, changed
+    or broke."""
+    index_before, index_after = ({name: row for name, row in json.loads((s / "index.json").read_text()).items()
+                                  if chosen(name, only)} for s in (before, after))
     differing, lines = [], []
     for name, row in index_before.items():
         if name not in index_after:
@@ -363,7 +370,7 @@ def compare(before: Path, after: Path) -> int:
         differing += [name] if differs else []
         lines += found
     only_after = sorted(set(index_after) - set(index_before))
-    print("\n".join(lines))
+    print("\n".join(lines + [""]), end="")
     print(f"compared {len(index_before)} ({sum(is_lesson(n) for n in index_before)} lessons, "
           f"{sum(not is_lesson(n) for n in index_before)} commands): "
           + (f"{len(differing)} differ: {', '.join(differing)}" if differing else "nothing differs")
@@ -394,10 +401,11 @@ def main() -> int:
     comparing = commands.add_parser("compare", help="what differs between two snapshots")
     comparing.add_argument("before", type=Path)
     comparing.add_argument("after", type=Path)
+    comparing.add_argument("--only", nargs="+", default=[], metavar="NAME", help="compare these (glob patterns)")
     args = parser.parse_args()
     if args.command == "save":
         return save(args.dir, args.root, args.only)
-    return compare(args.before, args.after)
+    return compare(args.before, args.after, args.only)
 
 
 if __name__ == "__main__":

@@ -133,3 +133,5 @@ def test_compare_masks_each_snapshots_own_paths_and_reports_what_differs(tmp_pat
     out = capsys.readouterr().out
     assert "lesson_01: status 0 before, 1 after" in out and "vanished 3\n             before: n = 3 in <time>" in out
     assert "-wrote <tmp>/walk/x" in out and "2 differ: lesson_01, walk" in out
+    assert snapshot.compare(tmp_path / "a", tmp_path / "c", ["lesson_*"]) == 1
+    assert capsys.readouterr().out.endswith("compared 1 (1 lessons, 0 commands): 1 differ: lesson_01\n")
