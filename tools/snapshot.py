@@ -9,10 +9,12 @@ script (matplotlib's Agg backend) and the command lines in COMMANDS. It writes w
 DIR/<name>.txt, and DIR/index.json (command, status, seconds) and DIR/meta.json (the paths to mask). `--only`
 runs those names again and keeps the rest.
 
-`compare` masks what changes from run to run (MASKS: timings, speeds, progress bars, temporary paths, process ids,
-dates, free memory), then: a command's text must be identical (else a unified diff); every number a lesson printed
-before must still be printed after (a number that vanished is listed with its line, and so is a line whose
-numbers changed; lines that are only new, or only reworded, are counted). Exit status 0 when nothing differs.
+`compare` masks what changes from run to run: each snapshot's own paths (its tree, interpreter and scratch folder),
+a table's timed columns, and MASKS (timings, speeds, ratios of timings, progress bars, temporary paths, process ids,
+dates, free memory). Then a command's text must be identical (else a unified diff), and every number a lesson
+printed before must still be printed after, as often (a number that vanished is listed with its line, and so is a
+line whose numbers changed; lines that are only new, or only reworded, are counted). A status that changed
+differs too. Exit status 0 when nothing differs, 1 otherwise; `--only` compares those names.
 """
 from __future__ import annotations
 
