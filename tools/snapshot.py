@@ -275,10 +275,11 @@ def run_line(words: list[str], tree: Path, env: dict[str, str]) -> tuple[str, st
 
 def package_file(tree: Path, env: dict[str, str]) -> str:
     """Which tinygrad_block the snapshot's processes import; refused unless it is `tree`'s."""
-    found = subprocess.run([sys.executable, "-c", "import tinygrad_block; print(tinygrad_block.__file__)"], cwd=tree,
-                           env=env, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run([sys.executable, "-c", "import tinygrad_block; print(tinygrad_block.__file__)"], cwd=tree,
+                          env=env, capture_output=True, text=True)
+    found = done.stdout.strip() or f"nowhere ({(done.stderr.strip().splitlines() or ['no output'])[-1]})"
     if not found.startswith(str(tree) + os.sep):
-        raise SystemExit(f"snapshot: the processes import tinygrad_block from {found or 'nowhere'}, not from {tree}")
+        raise SystemExit(f"snapshot: the processes import tinygrad_block from {found}, not from {tree}")
     return found
 
 
