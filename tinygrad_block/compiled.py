@@ -98,6 +98,10 @@ class Capture:
     outputs: object = None
     read: str = ""
 
+    def __len__(self) -> int:
+        """The instructions recorded so far: the next one's index (trace.Event.call)."""
+        return len(self.instructions)
+
     def ref(self, array, owner=None) -> tuple:
         """('s', slot) for an array an op produced, else ('x', j) for source j (found or added)."""
         key = id(array)
@@ -278,6 +282,7 @@ class Program:
 
     def __init__(self, rec: Capture, fuse: bool):
         backend = self.backend = rec.backend
+        self.capture = rec               # what it was made of: another capture must agree with it (recapture)
         self.slots = [Tensor._make(None, backend) for _ in rec.instructions]     # slot k: made by instruction k
         self.source_slots = [Tensor._make(src.array, backend) for src in rec.sources]
         self.all = self.slots + self.source_slots                               # what an instruction's index names
@@ -616,16 +621,21 @@ def jit(fn=None, *, fuse: bool = True, modules=None):
     return Compiled(fn, fuse, modules)
 
 
-def program_of(module, *inputs: Tensor, backward: bool = True):
-    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones): captured
-    until two calls agree, then replayed once (a replay may still switch a program back to its unfused kernels).
-    The inputs and the module's gradients are left as they were."""
+def _module_call(module, backward: bool):
+    """The call program_of compiles: module(*xs) and, with `backward`, the backward of sum(out * ones)."""
     def run(*xs):
         out = module(*xs)
         if backward:
             out.backward(ones_like(out))
         return out
-    f = jit(run, modules=[module])
+    return run
+
+
+def program_of(module, *inputs: Tensor, backward: bool = True):
+    """The program tb.jit makes of module(*inputs) and, with `backward`, the backward of sum(out * ones): captured
+    until two calls agree, then replayed once (a replay may still switch a program back to its unfused kernels).
+    The inputs and the module's gradients are left as they were."""
+    f = jit(_module_call(module, backward), modules=[module])
     xs = [t.detach().requires_grad_() if t.requires_grad else t.detach() for t in inputs]
     leaves = module.parameters()
     kept = [t.grad for t in leaves]
@@ -641,3 +651,16 @@ def program_of(module, *inputs: Tensor, backward: bool = True):
         for t, grad in zip(leaves, kept):
             t.grad = grad
     return f.program
+
+
+def recapture(program: Program, module, *inputs: Tensor, backward: bool = True) -> Capture:
+    """Run module(*inputs) (and its backward, as program_of did) eagerly once more, captured: an observer alongside
+    (a graph being recorded) hears each primitive with the index of its instruction (trace.Event.call), which names
+    the same instruction of `program`, since the two captures agree as tb.jit's replays require (else an error
+    says what differs). Gradients are set as eager sets them."""
+    rec, _ = capture(_module_call(module, backward), inputs, {}, [module])
+    why = difference(program.capture, rec)
+    if why:
+        raise RuntimeError(f"recapture: {type(module).__name__}'s call ran other primitives than its compiled "
+                           f"program: {why}")
+    return rec

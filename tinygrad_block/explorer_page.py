@@ -29,7 +29,7 @@ from pathlib import Path
 from . import cpu_kernels, cuda_kernels
 from .dtypes import nbytes
 from .fuse import fused_chains, kernel_bytes, kernel_flops, kernel_instructions
-from .compiled import program_of
+from .compiled import program_of, recapture
 from .graph import Graph, is_movement, record_graph
 from .graph_dot import PAGE, STYLE, page_box, page_edge, page_frame, page_node
 from .graph_view import GraphView, finite, folded_layers, moments
@@ -149,9 +149,12 @@ def explore(module, *inputs, backward: bool = True, depth: int = 1, fold: bool =
         for t in leaves:
             t.grad = None
         with record_graph(module, *inputs, retain_grads=values and backward) as graph:
-            out = module(*inputs)
-            if backward:
-                out.backward(ones_like(out))
+            if program is not None:                 # captured again: each op node names its instruction
+                recapture(program, module, *inputs, backward=backward)
+            else:
+                out = module(*inputs)
+                if backward:
+                    out.backward(ones_like(out))
         classes = {path: type(m).__name__ for path, m in module.named_modules(name)}
         return page_of(graph, title=title, depth=depth, fold=fold, values=values, program=program, classes=classes,
                         checks=checks)
@@ -164,8 +167,9 @@ def page_of(graph: Graph, *, title: str = "graph", depth: int = 1, fold: bool = 
              show: list | None = None, program=None, classes: dict | None = None,
              checks: dict | None = None) -> Explorer:
     """The page of a recorded graph (both phases when it holds a backward), opened at `depth` showing the phases
-    in `show` (default: all it holds, side by side). `program`: tb.jit's compiled program of the same call, shown
-    as a third phase, 'compiled', beside the two it runs. `classes` ({module path: class name}) links each module
+    in `show` (default: all it holds, side by side). `program`: tb.jit's compiled program of the same call (the
+    graph recorded while compiled.recapture ran it, so each op names its instruction), shown as a third phase,
+    'compiled', beside the two it runs. `classes` ({module path: class name}) links each module
     to the lesson that teaches it, as every op is linked to its own. `checks`: gradient_check's, for the colouring
     "gradient check"."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
@@ -405,24 +409,20 @@ def _mark_checks(data: dict, checks: dict) -> None:
 def _kernels(graph: Graph, program, ids: dict, nodes: list, fold: bool) -> tuple[list, list]:
     """The program's kernels as the page's nodes of phase 'compiled', and the arrows between them. A kernel runs
     primitives of the forward and backward panes: its `runs` lists them, and each of them names its `kernel`. The
-    program is matched to the recording call by call (both hold the same primitives, in the order they ran). With
-    `fold`, a kernel of a layer the fold stands for (layers.1 .. of an identical run) is drawn as the first
-    layer's kernel that runs its counterpart, as the other panes draw that layer's ops."""
+    graph was recorded alongside a capture that agrees with the program (compiled.recapture), so each op node names
+    its instruction (`call`); an index check (a derived instruction) has none. With `fold`, a kernel of a layer the
+    fold stands for (layers.1 .. of an identical run) is drawn as the first layer's kernel that runs its
+    counterpart, as the other panes draw that layer's ops."""
     instructions = program.instructions
-    ops = graph.ops()
-    calls = [k for k, s in enumerate(instructions) if s.op.name != "derived"]          # index checks: no graph node
-    if len(calls) != len(ops) or any(graph.nodes[g].label != instructions[k].op.name or
-                                     tuple(graph.nodes[g].shape) != tuple(instructions[k].shape)
-                                     for k, g in zip(calls, ops)):
-        raise RuntimeError(f"explore: the compiled program ({len(calls)} primitives) did not run what the "
-                           f"recording did ({len(ops)} primitives), so its kernels cannot be matched to the graph")
-    node_of = dict(zip(calls, ops))                                            # instruction -> graph node
+    node_of = {graph.nodes[g].call: g for g in graph.ops()}                    # instruction -> graph node
+    if None in node_of:
+        raise ValueError("explore: the graph was not recorded alongside a capture of the compiled program "
+                         "(compiled.recapture, as explore does), so its ops do not name the kernels that run them")
     rep = {}
     if fold:
         for phase in ("forward", "backward"):
             rep.update(folded_layers(graph, phase)[0])
-    number = {id(s): k for k, s in enumerate(instructions)}
-    kernels = [[number[id(s)] for s in kernel_instructions(k)] for k in program.kernels]
+    kernels = [[s.out for s in kernel_instructions(k)] for k in program.kernels]   # instruction k makes slot k
     kernel_of = {k: i for i, ks in enumerate(kernels) for k in ks}             # instruction -> its kernel
     alias = program.alias                                                      # broadcasts elided by fusion
     kernel_of.update({k: kernel_of[j] for k, j in alias.items() if j in kernel_of})

@@ -36,6 +36,7 @@ class Node:
     inputs: list = field(default_factory=list)    # node indices
     tensor: object = None           # the output, for value summaries (kept alive while recording)
     source: int | None = None       # backward: the node of the forward op differentiated, or (a sum) whose gradient
+    call: int | None = None         # recorded during a jit capture: the index of its instruction in the program
 
 
 class Graph:
@@ -85,7 +86,7 @@ class Graph:
         if phase == "forward":
             ins += self._index_of(event.op, event.scope, event.step)
         self.nodes.append(Node("op", event.op.name, out.shape, str(out.dtype), event.scope, phase, event.origin,
-                               event.step, event.flops, ins, out, self._source(event)))
+                               event.step, event.flops, ins, out, self._source(event), event.call))
         self._made_by[id(out.data)] = len(self.nodes) - 1
         self._alive.append(out.data)
         if phase == "forward":

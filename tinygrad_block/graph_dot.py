@@ -65,11 +65,12 @@ def node(name: str, label: str, style: str) -> str:
     return f'  {name} [label="{label}", {style}];'
 
 
-def digraph(title: str, head: list[str], body: list[str]) -> str:
-    """A whole DOT document: its name and label `title` (drawn as written), the default attributes `head`, then
-    the statements of `body`."""
+def digraph(title: str, head: list[str], body: list[str], name: str | None = None) -> str:
+    """A whole DOT document: its label `title` (drawn as written; its name too, unless `name`, an identifier, is
+    given), the default attributes `head`, then the statements of `body`."""
     title = text(title)
-    return "\n".join([f'digraph "{title}" {{', *head, f'  labelloc=t; label="{title}";', *body, "}"]) + "\n"
+    first = f"digraph {name} {{" if name else f'digraph "{title}" {{'
+    return "\n".join([first, *head, f'  labelloc=t; label="{title}";', *body, "}"]) + "\n"
 
 
 def _flops(n: int) -> str:
@@ -174,7 +175,7 @@ def program(title: str, kernels: list[tuple], arrows: list[tuple]) -> str:
     kind: 'fused', 'elementwise' or 'kernel'), one box each listing its ops; arrows as (src, dst) names."""
     nodes = [node(name, lines(*ops, f"{_shape(shape)} {dtype}", f"{_flops(flops)}, {written:,} B"), PROGRAM_FILL[kind])
              for name, ops, shape, dtype, flops, written, kind in kernels]
-    return digraph(title, PROGRAM_HEAD, nodes + [edge(a, b) for a, b in arrows])
+    return digraph(title, PROGRAM_HEAD, nodes + [edge(a, b) for a, b in arrows], name="program")
 
 
 # ---------------------------------------------------------------- the explorer page's labels

@@ -2,7 +2,7 @@
 values are asked for), the memory such a recording holds, or compiled by tb.jit into its program of kernels."""
 from __future__ import annotations
 
-from .compiled import program_of
+from .compiled import program_of, recapture
 from .dtypes import int64
 from .generator import Generator
 from .graph import Graph, is_movement, record_graph
@@ -35,10 +35,27 @@ def record_bytes(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backwar
     return sum(n.tensor.nbytes for n in graph.nodes if n.kind != "op" or not is_movement(n.label, aliasing=True))
 
 
-def compiled_program(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool):
-    """The program tb.jit makes of one block's (or the whole model's) forward, or forward and backward, run on
-    the CPU with real values at these sizes (compiled.Program: print it, or draw it with .to_dot())."""
+def _on_cpu(cfg: BlockConfig, whole_model: bool, B: int, L: int) -> tuple:
+    """One block (or the whole model) and its input, on the CPU with real values."""
     g = Generator(0)
     module = LM(cfg, generator=g) if whole_model else TransformerBlock(cfg, generator=g)
     x = zeros(B, L, dtype=int64) if whole_model else randn(B, L, cfg.d_model, generator=g, requires_grad=True)
+    return module, x
+
+
+def compiled_program(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, backward: bool):
+    """The program tb.jit makes of one block's (or the whole model's) forward, or forward and backward, run on
+    the CPU with real values at these sizes (compiled.Program: print it, or draw it with .to_dot())."""
+    module, x = _on_cpu(cfg, whole_model, B, L)
     return program_of(module, x, backward=backward)
+
+
+def compiled_recording(cfg: BlockConfig, *, whole_model: bool, B: int, L: int, values: bool) -> tuple:
+    """(graph, program): the program of one block's (or the whole model's) forward and backward, as
+    compiled_program, and the graph of one more run of the same call, captured again (compiled.recapture), so
+    that each op node names the instruction that runs it (the explorer's compiled pane)."""
+    module, x = _on_cpu(cfg, whole_model, B, L)
+    program = program_of(module, x, backward=True)
+    with record_graph(module, x, retain_grads=values) as graph:
+        recapture(program, module, x, backward=True)
+    return graph, program

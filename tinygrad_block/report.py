@@ -172,15 +172,14 @@ def graph_data(cfg: BlockConfig, path: Path, *, model: bool = False, depth: int 
     if check:
         return checked_graph(cfg, path, depth=depth, seq_len=seq_len, batch=batch, values=values, compiled=compiled,
                              all_layers=all_layers, start=start)
-    graph = recordings.record(cfg, whole_model=model, B=batch, L=seq_len, backward=backward or fmt == "html",
-                           values=values, device=device)
+    graph, program = recordings.compiled_recording(cfg, whole_model=model, B=batch, L=seq_len, values=values) \
+        if compiled else (recordings.record(cfg, whole_model=model, B=batch, L=seq_len,
+                                            backward=backward or fmt == "html", values=values, device=device), None)
     title = (f"{cfg.name} {'model' if model else 'block'}, x {(batch, seq_len)}"
              f"{', backward' if backward else ''}{f', depth {depth}' if depth is not None else ''}")
     shown = {"command": "graph", "preset": cfg.name, "model": model, "depth": depth, "backward": backward,
              "seq_len": seq_len, "batch": batch, "path": str(path), "format": fmt}
     if fmt == "html":
-        program = recordings.compiled_program(cfg, whole_model=model, B=batch, L=seq_len, backward=True) \
-            if compiled else None
         page = page_of(graph, title=title.replace(", backward", "") + (", compiled" if compiled else ""),
                         depth=1 if depth is None else depth, fold=not all_layers, values=values,
                         show=["backward"] if backward and not compiled else None, program=program)  # compiled: all

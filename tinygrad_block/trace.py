@@ -47,6 +47,8 @@ class Event:
     origin: str         # backward: the forward op differentiated, or 'accumulate'; '' in forward
     source: object = None   # backward: the Function differentiated; for 'accumulate', whose gradient is summed
     params: dict = None     # the primitive's keyword arguments (shape=, axes=, exponent=, ...)
+    call: int | None = None  # in a jit capture: the number of the instruction it becomes (compiled.Instruction's
+    #                          index in the program), so a graph recorded alongside names the same calls
 
     @property
     def flops(self) -> int:
@@ -57,7 +59,8 @@ class Event:
 def emit(op, inputs: tuple, output, state: State | None = None, params: dict | None = None) -> None:
     """Tell every observer that `op` ran (called by Function.apply when there are observers)."""
     s = state or STATE.get()
-    event = Event(op, inputs, output, s.phase, s.scope, s.step, s.origin, s.source, params or {})
+    call = None if s.capture is None else len(s.capture)
+    event = Event(op, inputs, output, s.phase, s.scope, s.step, s.origin, s.source, params or {}, call)
     for observer in s.observers:
         observer(event)
 

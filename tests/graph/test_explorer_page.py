@@ -21,9 +21,10 @@ from conftest import block_program
 from tinygrad_block import accounting, cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import LESSONS
+from tinygrad_block.clone import LESSONS
 from tinygrad_block.explorer_page import ASSETS, LESSON_FILES, MODULE_LESSONS, OP_LESSONS, Explorer, page_of
 from tinygrad_block.fuse import kernel_instructions
+from tinygrad_block.compiled import program_of, recapture
 from tinygrad_block.graph import record_graph
 
 CFG = nn.preset("tiny")
@@ -240,6 +241,38 @@ def test_every_label_the_page_draws_comes_in_its_data_as_dot_text(hostile_page):
     assert arrows and all(read_dot(e[4]) == "(" + ", ".join(map(str, e[2])) + ("," if len(e[2]) == 1 else "") + ")"
                           for e in arrows)
     assert set(data["style"]) >= {"op", "box", "kernel", "fused", "check"} and data["dot"]["highway"]
+
+
+def test_each_kernel_runs_the_ops_recorded_for_its_instructions():
+    """A graph recorded while recapture runs the call names each op's instruction (Node.call); the oracle is the
+    capture's own record of which instruction made each output array. A kernel's `runs` are then the page's ops
+    of its instructions, in order; the token ids' bounds check (a derived instruction, no op) runs in no kernel's
+    list and shifts nothing."""
+    lm, ids = nn.LM(CFG.with_(n_layers=2), generator=tb.Generator(0)), tb.tensor([[1, 5, 2, 7]])
+    program = program_of(lm, ids)
+    with record_graph(lm, ids) as graph:
+        rec = recapture(program, lm, ids)
+    calls = {g: graph.nodes[g].call for g in graph.ops()}
+    assert calls == {g: rec.produced[id(graph.nodes[g].tensor.data)] for g in graph.ops()}
+    derived = [k for k, s in enumerate(program.instructions) if s.op.name == "derived"]
+    assert derived and not set(derived) & set(calls.values())
+    page = page_of(graph, fold=False, program=program)
+    page_id = {g: f"{phase[0]}{n.name}" for phase in ("forward", "backward")
+               for n in graph.view(None, backward=phase == "backward", fold=False).nodes
+               if not n.name.startswith("g") for g in n.members}              # g...: a gradient's sink, not an op
+    node_of = {k: g for g, k in calls.items()}
+    for i, kernel in enumerate(program.kernels):
+        want = [page_id[node_of[s.out]] for s in kernel_instructions(kernel) if s.out in node_of]
+        assert next(n for n in page.data["nodes"] if n["id"] == f"c{i}")["runs"] == want
+
+
+def test_a_graph_recorded_apart_from_the_program_is_refused_with_a_reason():
+    lm, ids = nn.LM(CFG, generator=tb.Generator(0)), tb.tensor([[1, 5, 2, 7]])
+    program = program_of(lm, ids)
+    with record_graph(lm, ids) as graph:                     # an eager run of its own: no op names an instruction
+        lm(ids).backward(tb.ones(1, 4, CFG.vocab_size))
+    with pytest.raises(ValueError, match=r"not recorded alongside a capture of the compiled program"):
+        page_of(graph, program=program)
 
 
 def test_statistics_of_values_near_the_float64_limit_are_finite_and_exact(hostile_page):
