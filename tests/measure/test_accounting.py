@@ -467,8 +467,8 @@ def test_llama2_70b_parameters_matrix_by_matrix():
 
 
 def test_llama2_7b_embedding_blocks_and_total():
-    """The usual derivation: embedding 131 M, per block 4 d^2 + 3 d d_ff = 67 M + 135 M ~ 202 M, body 6.5 B, total 6.7 B.
-    "Embedding + unembedding (~0.5 B)", as often quoted: they are 2 x 131 M = 0.26 B."""
+    """The usual derivation: embedding 131 M, per block 4 d^2 + 3 d d_ff = 67 M + 135 M ~ 202 M, body 6.5 B,
+    total 6.7 B.     "Embedding + unembedding (~0.5 B)", as often quoted: they are 2 x 131 M = 0.26 B."""
     rows = acc.model_param_breakdown(P["llama2-7b"])
     assert rows["embedding"] == rows["lm_head"] == 131_072_000
     assert rows["embedding"] + rows["lm_head"] == 262_144_000                    # quoted: ~0.5 B
@@ -499,9 +499,9 @@ def test_static_flops_are_not_480m():
 
 
 def test_llama2_7b_forward_matmul_flops_at_2048_tokens_by_part():
-    """A common account of the bottleneck, Llama-2-7B at B=1, L=2048: "attention projections ~2 x 2 x 2048 x 4096^2 = 137 B"
-    is two projections' worth: all four cost 275 B. The attention core (69 B) is right; the FFN is 554.05 B
-    (quoted: 555 B). So the FFN has 61.7 % of the forward matmul FLOPs at this length, not ~67 %."""
+    """A common account of the bottleneck, Llama-2-7B at B=1, L=2048: "attention projections ~2 x 2 x 2048 x
+    4096^2 = 137 B" is two projections' worth: all four cost 275 B. The attention core (69 B) is right; the FFN
+    is 554.05 B (quoted: 555 B). So the FFN has 61.7 % of the forward matmul FLOPs at this length, not ~67 %."""
     cfg, L = P["llama2-7b"], 2048
     projections = 2 * L * 4 * 4096 ** 2
     core = 4 * 32 * L ** 2 * 128
@@ -512,8 +512,9 @@ def test_llama2_7b_forward_matmul_flops_at_2048_tokens_by_part():
 
 
 def test_gqa_block_static_flops_per_token_in_units_of_d_squared():
-    """A per-layer FLOPs table: QKV (2 + 2/g + 2/g) d^2 = 2.5 d^2 at g = 8, output 2 d^2, SwiGLU 6 d d_f ~ 16 d^2: "~24 d^2" in all.
-    Those rows sum to 20.5 d^2; 24 d^2 is the MHA total. Llama-2-70B itself (d_f = 3.5 d) is 25.5 d^2."""
+    """A per-layer FLOPs table: QKV (2 + 2/g + 2/g) d^2 = 2.5 d^2 at g = 8, output 2 d^2, SwiGLU 6 d d_f ~ 16 d^2:
+    "~24 d^2" in all. Those rows sum to 20.5 d^2; 24 d^2 is the MHA total. Llama-2-70B itself (d_f = 3.5 d) is
+    25.5 d^2."""
     cfg, d = P["llama2-70b"], 8192
     assert acc.flops_per_token(cfg, 1)["static"] == 1_711_276_032 == 51 * d * d // 2
     gqa_at_8d_3 = P["llama2-70b"].with_(d_ff=8 * d // 3)                # 21845: 8d/3 rounded down
@@ -565,8 +566,8 @@ def test_adam_state_of_70b_is_1_1_tb():
 
 
 def test_chinchilla_70b_in_6_weeks_on_1000_h100s_needs_16_4_percent_mfu():
-    """The usual sanity check: D = 20 N = 1.4 T; 6 x 70e9 x 1.4e12 = 5.9e23; 1000 x 450 T x 86400 x 42 = 1.6e24 -> enough.
-    "The 6 weeks works at MFU 35% or so" does not follow: 6 weeks needs an MFU of 16.4 %; at 45 % it takes
+    """The usual sanity check: D = 20 N = 1.4 T; 6 x 70e9 x 1.4e12 = 5.9e23; 1000 x 450 T x 86400 x 42 = 1.6e24 ->
+    enough.     "The 6 weeks works at MFU 35% or so" does not follow: 6 weeks needs an MFU of 16.4 %; at 45 % it takes
     15.3 days."""
     tokens = acc.chinchilla_tokens(70e9)
     flops = acc.training_flops(70e9, tokens)
@@ -579,8 +580,8 @@ def test_chinchilla_70b_in_6_weeks_on_1000_h100s_needs_16_4_percent_mfu():
 
 
 def test_tying_saves_vocab_times_d():
-    """Commonly quoted: tying saves ~1.05 B for a 128k vocabulary at d = 8192 (right); its table's "1.6 B extra params" for
-    untied embeddings matches no model here (it would need d ~ 12,500 at 128k)."""
+    """Commonly quoted: tying saves ~1.05 B for a 128k vocabulary at d = 8192 (right); a table's "1.6 B extra
+    params" for untied embeddings matches no model here (it would need d ~ 12,500 at 128k)."""
     cfg = P["llama3-70b"]
     assert acc.total_params(cfg) - acc.total_params(cfg.with_(tie_embeddings=True)) == 1_050_673_152
 
@@ -595,10 +596,10 @@ def test_mha_kv_cache_of_70b():
 
 
 def test_engine_conventions_beside_the_usual_complexity_table():
-    """The usual complexity table counts RoPE 6 B h L d_k (3 per element of q and k), softmax 5 B h L^2, SiLU + gating 3 B L d_ff and
-    RMSNorm ~2 B L d each. This engine counts every primitive: 3 per rotated element (as that table), softmax 5 T - 2 R
-    (the table's 5 per score, less one per row for each of max and sum), 9 per FFN hidden element (the overflow-safe
-    sigmoid is 7 ops), RMSNorm 4 d + 3 per token."""
+    """The usual complexity table counts RoPE 6 B h L d_k (3 per element of q and k), softmax 5 B h L^2, SiLU +
+    gating 3 B L d_ff and RMSNorm ~2 B L d each. This engine counts every primitive: 3 per rotated element (as
+    that table), softmax 5 T - 2 R (the table's 5 per score, less one per row for each of max and sum), 9 per FFN
+    hidden element (the overflow-safe sigmoid is 7 ops), RMSNorm 4 d + 3 per token."""
     B, L, cfg = 1, 16, P["llama2-7b"]
     block = nn.TransformerBlock(cfg, generator=tb.Generator(0), device="meta")
     with count_flops() as fc:
