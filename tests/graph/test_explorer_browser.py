@@ -19,7 +19,7 @@ from conftest import block_program
 from tinygrad_block import cpu_kernels, cuda_kernels, nn
 from tinygrad_block.kernels import comment
 from tinygrad_block.counting import count_flops
-from tinygrad_block.course import LESSONS
+from tinygrad_block.clone import LESSONS
 from tinygrad_block.explorer_page import explore
 from tinygrad_block.fuse import kernel_instructions
 from tinygrad_block.graph import record_graph
