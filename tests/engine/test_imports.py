@@ -87,7 +87,7 @@ def test_the_architecture_picture_places_every_room_above_what_it_imports():
 # The engine, the devices' backends and nn are what a first example needs; the explorer page, the compiler and
 # everything the commands measure load when first used.
 FIRST_EXAMPLE = {"", "autograd", "backend", "cpu_kernels", "cuda", "cuda_kernels", "device", "dtypes", "function",
-                 "generator", "gradcheck", "hf_folder", "index", "kernels", "optim", "strict", "tensor", "trace", "nn",
+                 "files", "generator", "gradcheck", "index", "kernels", "optim", "strict", "tensor", "trace", "nn",
                  "nn.attention", "nn.block", "nn.cache", "nn.config", "nn.decode", "nn.layers", "nn.model",
                  "nn.module", "nn.moe", "nn.tiled"}
 
