@@ -835,8 +835,6 @@ assert new_weight_equal and not old_weight_equal
 #   and writes (§2)
 # - **replay**: running a captured list of primitives again straight on the arrays, with no tensors and no graph
 #   (§2)
-# - **instruction**: one primitive call of a compiled program, as the capture recorded it (`program.instructions`);
-#   a kernel runs one instruction or a fused group of several (§3). (A CPU's own instructions are §7's.)
 # - **kernel language**: the small set of elementwise operations a fused kernel is written in, which the backend
 #   turns into C or CUDA C (§4)
 # - **generated kernel**: a fused kernel that the program writes as one loop of C and compiles (§4)
