@@ -23,7 +23,7 @@ from .cuda import jit_by_default
 from .device import get_backend
 from .explorer_page import MissingAsset
 from .graph import PNG_DPI
-from .measure import DTYPES
+from .measure import STORAGE_BYTES
 from .recordings import record_bytes
 from .nn import PRESETS, BlockConfig, preset
 from .nn.config import check_heads
@@ -155,7 +155,7 @@ def size_options(p) -> None:
 
 
 def dtype_option(p) -> None:
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="element type (default bf16)")
+    p.add_argument("--dtype", choices=list(STORAGE_BYTES), default="bf16", help="element type (default bf16)")
 
 
 def json_option(p) -> None:

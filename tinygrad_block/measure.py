@@ -18,7 +18,12 @@ from .nn.cache import KVCache
 from .nn.config import PRESETS
 from .trace import no_grad, observe
 
-DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}  # bytes per element; the engine stands in float16 for both 2-byte ones
+STORAGE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}   # the commands' --dtype words: bytes per element
+
+
+def stand_in(dtype: str):
+    """The engine's dtype that measures `dtype`: float32, or float16 for both 2-byte ones (no bfloat16 in numpy)."""
+    return float32 if STORAGE_BYTES[dtype] == 4 else float16
 
 
 # ---------------------------------------------------------------- models on the meta device
@@ -137,8 +142,8 @@ def flops_by_module(cfg: BlockConfig, B: int, L: int) -> dict[str, dict[str, int
 
 def measured_activations(cfg: BlockConfig, B: int, L: int, dtype: str) -> dict:
     """Bytes that the forward keeps for backward, measured on meta in the engine's dtype for `dtype` (a name
-    in DTYPES): per block (layers.0 inside the model, whose input is the embedding's output) and in all."""
-    model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
+    in STORAGE_BYTES): per block (layers.0 inside the model, whose input is the embedding's output) and in all."""
+    model = meta_lm(cfg, stand_in(dtype))
     with count_saved_bytes() as saved:
         model(meta_ids(B, L))
     per_layer = saved.total(scope_of(model, model.layers[0]))
@@ -230,7 +235,7 @@ class Phase:
 def generation_phases(cfg: BlockConfig, prompt_len: int, batch: int = 1, dtype: str = "fp32") -> tuple[Phase, Phase]:
     """Prefill of prompt_len tokens into a KVCache, then one decode step (context prompt_len + 1), run on meta.
     Prefill reuses each weight for B prompt_len tokens; decode reads every weight and the whole cache for B."""
-    model = meta_lm(cfg, float32 if DTYPES[dtype] == 4 else float16)
+    model = meta_lm(cfg, stand_in(dtype))
     cache = KVCache(model, batch)
     return _phase("prefill", model, meta_ids(batch, prompt_len), cache), _phase("decode", model, meta_ids(batch, 1),
                                                                                cache)

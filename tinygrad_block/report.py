@@ -17,7 +17,7 @@ from .fuse import fused_chains
 from .generator import Generator
 from .graph import render
 from .files import write_text
-from .measure import DTYPES, PHASES
+from .measure import PHASES, STORAGE_BYTES
 from .nn import LM, PRESETS, BlockConfig, TransformerBlock
 from .nn.hf_config import config_from_hf
 from .nn.pretrained import checkpoint_files
@@ -103,7 +103,7 @@ def walk_data(cfg: BlockConfig) -> dict:
 
 def memory_data(cfg: BlockConfig, L: int, B: int = 1, dtype: str = "bf16") -> dict:
     """accounting's training memory and KV cache, and the activation bytes measured on the engine."""
-    size = DTYPES[dtype]
+    size = STORAGE_BYTES[dtype]
     estimate = {k: int(v) for k, v in accounting.training_memory(cfg, L, B, bytes_per_element=size).items()}
     measured = measure.measured_activations(cfg, B, L, dtype)
     per_token = accounting.activation_bytes_per_token_per_layer(cfg, bytes_per_element=size)
@@ -120,7 +120,7 @@ def calc_data(cfg: BlockConfig, L: int, B: int = 1, dtype: str = "bf16", *, gpus
               peak_tflops: float = 990.0, tokens: int | None = None, from_preset: str | None = None) -> dict:
     """Parameters, FLOPs, training compute and time (on `gpus` of `peak_tflops` at `mfu`, for `tokens`, by
     default Chinchilla's 20 per parameter), memory: measured on nn.LM(meta), beside accounting."""
-    size = DTYPES[dtype]
+    size = STORAGE_BYTES[dtype]
     block_shapes, model_shapes, _ = measure.measured_params(cfg)
     total = sum(math.prod(s) for shapes in model_shapes.values() for s in shapes)
     per_block = sum(math.prod(s) for shapes in block_shapes.values() for s in shapes)

@@ -78,7 +78,7 @@ def test_params_rows_equal_the_closed_form_and_the_built_model(name, command_lin
 
 
 def test_params_llama2_7b_by_hand(command_line):
-    """000, "Parameter budget per block": 4 d^2 + 3 d d_ff + 2 d, about 202 M; the model 6.74 B."""
+    """The usual parameter budget per block: 4 d^2 + 3 d d_ff + 2 d, about 202 M; the model 6.74 B."""
     d, d_ff, V = 4096, 11008, 32000
     data = command_line.json("params", "--preset", "llama2-7b")
     assert data["per_block"] == 4 * d * d + 3 * d * d_ff + 2 * d == 202_383_360
@@ -173,8 +173,8 @@ LLAMA_STEPS = ["input x", "RMSNorm (norm1)", "Q projection", "K projection", "V 
                "down projection", "residual add"]
 
 
-def test_walk_llama2_7b_is_the_curriculum_table(command_line):
-    """000, "Walking the tensor": 2 d^2 per attention projection, 2 d d_ff per FFN projection, 404 M in all."""
+def test_walk_llama2_7b_is_the_usual_table_by_hand(command_line):
+    """The block walked through: 2 d^2 per attention projection, 2 d d_ff per FFN projection, 404 M in all."""
     d, d_ff = 4096, 11008
     data = command_line.json("walk", "--preset", "llama2-7b")
     steps = {s["operation"]: s for s in data["steps"]}
@@ -219,8 +219,8 @@ def test_walk_gqa_and_post_norm(command_line):
 
 
 # ---------------------------------------------------------------- memory
-def test_memory_llama2_70b_is_the_curriculum_estimate(command_line):
-    """002's 25 GB of activations for Llama-2-70B at 4096 tokens in bf16, beside the engine's measurement."""
+def test_memory_llama2_70b_beside_the_usual_estimate(command_line):
+    """The quoted 25 GB of activations for Llama-2-70B at 4096 tokens in bf16, beside the engine's measurement."""
     cfg = nn.preset("llama2-70b")
     data = command_line.json("memory", "--preset", "llama2-70b", "--seq-len", "4096", "--batch", "1")
     assert data["estimate"] == accounting.training_memory(cfg, 4096, 1, bytes_per_element=2)
