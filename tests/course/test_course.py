@@ -18,7 +18,7 @@ import pytest
 from tinygrad_block import clone
 from tinygrad_block.cli import main
 
-from conftest import course_module, failures, output_text, solution
+from conftest import course_module, output_text, solution
 
 course = course_module()
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +29,9 @@ PACKAGE = ROOT / "tinygrad_block"
 @pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("[0-9][0-9].py")), ids=lambda p: p.stem)
 def test_every_checker_accepts_its_reference_solution(path):
     number = int(path.stem)
-    assert failures(number, solution(number)) == {}
-    names = [name for name, _ in course.exercises(number).checks]
-    assert names == [name for name, _ in course.check(number, solution(number))]
+    results = course.check(number, solution(number))           # run once: lesson 21's trains a model
+    assert {name: why for name, why in results if why is not None} == {}
+    assert [name for name, _ in results] == [name for name, _ in course.exercises(number).checks]
 
 
 def test_every_lesson_with_exercises_has_a_reference_solution():

@@ -8,9 +8,6 @@ from conftest import failures, solution
 REF = solution(4)
 
 
-def test_the_reference_passes_every_check():
-    assert failures(4, REF) == {}
-
 
 def test_indexing_is_as_good_as_the_one_hot_product():
     assert "embed" not in failures(4, solution(4, embed=lambda weight, ids: weight[ids]))

@@ -9,9 +9,6 @@ from conftest import failures, solution
 REF = solution(20)
 
 
-def test_the_reference_solution_passes_every_check():
-    assert failures(20, REF) == {}
-
 
 def test_the_two_kv_oracles_agree():
     from conftest import course_module

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tinygrad_block as tb
-from conftest import ROOT, course_module, failures, solution
+from conftest import ROOT, course_module, solution
 from tinygrad_block import manual, nn
 from tinygrad_block.nn.decode import argmax
 
@@ -25,9 +25,6 @@ def why(check: str, module) -> str | None:
 def reference():
     return solution(21)
 
-
-def test_the_reference_solution_passes_every_check():
-    assert failures(21, reference()) == {}
 
 
 def test_the_starter_says_each_exercise_is_not_written_yet():
