@@ -1,7 +1,6 @@
-"""Where a commonly quoted figure (from the texts the course follows: the "Transformer Block Anatomy" slide deck,
-"The transformer block — full forward pass" and "Transformer Block — Deep Dive") differs from the exact value,
-and why. The command line prints these beside the numbers it measures; tests pin every exact value. A note
-quotes the figure as commonly given, never by the text it comes from: the reader doesn't have those texts.
+"""Where a figure commonly quoted for these models (in tables of configurations, slide decks, walk-throughs of the
+block) differs from the exact value, and why. The command line prints these beside the numbers it measures; tests
+pin every exact value. A note quotes the figure as commonly given, never by the text it comes from.
 """
 from __future__ import annotations
 
