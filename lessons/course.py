@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from tinygrad_block.clone import load_file
 from tinygrad_block.shell import command, from_here, program
 
 LESSONS = Path(__file__).resolve().parent      # this file's folder: the lessons, their exercises and solutions
@@ -158,7 +159,7 @@ def _execute(notebook, path: Path):
 
 def site_module() -> ModuleType:
     """lessons/site.py, the builder of the course's website (`python -m tinygrad_block site`), loaded by path."""
-    return _load_file("lesson_site", LESSONS / "site.py")
+    return load_file("lesson_site", LESSONS / "site.py")
 
 
 # ---------------------------------------------------------------- pictures, saved and shown
@@ -196,30 +197,12 @@ def show(picture, path: Path | None = None, dpi: int = 120) -> None:
 
 
 # ---------------------------------------------------------------- exercises, loaded by path from lessons/exercises/
-def _load_file(name: str, path: Path, package_folder: Path | None = None) -> ModuleType:
-    """The Python file at `path` as module `name` in sys.modules (a package over `package_folder` when given), run
-    once: a second call for the same name and file returns the module already there."""
-    module = sys.modules.get(name)
-    if module is not None and getattr(module, "__file__", None) == str(path):
-        return module
-    search = {"submodule_search_locations": [str(package_folder)]} if package_folder else {}
-    spec = importlib.util.spec_from_file_location(name, path, **search)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
 def _checkers_common() -> ModuleType:
     """lessons/exercises/common.py (CheckFailed and the checkers' shared helpers), with lessons/exercises/ loaded
     as the package PACKAGE first, so that each lesson's `from .common import ...` finds this same module."""
     folder = _in_repository("exercises")
-    _load_file(PACKAGE, folder / "__init__.py", package_folder=folder)
-    return _load_file(f"{PACKAGE}.common", folder / "common.py")
+    load_file(PACKAGE, folder / "__init__.py", package_folder=folder)
+    return load_file(f"{PACKAGE}.common", folder / "common.py")
 
 
 def exercises_module(number: int) -> ModuleType:
@@ -230,7 +213,7 @@ def exercises_module(number: int) -> ModuleType:
     if not path.is_file():
         have = ", ".join(p.stem for p in sorted(folder.glob("[0-9][0-9].py")))
         raise CourseError(f"lesson {number:02d} has no exercises yet; lessons with exercises: {have}")
-    return _load_file(f"{PACKAGE}.{number:02d}", path)
+    return load_file(f"{PACKAGE}.{number:02d}", path)
 
 
 @dataclass

@@ -7,7 +7,6 @@ a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -531,24 +530,13 @@ def load_course() -> ModuleType:
     `course`, the name the lessons and lessons/site.py import it by; a CommandError saying where the course lives
     when the package was installed without it."""
     path = clone.LESSONS / "course.py"
-    loaded = sys.modules.get("course")
-    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
-        return loaded
     if not path.is_file():
         missing = path if clone.LESSONS.is_dir() else clone.LESSONS
         raise CommandError(f"the course (lessons, exercises, solutions) lives in the repository's lessons/ folder, "
                            f"and {missing} is not there: the installed package does not hold it. Clone the "
                            "repository, install it from there (pip install -e '.[viz,notebook]') and run the "
                            "course from its root")
-    spec = importlib.util.spec_from_file_location("course", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["course"] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules["course"]
-        raise
-    return module
+    return clone.load_file("course", path)
 
 
 def with_course(compute: Callable[[ModuleType, argparse.Namespace], dict]) -> Callable[[argparse.Namespace], dict]:
