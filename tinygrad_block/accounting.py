@@ -9,7 +9,7 @@ one, like a + b), n - 1 per reduction of n; a constant such as the causal mask o
 """
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -171,10 +171,11 @@ class Cost:
     bwd_other: int = 0
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(*(a + b for a, b in zip(astuple(self), astuple(other))))
+        return Cost(self.fwd_matmul + other.fwd_matmul, self.fwd_other + other.fwd_other,
+                    self.bwd_matmul + other.bwd_matmul, self.bwd_other + other.bwd_other)
 
     def __mul__(self, n: int) -> Cost:
-        return Cost(*(a * n for a in astuple(self)))
+        return Cost(self.fwd_matmul * n, self.fwd_other * n, self.bwd_matmul * n, self.bwd_other * n)
 
     def forward(self, matmul_only: bool) -> int:
         return self.fwd_matmul + (0 if matmul_only else self.fwd_other)
