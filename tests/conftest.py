@@ -15,14 +15,17 @@ Each lesson runs once per test run, and every test that reads what it printed, d
 pytest-xdist runs one worker per core; each worker, and every process it starts (a lesson's kernel, the command
 line), computes on one thread (`pytest_configure`), so that the workers' thread pools never spin against each
 other for the same cores."""
+import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +147,24 @@ def needs_gpu(test):
     for mark in GPU:
         test = mark(test)
     return test
+
+
+LESSON_RUNS = "tests/course/test_lessons.py::test_lesson_runs_and_its_pictures_are_there["
+
+
+def pytest_collection_modifyitems(items):
+    """The order the tests are handed out in (pytest-xdist hands them out in this order), so that neither core
+    waits on the other: each lesson's run first (`lesson_run`, at the end of this file), then the modules with a
+    slow test (a long test left to the end would keep one core busy while the other has nothing left), then the
+    rest, and last the tests that read a lesson's run, by then made (else they would wait for it). Otherwise the
+    tests keep their order, so a module's tests stay together and its module-scoped fixtures are made once."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def group(item) -> int:
+        if item.nodeid.startswith(LESSON_RUNS):
+            return 0
+        return 3 if "lesson_run" in item.fixturenames else 1 if item.path in slow else 2
+    items.sort(key=group)
 
 
 def pytest_generate_tests(metafunc):
@@ -309,6 +330,10 @@ def failures(number: int, module) -> dict:
 # lessons/out/NN/, and the executed notebook (written into a folder of the test run's) keeps each cell's output
 # under it (tests/course/test_lessons.py says why this run, and not the script's, is the one kept). Every test
 # that reads what a lesson printed, drew or showed asks `lesson_run(path)`.
+# The command runs in the test's own process (`cli.main` with those arguments, what it prints and warns kept): a
+# fresh interpreter for each of the 21 lessons would add its start and its imports (Jupyter's take two seconds)
+# to every run and check nothing more; each lesson's kernel is a fresh process either way. The command run as a
+# process of its own is tested once, on lesson 01 (tests/course/test_course.py).
 # pytest-xdist's workers share no fixture, so the runs are kept as files in the test run's temporary folder, which
 # the workers share, one folder per lesson named after a hash of its text, behind a lock: whichever worker first
 # needs a lesson runs it, and the others wait for it and read its record.
@@ -339,13 +364,22 @@ def output_text(output: dict) -> str:
 
 
 def run_lesson(path: Path, folder: Path) -> LessonRun:
-    """Run the lesson at `path` as an executed notebook written into `folder`, from that folder."""
-    result = subprocess.run([sys.executable, "-m", "tinygrad_block", "lesson", path.stem[:2], "--notebook",
-                             "--execute", "--out-dir", str(folder)], capture_output=True, text=True, timeout=600,
-                            cwd=folder)
+    """Run the lesson at `path` as an executed notebook written into `folder`: the command, in this process, with
+    what it printed and (as a process's stderr would show them) its warnings."""
+    from tinygrad_block import cli
+    printed, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors), \
+            warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            code = cli.main(["lesson", path.stem[:2], "--notebook", "--execute", "--out-dir", str(folder)])
+        except SystemExit as stop:
+            code = stop.code
+    stderr = errors.getvalue() + "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno)
+                                         for w in warned)
     written = folder / f"{path.stem}.ipynb"
-    notebook = json.loads(written.read_text()) if result.returncode == 0 and written.is_file() else None
-    return LessonRun(result.returncode, result.stdout, result.stderr, notebook)
+    notebook = json.loads(written.read_text()) if code == 0 and written.is_file() else None
+    return LessonRun(code, printed.getvalue(), stderr, notebook)
 
 
 def kept_run(path: Path, runs: Path) -> LessonRun:

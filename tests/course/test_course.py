@@ -305,13 +305,17 @@ def test_lesson_notebook_without_jupyterlab_says_what_to_install(tmp_path, capsy
         capsys.readouterr().out
 
 
-def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(lesson_run):
-    """Read from lesson 01's one run in this test run (tests/conftest.py), which is this command run in a folder of
-    its own."""
-    run = lesson_run(course.lesson_path(1))
-    assert run.returncode == 0 and "its cells have run" in run.stdout, run.stderr
-    assert run.stderr == "", "no kernel chatter on the terminal"
-    outputs = [o for c in run.code_cells for o in c["outputs"]]
+def test_lesson_notebook_executed_from_the_command_line_holds_outputs_and_pictures(tmp_path, lesson_run):
+    """`python -m tinygrad_block lesson 01 --notebook --execute`, a process of its own run in a folder of its own
+    (the lessons' runs in tests/conftest.py call the same command in the test's process); after lesson 01's own
+    run, so that no other run writes lessons/out/01/ meanwhile."""
+    lesson_run(course.lesson_path(1))
+    result = subprocess.run([sys.executable, "-m", "tinygrad_block", "lesson", "01", "--notebook", "--execute",
+                             "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0 and "its cells have run" in result.stdout, result.stdout + result.stderr
+    assert result.stderr == "", "no kernel chatter on the terminal"
+    notebook = json.loads((tmp_path / "01_tensors_and_the_graph.ipynb").read_text())
+    outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
     assert any("dy/dx = 7" in output_text(o) for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs), "the graph drawing is shown inline"
 

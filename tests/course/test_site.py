@@ -126,7 +126,17 @@ def open_page(browser):
 
 
 # ---------------------------------------------------------------- in the browser
-def test_every_page_loads_offline_without_console_errors_and_the_math_is_typeset(site, open_page):
+def local_targets(page) -> list[str]:
+    """Every link and every file a page loads (a href, link href, script, img and iframe src), as written."""
+    return page.page.evaluate("""() => [
+        ...[...document.querySelectorAll('a[href], link[href]')].map(e => e.getAttribute('href')),
+        ...[...document.querySelectorAll('script[src], img[src], iframe[src]')].map(e => e.getAttribute('src'))]""")
+
+
+def test_every_page_loads_offline_without_console_errors_its_math_typeset_and_its_local_links_lead_to_files(
+        site, open_page):
+    """Each page opened once: no console error, nothing fetched from the network, MathJax's output on a lesson,
+    and every link and file it loads as its scripts leave it (`local_targets`) a file of the site."""
     found = pages(site)
     names = {p.relative_to(site).as_posix() for p in found}
     assert {"index.html", "GLOSSARY.html", "search.html", *(f"{s}.html" for s in BUILT),
@@ -136,8 +146,13 @@ def test_every_page_loads_offline_without_console_errors_and_the_math_is_typeset
         assert page.problems == [], path
         if path.name == "01_tensors_and_the_graph.html":               # $2^{30}$ and more, typeset offline
             assert page.page.locator("mjx-container").count() > 10
+            page.shot("lesson_01")
+        for target in local_targets(page):
+            url = urlparse(target)
+            if url.scheme in ("http", "https", "mailto") or not url.path:      # elsewhere, or on this same page
+                continue
+            assert not url.scheme and (path.parent / unquote(url.path)).resolve().is_file(), (path, target)
         page.page.close()
-    open_page(site / "01_tensors_and_the_graph.html").shot("lesson_01")
 
 
 @pytest.mark.parametrize("stem", BUILT)
@@ -162,24 +177,6 @@ def test_a_lesson_page_shows_the_lessons_own_code_cells_and_not_the_one_that_fin
     code_cells = len(re.findall(r"^# %%$", (ROOT / "lessons" / f"{stem}.py").read_text(), flags=re.M))
     assert page.count('class="cell docutils container"') == code_cells
     assert "sys.path.insert" not in page and "from course import" in html.unescape(re.sub(r"<[^>]+>", "", page))
-
-
-def local_targets(page) -> list[str]:
-    """Every link and every file a page loads (a href, link href, script, img and iframe src), as written."""
-    return page.page.evaluate("""() => [
-        ...[...document.querySelectorAll('a[href], link[href]')].map(e => e.getAttribute('href')),
-        ...[...document.querySelectorAll('script[src], img[src], iframe[src]')].map(e => e.getAttribute('src'))]""")
-
-
-def test_every_local_link_leads_to_a_file(site, open_page):
-    for path in pages(site):
-        page = open_page(path)
-        for target in local_targets(page):
-            url = urlparse(target)
-            if url.scheme in ("http", "https", "mailto") or not url.path:      # elsewhere, or on this same page
-                continue
-            assert not url.scheme and (path.parent / unquote(url.path)).resolve().is_file(), (path, target)
-        page.page.close()
 
 
 def test_the_glossary_links_each_term_to_its_lesson_page_when_built(site, open_page):
