@@ -125,11 +125,12 @@ class Loaded:
         self.page.wait_for_selector("body[data-ready=true]", state="attached", timeout=READY_S * 1000)
         self.seconds = time.perf_counter() - start
 
-    def nodes(self, phase: str | None = None, kind: str | None = None) -> list[dict]:
+    def nodes(self, phase: str | None = None, kind: str | None = None, marked: str | None = None) -> list[dict]:
         """The drawn g.node elements: id, data-path, data-kind, data-phase, data-collapsed, the first line of the
         label (`text`) and its first word (`label`: the op or module name), classes; of one phase and data-kind when
-        given."""
-        found = self.page.eval_on_selector_all("#panes g.node", """els => els.map(g => ({id: g.id,
+        given, and only those of the class `marked` when given (read in the page: fewer to send back)."""
+        found = self.page.eval_on_selector_all("#panes g.node" + (f".{marked}" if marked else ""),
+                                               """els => els.map(g => ({id: g.id,
             path: g.dataset.path, kind: g.dataset.kind, phase: g.dataset.phase, collapsed: g.dataset.collapsed,
             text: (g.querySelector('text') || {}).textContent || '', classes: [...g.classList]}))""")
         found = [n | {"label": n["text"].split()[0] if n["text"].split() else ""} for n in found]
@@ -339,7 +340,7 @@ def test_stepping_with_the_arrow_key_visits_backward_ops_in_autograds_order(visi
         k, total, label, path = re.fullmatch(r"op (\d+) of (\d+): (\S+) .* in (\S+)", text).groups()
         assert (int(k), int(total)) == (len(seen) + 1, len(expected))
         seen.append((label, path))
-        [node] = [n for n in page.nodes("backward") if "current" in n["classes"]]
+        [node] = page.nodes("backward", marked="current")
         current.append((node["label"], node["path"] or "—"))
     page.shot("block_step_15")
     assert seen == current == expected[:15]
@@ -357,9 +358,9 @@ def test_stepping_backward_marks_the_forward_op_being_differentiated(visit, bloc
     page = visit("block")
     for k in range(25):
         page.page.click("#step-next")
-        marked = [(n["label"], n["path"]) for n in page.nodes("forward") if "source" in n["classes"]]
+        marked = [(n["label"], n["path"]) for n in page.nodes("forward", marked="source")]
         assert marked == ([expected[k]] if expected[k] else [])
-        assert [n for n in page.nodes("forward") if "current" in n["classes"]] == []
+        assert page.nodes("forward", marked="current") == []
         if k == 20:
             page.shot("block_step_21_source")
     assert [n for n in expected[:25] if n] and page.errors == []
