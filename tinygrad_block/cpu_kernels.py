@@ -54,17 +54,17 @@ CODE_ONLY = re.compile(r"\bk\d+(?![0-9])|[ ]*//.*")    # a kernel's name and the
 
 def source(kernels: list[Kernel]) -> str:
     """The C file of a program's kernels: the prelude, then one function per kernel. A kernel whose code is an
-    earlier one's, name aside (the same kernel of the next layer, say), is that function under a second name (an
-    alias), so the compiler builds each body once and a model's compile time grows with its kinds of kernel, not
-    its layers."""
+    earlier one's, name and comments aside (the same kernel of the next layer, say), is a function that calls that
+    one on its own arrays, so the compiler builds each body once and a model's compile time grows with its kinds
+    of kernel, not its layers."""
     first, parts = {}, []
     for k in kernels:
         text = function(k)
         body = CODE_ONLY.sub("", text.split("\n", 1)[1])
         if body in first:
             note, params = k.head(STORED, "restrict")
-            alias = f'__attribute__((alias("{first[body]}")));   /* {first[body]}\'s code */'
-            text = f"{note}\nvoid {k.name}({params}) {alias}\n"
+            args = ", ".join([op.name for op in k.inputs] + ["out"])
+            text = f"{note}\nvoid {k.name}({params}) {{\n  {first[body]}({args});   // {first[body]}'s code\n}}\n"
         first.setdefault(body, k.name)
         parts.append(text)
     return PRELUDE + "\n" + "\n".join(parts)
