@@ -114,48 +114,44 @@ def test_the_source_is_one_function_per_kernel_named_as_the_program_lists_it():
     assert all(len(line) <= 160 for line in text.splitlines())
 
 
-def compiled_model(n_layers: int):
-    """A tiny LM of `n_layers` blocks, its forward and backward compiled and replayed; (model, ids, compiled)."""
-    cfg = nn.preset("tiny").with_(n_layers=n_layers)
-    model = nn.LM(cfg, generator=tb.Generator(0))
-    ids = tb.tensor(np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 8)), dtype=tb.int64)
-
-    def step(ids):
-        loss = model(ids).sum()
-        loss.backward()
-        return loss
-    compiled = tb.jit(step, modules=[model])
-    for _ in range(3):
-        model.zero_grad()
-        out = compiled(ids)
-    return model, ids, step, compiled, [out.numpy()] + [p.grad.numpy() for p in model.parameters()]
+def code_of(k) -> list[str]:
+    """A kernel's C function as lines of code: its comment line, its comments and its name left out."""
+    return [re.sub(r"\s*//.*", "", line).replace(k.name, "K") for line in cpu_kernels.function(k).splitlines()[1:]]
 
 
 def test_a_kernel_whose_code_is_an_earlier_ones_calls_it_so_each_is_compiled_once_whatever_the_depth():
     """Each block makes the same kernels as the one before it: the C holds each kernel's code once, and every
     other kernel calls the first with that code (the code alike but for its comments and its name) on its own
-    arrays. So the bodies compiled are as many for 8 blocks as for 2, and the replay, run through the calls,
-    equals eager bit for bit."""
-    functions = {}
+    arrays. So the bodies compiled are as many for 8 blocks as for 2, and the replay of a tiny LM's forward and
+    backward, run through the calls, equals eager bit for bit."""
+    bodies = {}
     for n in (2, 8):
-        model, ids, step, compiled, got = compiled_model(n)
+        cfg = nn.preset("tiny").with_(n_layers=n)
+        model = nn.LM(cfg, generator=tb.Generator(0))
+        ids = tb.tensor(np.random.default_rng(0).integers(0, cfg.vocab_size, (2, 8)), dtype=tb.int64)
+
+        def step(ids, model=model):
+            loss = model(ids).sum()
+            loss.backward()
+            return loss
+        compiled = tb.jit(step, modules=[model])
+        for _ in range(3):
+            model.zero_grad()
+            out = compiled(ids)
+        got = [out.numpy()] + [p.grad.numpy() for p in model.parameters()]
         program, text = compiled.program, compiled.program.source()
-        aliases = dict(re.findall(r"^void (k\d+)\(.*\) \{\n  (k\d+)\(in0, .*out\);   // k\d+'s code\n\}$", text, re.M))
-        bodies = [name for name in re.findall(r"^void (k\d+)\(.*\) \{$", text, re.M) if name not in aliases]
-        assert len(aliases) + len(bodies) == len(program.plans) and compiled.replays >= 1
+        calls = dict(re.findall(r"^void (k\d+)\(.*\) \{\n  (k\d+)\(in0, .*out\);   // k\d+'s code\n\}$", text, re.M))
+        bodies[n] = [name for name in re.findall(r"^void (k\d+)\(.*\) \{$", text, re.M) if name not in calls]
+        assert len(calls) + len(bodies[n]) == len(program.plans) and compiled.replays >= 1
         plans = {k.name: k for k in program.plans}
-        for name, first in aliases.items():
-            assert first in bodies and int(first[1:]) < int(name[1:])
-            code = [re.sub(r"\s*//.*", "", line).replace(k.name, "K") for k in (plans[name], plans[first])
-                    for line in cpu_kernels.function(k).splitlines()[1:]]
-            half = len(code) // 2
-            assert code[:half] == code[half:], (name, first)
-        functions[n] = len(bodies)
+        for name, first in calls.items():
+            assert first in bodies[n] and int(first[1:]) < int(name[1:])
+            assert code_of(plans[name]) == code_of(plans[first]), (name, first)
         model.zero_grad()
         want = [step(ids).numpy()] + [p.grad.numpy() for p in model.parameters()]
         for g, w in zip(got, want):
             np.testing.assert_array_equal(bits(g), bits(w))
-    assert functions[2] == functions[8] and len(aliases) > 6 * functions[8]
+    assert len(bodies[2]) == len(bodies[8]) and len(calls) > 6 * len(bodies[8])
 
 
 def test_literals_read_back_as_the_same_number_and_read_well():
