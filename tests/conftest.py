@@ -108,7 +108,11 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 
 def pytest_configure(config):
-    """An xdist worker beside others: its BLAS and PyTorch on one thread, and so every process it starts."""
+    """The run itself, before any worker starts: the repository's Python compiled to bytecode once (see
+    `compile_once`). An xdist worker beside others: its BLAS and PyTorch on one thread, and so every process it
+    starts."""
+    if not hasattr(config, "workerinput"):
+        compile_once()
     if int(getattr(config, "workerinput", {}).get("workercount", 1)) > 1:
         from threadpoolctl import threadpool_limits
         os.environ.update(ONE_THREAD)
@@ -116,6 +120,17 @@ def pytest_configure(config):
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)
+
+
+def compile_once() -> None:
+    """Byte-compile the package, the tools and the course (each file's __pycache__, as Python itself would) once
+    per run. The suite starts a few hundred Python processes (the workers, every lesson's kernel, the command line
+    as a process, the tools); where PYTHONDONTWRITEBYTECODE is set, as on many CI machines, none of them keeps
+    what it compiled, so each would compile every module it imports again (a quarter of a second for the
+    package). Python reads bytecode whatever that variable says and checks it against each file's source."""
+    import compileall
+    for folder in ("tinygrad_block", "tools", "lessons"):
+        compileall.compile_dir(ROOT / folder, quiet=1, workers=0)
 
 
 def pytest_terminal_summary(terminalreporter):

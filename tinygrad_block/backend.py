@@ -378,7 +378,7 @@ class MetaArray:
     __slots__ = ("shape", "dtype")
 
     def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+        self.shape, self.dtype = tuple(map(int, shape)), np.dtype(dtype)
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: math.prod(self.shape))

@@ -7,6 +7,7 @@ transformers' Llama-family modules keep float32 islands in float64 (RMSNorm, the
 computes them in float64 with the same formulas, as tests/nn/test_nn_block_torch.py explains."""
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 
@@ -16,13 +17,6 @@ import torch
 import transformers
 from conftest import Float64Torch, msg, rel_err
 from safetensors.numpy import load_file, save_file
-from transformers.models.llama import modeling_llama
-from transformers.models.mistral import modeling_mistral
-from transformers import modeling_rope_utils
-from transformers.models.qwen2 import modeling_qwen2
-from transformers.models.gemma import modeling_gemma
-from transformers.models.phi3 import modeling_phi3
-from transformers.models.qwen3 import modeling_qwen3
 
 import tinygrad_block as tb
 from tinygrad_block import accounting, checkpoint_info, measure, nn, safetensors_file
@@ -122,9 +116,10 @@ def oracle(monkeypatch):
     """transformers offline, its Llama-family float32 islands computed in float64 (RMSNorm; RoPE's frequencies,
     scaled or not, by transformers' own functions with `torch.float` meaning float64); loads a folder in float64."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(modeling_rope_utils, "torch", Float64Torch())
-    for module, prefix in [(modeling_llama, "Llama"), (modeling_mistral, "Mistral"), (modeling_qwen2, "Qwen2"),
-                           (modeling_qwen3, "Qwen3"), (modeling_gemma, "Gemma"), (modeling_phi3, "Phi3")]:
+    monkeypatch.setattr(importlib.import_module("transformers.modeling_rope_utils"), "torch", Float64Torch())
+    for family, prefix in [("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
+                           ("gemma", "Gemma"), ("phi3", "Phi3")]:     # imported here: 3 s, for this fixture's tests
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
         monkeypatch.setattr(module, "torch", Float64Torch())
         monkeypatch.setattr(getattr(module, f"{prefix}RMSNorm"), "forward",
                             gemma_rms_norm64 if prefix == "Gemma" else rms_norm64)
