@@ -124,10 +124,11 @@ def pytest_configure(config):
 
 def compile_once() -> None:
     """Byte-compile the package, the tools and the course (each file's __pycache__, as Python itself would) once
-    per run. The suite starts a few hundred Python processes (the workers, every lesson's kernel, the command line
-    as a process, the tools); where PYTHONDONTWRITEBYTECODE is set, as on many CI machines, none of them keeps
-    what it compiled, so each would compile every module it imports again (a quarter of a second for the
-    package). Python reads bytecode whatever that variable says and checks it against each file's source."""
+    per run. The suite starts over a hundred Python processes (the workers, every lesson's kernel, the command
+    line as a process, the tools); where PYTHONDONTWRITEBYTECODE is set, as on many CI machines, none of them
+    keeps what it compiled, so each would compile every module it imports again (a quarter of a second for the
+    package alone; two minutes of CPU over the suite). Python reads bytecode whatever that variable says, and
+    checks it against each file's source."""
     import compileall
     for folder in ("tinygrad_block", "tools", "lessons"):
         compileall.compile_dir(ROOT / folder, quiet=1, workers=0)
