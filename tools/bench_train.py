@@ -23,21 +23,22 @@ them (they must be set before numpy starts; the engines' processes inherit them)
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import multiprocessing
 import os
 import statistics
 import sys
 import time
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 import tinygrad_block as tb
-import torch_block
 from tinygrad_block.data import CharTokenizer, induction_batch, python_help_text, text_batch, text_splits
 from tinygrad_block.nn import LM, BlockConfig
 from tinygrad_block.optim import AdamW
 from tinygrad_block.train import INDUCTION, TEXT, training_step
+
+if TYPE_CHECKING:
+    import torch
 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 3e-3, 0.01, 1.0     # the demos' peak learning rate and train()'s defaults
 BATCHES = 4                                           # distinct batches, cycled
@@ -74,6 +75,9 @@ def torch_device(device: str) -> str:
 def torch_loss(p: dict, cfg: BlockConfig, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """embed -> blocks (torch_block.block_forward) -> norm -> head -> mean cross-entropy of the last T positions
     against targets (B, T), as train.lm_loss."""
+    import torch.nn.functional as F
+
+    import torch_block
     h = p["embed.weight"][ids]                                                        # (B, L, d_model)
     cos, sin = torch_block.rope_cos_sin(ids.shape[1], cfg.d_head, cfg.rope_theta, h.dtype, h.device)
     for i in range(cfg.n_layers):
@@ -86,7 +90,9 @@ def torch_loss(p: dict, cfg: BlockConfig, ids: torch.Tensor, targets: torch.Tens
 
 
 def theirs(model: LM, device: str = "cpu"):
-    """The same step in PyTorch eager on `device`, starting from a copy of our model's weights."""
+    """The same step in PyTorch eager on `device`, starting from a copy of our model's weights. PyTorch is imported
+    here, by the torch engine's process alone: the help, the main process and our engines' processes never load it."""
+    import torch
     p = {n: torch.tensor(w.numpy().copy(), device=device, requires_grad=True) for n, w in model.named_parameters()}
     opt = torch.optim.AdamW(p.values(), lr=LR, weight_decay=WEIGHT_DECAY)
 
@@ -131,10 +137,11 @@ def engine_process(engine: str, args: argparse.Namespace, conn) -> None:
     steps leave glibc's allocator in a state that makes numpy's next big arrays cheaper). It builds the same data
     and model as the others, takes the first step and the warm-up, then runs a round of `args.steps` steps each
     time the main process asks, answering with its tokens/s."""
-    torch.set_num_threads(1)
     cfg, batches = demo_data(args.model, args.batch, args.seq_len, tb.Generator(0), args.device)
     model = LM(cfg, generator=tb.Generator(1), dtype="float32", device=args.device)
     if engine == "torch":
+        import torch
+        torch.set_num_threads(1)
         dev = torch_device(args.device)
         step, batches = theirs(model, dev), [tuple(torch.tensor(t.numpy(), device=dev) for t in b) for b in batches]
     else:
@@ -163,6 +170,10 @@ def main() -> None:
                     "train's default fuses")
     ap.add_argument("--device", default="cpu", help="where every engine runs: cpu, or cuda (CuPy and PyTorch's CUDA)")
     args = ap.parse_args()
+    try:
+        torch_version = importlib.metadata.version("torch")     # the reference engine's; loaded by its process only
+    except importlib.metadata.PackageNotFoundError:
+        sys.exit("bench_train.py: error: the reference engine needs torch: pip install torch==2.13.0 (the CPU build)")
     spawn = multiprocessing.get_context("spawn")
     pipes, workers = {}, []
     for engine in ENGINES:
@@ -174,7 +185,7 @@ def main() -> None:
     threads = ", ".join(f"{name}={os.environ.get(name)}" for name in THREADS)
     print(f"{cfg.name}: d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, d_ff {cfg.d_ff}, "
           f"vocab {cfg.vocab_size}, {first['eager']['parameters']:,} parameters; batch {B} x {L} tokens, "
-          f"float32 on {args.device}; torch {torch.__version__} on 1 thread; {threads}; one process per engine")
+          f"float32 on {args.device}; torch {torch_version} on 1 thread; {threads}; one process per engine")
     loss = {engine: first[engine]["loss"] for engine in ENGINES}
     print("first step's loss: " + "  ".join(f"{engine} {loss[engine]:.7f}" for engine in ENGINES))
     assert loss["compiled"] == loss["eager"], f"a capture runs eagerly: the losses must agree, {loss}"

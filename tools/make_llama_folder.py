@@ -12,19 +12,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-try:
-    import torch
-    import transformers
-except ImportError as missing:                   # run without the 'ref' extra: one line, as the command line says
-    if __name__ != "__main__":
-        raise
-    print(f"make_llama_folder.py: error: needs {missing.name or missing}, of the 'ref' extra: pip install "
-          "torch==2.13.0 (the CPU build), then pip install -e '.[ref]' from the repository's root", file=sys.stderr)
-    sys.exit(2)
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from tinygrad_block.data import python_help_text
+
+if TYPE_CHECKING:           # torch and transformers (the 'ref' extra) are imported where a folder is written, so
+    import torch            # that --help needs neither
+    import transformers
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 CONFIG = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
@@ -35,6 +31,7 @@ CONFIG = dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_a
 
 def train_tokenizer(text: str, vocab_size: int) -> transformers.PreTrainedTokenizerFast:
     """Llama 3's kind of tokenizer: BPE over bytes (no character is ever unknown), BOS added to every prompt."""
+    import transformers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -49,6 +46,7 @@ def train_tokenizer(text: str, vocab_size: int) -> transformers.PreTrainedTokeni
 
 def train(model, ids: torch.Tensor, steps: int, seed: int, seq_len: int = 64, batch: int = 16) -> float:
     """Next-token prediction on random windows of `ids`, AdamW; returns the last loss."""
+    import torch
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     loss = torch.tensor(float("nan"))
@@ -66,6 +64,8 @@ def train(model, ids: torch.Tensor, steps: int, seed: int, seq_len: int = 64, ba
 
 def write_llama_folder(out: Path, steps: int = 1000, seed: int = 0, vocab_size: int = 512) -> Path:
     """The folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json, ...), float32."""
+    import torch
+    import transformers
     text = python_help_text()
     tokenizer = train_tokenizer(text, vocab_size)
     torch.manual_seed(seed)
@@ -86,6 +86,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="training steps (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of the weights and the batches (default: 0)")
     args = parser.parse_args()
+    try:
+        import torch
+        import transformers  # noqa: F401 (imported here to say in one line that it is missing)
+    except ImportError as missing:               # run without the 'ref' extra: one line, as the command line says
+        print(f"make_llama_folder.py: error: needs {missing.name or missing}, of the 'ref' extra: pip install "
+              "torch==2.13.0 (the CPU build), then pip install -e '.[ref]' from the repository's root",
+              file=sys.stderr)
+        sys.exit(2)
     torch.set_num_threads(1)
     start = time.perf_counter()
     write_llama_folder(args.out, args.steps, args.seed)
