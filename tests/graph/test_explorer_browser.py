@@ -366,6 +366,30 @@ def test_stepping_backward_marks_the_forward_op_being_differentiated(visit, bloc
     assert [n for n in expected[:25] if n] and page.errors == []
 
 
+def test_a_drawing_is_laid_out_once_and_each_step_after_that_reuses_it(visit):
+    """Stepping on the expanded compiled page changes the marks, not the drawing: graphviz is not asked again (each
+    layout there takes about a second), until the drawing itself changes."""
+    page = visit("compiled")
+    page.page.click("#phase-all")
+    page.page.click("#expand-all")
+    page.page.click("#step-next")                     # the first step may show another phase: a new drawing
+    page.page.evaluate("""() => { window.layouts = 0; const draw = viz.renderString.bind(viz);
+                                  viz.renderString = (text, options) => { window.layouts += 1; return draw(text, options); }; }""")
+    said = []
+    for _ in range(4):
+        page.page.click("#step-next")
+        said.append(page.page.text_content("#step-text"))
+    assert page.page.evaluate("window.layouts") == 0
+    assert len(set(said)) == 4 and said[0].startswith("op 2 of ")               # each step moved on
+    assert len(page.nodes("backward", marked="current")) == 1                   # and marks its op
+    colours = page.page.eval_on_selector_all("#colour option", "os => os.map(o => o.value)")
+    page.page.select_option("#colour", colours[1])    # other fills: another drawing of each of the three panes
+    assert page.page.evaluate("window.layouts") == 3
+    page.page.select_option("#colour", colours[0])    # the drawings of before: kept, not laid out again
+    page.page.click("#collapse-all")                  # the drawings the page opened with: kept as well
+    assert page.page.evaluate("window.layouts") == 3 and page.errors == []
+
+
 def test_clicking_a_forward_op_highlights_the_backward_ops_that_differentiate_it(visit, block):
     i = block.index("forward", "matmul")
     grads = Counter((n.label, ".".join(n.scope)) for n in block.ops("backward") if n.source == i)

@@ -135,6 +135,19 @@ function dot(phase) {
 }
 
 // Drawing, and what each drawn thing answers.
+// graphviz's layout of each drawing, kept by its DOT text: a click, a step or a highlight that changes no box or
+// colour draws the same text again, so its layout is not computed again (a large graph takes a second or more).
+const laid = new Map();
+function layout(text) {
+  let svg = laid.get(text);
+  if (svg === undefined) {
+    svg = viz.renderString(text, {format: "svg"});
+    if (laid.size >= 16) laid.delete(laid.keys().next().value);      // the oldest drawing goes first
+    laid.set(text, svg);
+  }
+  return new DOMParser().parseFromString(svg, "image/svg+xml").documentElement;
+}
+
 function render() {
   const panes = document.getElementById("panes");
   panes.replaceChildren();
@@ -144,7 +157,7 @@ function render() {
     pane.dataset.phase = phase;
     pane.innerHTML = "<h2>" + (phase === "compiled" ? "compiled: the kernels a replay runs (" + kernelCount() + ")" :
       phase === "forward" ? "forward" : "backward: the gradient flow") + "</h2>";
-    const svg = viz.renderSVGElement(dot(phase));
+    const svg = layout(dot(phase));
     panes.appendChild(pane);
     pane.appendChild(svg);
     svg.dataset.width = parseFloat(svg.getAttribute("width")) * 4 / 3;        // points -> pixels
