@@ -110,7 +110,7 @@ class Opened:
 
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=SHOTS / f"{name}.png")
+        self.page.screenshot(path=SHOTS / f"{name}.png", caret="initial")    # as test_explorer_browser's shots
 
 
 @pytest.fixture
