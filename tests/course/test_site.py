@@ -93,14 +93,16 @@ def pages(site: Path) -> list[Path]:
 class Opened:
     """A page of the site open in the browser, with every console error, page error and request off the machine."""
 
-    def __init__(self, browser, path: Path, query: str = ""):
-        self.page, self.problems = browser.new_page(viewport={"width": 1400, "height": 1000}), []
+    def __init__(self, tabs, path: Path, query: str = ""):
+        self.problems = []
+        self.page = tabs.open({"width": 1400, "height": 1000}, {
+            "console": lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"),
+            "pageerror": lambda e: self.problems.append(f"page error: {e}"),
+            "requestfailed": lambda r: self.problems.append(f"failed: {r.url}"),
+            "request": lambda r: urlparse(r.url).scheme in ("file", "data", "about", "blob")
+            or self.problems.append(f"fetched from the network: {r.url}")})
+        self.tabs = tabs
         self.page.set_default_timeout(20_000)
-        self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
-        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        self.page.on("requestfailed", lambda r: self.problems.append(f"failed: {r.url}"))
-        self.page.on("request", lambda r: urlparse(r.url).scheme in ("file", "data", "about", "blob")
-                     or self.problems.append(f"fetched from the network: {r.url}"))
         self.page.goto(path.as_uri() + query, wait_until="load")
         if "_explorers" in path.parts:                               # an explorer: laid out and drawn
             self.page.wait_for_selector("body[data-ready=true]", state="attached")
@@ -108,21 +110,25 @@ class Opened:
             self.page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
             self.page.evaluate("MathJax.startup.promise")
 
+    def close(self) -> None:
+        self.tabs.done(self.page)
+
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=SHOTS / f"{name}.png", caret="initial")    # as test_explorer_browser's shots
 
 
 @pytest.fixture
-def open_page(browser):
+def open_page(tabs):
+    """open_page(path, query) -> the page opened; given back (conftest.Tabs) after the test."""
     opened = []
 
     def _open(path: Path, query: str = "") -> Opened:
-        opened.append(Opened(browser, path, query))
+        opened.append(Opened(tabs, path, query))
         return opened[-1]
     yield _open
     for page in opened:
-        page.page.close()
+        page.close()
 
 
 # ---------------------------------------------------------------- in the browser
@@ -152,7 +158,7 @@ def test_every_page_loads_offline_without_console_errors_its_math_typeset_and_it
             if url.scheme in ("http", "https", "mailto") or not url.path:      # elsewhere, or on this same page
                 continue
             assert not url.scheme and (path.parent / unquote(url.path)).resolve().is_file(), (path, target)
-        page.page.close()
+        page.close()
 
 
 @pytest.mark.parametrize("stem", BUILT)

@@ -114,12 +114,13 @@ def program():
 class Loaded:
     """One page open in the browser, with the console errors, page errors and dialogs it raised and its load time."""
 
-    def __init__(self, browser, path: Path, shots: Path):
-        self.page, self.shots, self.errors = browser.new_page(viewport=VIEWPORT), shots, []
+    def __init__(self, tabs, path: Path, shots: Path):
+        self.tabs, self.shots, self.errors = tabs, shots, []
+        self.page = tabs.open(VIEWPORT, {
+            "console": lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"),
+            "pageerror": lambda e: self.errors.append(f"page error: {e}"),
+            "dialog": lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss())})
         self.page.set_default_timeout(10_000)
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
-        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
         start = time.perf_counter()
         self.page.goto(path.as_uri())
         self.page.wait_for_selector("body[data-ready=true]", state="attached", timeout=READY_S * 1000)
@@ -166,16 +167,16 @@ class Loaded:
 
 
 @pytest.fixture
-def visit(browser, pages, tmp_path):
-    """visit('block') -> the page loaded; closed after the test."""
+def visit(tabs, pages, tmp_path):
+    """visit('block') -> the page loaded; given back (conftest.Tabs) after the test."""
     opened = []
 
     def _visit(name: str) -> Loaded:
-        opened.append(Loaded(browser, pages[name], tmp_path))
+        opened.append(Loaded(tabs, pages[name], tmp_path))
         return opened[-1]
     yield _visit
     for loaded in opened:
-        loaded.page.close()
+        tabs.done(loaded.page)
 
 
 def number(text: str) -> int:
@@ -549,12 +550,12 @@ def fills(page: Loaded, phase: str) -> list:
         [g.id, g.dataset.path, g.dataset.kind, g.querySelector('polygon, ellipse, path').getAttribute('fill')])""")
 
 
-def test_the_gradient_check_colours_a_planted_bug_where_it_lives(browser, tmp_path, monkeypatch):
+def test_the_gradient_check_colours_a_planted_bug_where_it_lives(tabs, tmp_path, monkeypatch):
     """A bug planted in swiglu's hand-derived backward reddens the FFN's own backward ops, and only them; the
     Linear modules inside it (linear's pair) and every other module stay round-off green."""
     from test_explorer_page import planted
     planted(monkeypatch, "swiglu")
-    page = Loaded(browser, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
+    page = Loaded(tabs, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
     try:
         page.page.select_option("#colour", "check")
         page.shot("check_planted_depth1")
@@ -576,11 +577,11 @@ def test_the_gradient_check_colours_a_planted_bug_where_it_lives(browser, tmp_pa
         page.shot("check_planted_card")
         assert page.errors == []
     finally:
-        page.page.close()
+        tabs.done(page.page)
 
 
-def test_without_a_bug_the_gradient_check_is_green_everywhere_it_looks(browser, tmp_path):
-    page = Loaded(browser, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
+def test_without_a_bug_the_gradient_check_is_green_everywhere_it_looks(tabs, tmp_path):
+    page = Loaded(tabs, explore(tiny_block(), tiny_x(), check=True).save(tmp_path / "check.html"), tmp_path)
     try:
         page.page.select_option("#colour", "check")
         page.page.click("#expand-all")
@@ -591,7 +592,7 @@ def test_without_a_bug_the_gradient_check_is_green_everywhere_it_looks(browser, 
         assert "≤ 1.0e-10 round-off" in legend and "no pair of its own" in legend
         assert page.errors == []
     finally:
-        page.page.close()
+        tabs.done(page.page)
 
 
 # ---------------------------------------------------------------- search

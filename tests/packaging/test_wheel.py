@@ -150,15 +150,16 @@ def test_the_tour_runs_there_and_says_where_the_course_lives(installed, pages):
 
 
 @pytest.mark.parametrize("name", ["tour", "graph", "snippet"])
-def test_each_page_written_there_draws_in_chromium(pages, browser, name):
-    page, errors = browser.new_page(viewport={"width": 1600, "height": 1000}), []
-    page.on("console", lambda m: m.type == "error" and errors.append(f"console: {m.text}"))
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+def test_each_page_written_there_draws_in_chromium(pages, tabs, name):
+    errors = []
+    page = tabs.open({"width": 1600, "height": 1000},
+                     {"console": lambda m: m.type == "error" and errors.append(f"console: {m.text}"),
+                      "pageerror": lambda e: errors.append(f"page error: {e}")})
     try:
         page.goto(pages[name].as_uri())
         page.wait_for_selector("body[data-ready=true]", state="attached", timeout=20_000)
         drawn = page.eval_on_selector_all("#panes g.node", "gs => gs.map(g => g.dataset.phase)")
     finally:
-        page.close()
+        tabs.done(page)
     assert errors == []
     assert drawn.count("forward") > 0 and drawn.count("backward") > 0, drawn
