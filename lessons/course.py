@@ -264,12 +264,15 @@ def load_solution(path: Path, number: int):
     return module
 
 
-def check(number: int, module) -> list[tuple[str, str | None]]:
-    """Run every check of lesson `number` on the learner's module: (name, None if it passed, else why not).
-    numpy's overflow and invalid-value warnings are silenced: a check that cares names the value itself."""
+def check(number: int, module, names=None) -> list[tuple[str, str | None]]:
+    """Run every check of lesson `number` on the learner's module, or those named in `names`: (name, None if it
+    passed, else why not). numpy's overflow and invalid-value warnings are silenced: a check that cares names the
+    value itself."""
     results, checks = [], exercises(number).checks
     check_failed = _checkers_common().CheckFailed
     for name, run in checks:
+        if names is not None and name not in names:
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import warnings
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -374,9 +375,39 @@ def solution(number: int, **replaced):
     return module
 
 
-def failures(number: int, module) -> dict:
-    """{exercise name: what the checker says is wrong} for the exercises `module` fails."""
-    return {name: why for name, why in course_module().check(number, module) if why is not None}
+class Failures(Mapping):
+    """{exercise name: what the checker says is wrong} for the exercises `module` fails, each check run when its
+    exercise is first asked about: `failures(13, module)["mfu_needed"]` and `"embed" not in failures(4, module)`
+    run that exercise's checker only (some checkers count whole models on the shape-only device: a test of one
+    slip need not run them all), and iterating runs every one. A name the lesson has no exercise of is an error,
+    not an exercise passed."""
+
+    def __init__(self, number: int, module):
+        self.number, self.module, self.seen = number, module, {}
+        self.names = [name for name, _ in course_module().exercises(number).checks]
+
+    def _why(self, name: str) -> str | None:
+        if name not in self.seen:
+            assert name in self.names, f"lesson {self.number} has no exercise {name!r}: {self.names}"
+            self.seen |= dict(course_module().check(self.number, self.module, [name]))
+        return self.seen[name]
+
+    def __getitem__(self, name: str) -> str:
+        why = self._why(name)
+        if why is None:
+            raise KeyError(f"{name} passed")
+        return why
+
+    def __iter__(self):
+        return (name for name in self.names if self._why(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def failures(number: int, module) -> Failures:
+    """What the checkers of lesson `number` say is wrong with `module` (`Failures`)."""
+    return Failures(number, module)
 
 
 # ---------------------------------------------------------------- the lessons, each run once per test run
