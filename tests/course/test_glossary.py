@@ -2,6 +2,7 @@
 the "Check yourself" questions: the page is what the generator writes; each term is defined where its entry says,
 listed once, and used in no earlier lesson's prose without naming the lesson that teaches it; every lesson ends
 with both cells. Each check is also run on a copy of the lessons with one fault planted, and must catch it."""
+import functools
 import re
 import shutil
 import subprocess
@@ -21,10 +22,21 @@ def mentions(term: str, text: str) -> bool:
     """Whether `text` uses `term` as whole words; a plural or a hyphen for a space counts too. A term written in
     lower case matches in any case ("Softmax" at the start of a sentence); one spelled with capitals, an acronym
     or a name (RoPE, ZeRO, PyTorch), only as spelled, so that ZeRO is not the word "zero"."""
+    return term_pattern(term).search(plain(text)) is not None
+
+
+@functools.cache
+def term_pattern(term: str) -> re.Pattern:
+    """The regular expression `mentions` looks for (made once a term: every sentence of every lesson is searched
+    for every later term)."""
     words = [re.escape(w) for w in re.split(r"[\s-]+", term.strip())]
     pattern = r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?:s|es)?(?![\w])"
-    plain = re.sub(r"_\{(\w+)\}", r"_\1", text.replace("*", ""))              # **bold**, and $d_{ff}$ as d_ff
-    return re.search(pattern, plain, flags=re.I if term == term.lower() else 0) is not None
+    return re.compile(pattern, flags=re.I if term == term.lower() else 0)
+
+
+def plain(text: str) -> str:
+    """Prose as `mentions` reads it: **bold** unmarked, and $d_{ff}$ as d_ff."""
+    return re.sub(r"_\{(\w+)\}", r"_\1", text.replace("*", ""))
 
 
 def sentences(text: str) -> list[str]:
@@ -91,8 +103,9 @@ def used_before_taught(folder: Path) -> list[str]:
         number = int(path.name[:2])
         later = [e for e in found if e.lesson > number]
         for sentence in sentences(prose(path)):
+            text = plain(sentence)
             for e in later:
-                if mentions(e.term, sentence) and e.lesson not in lessons_named(sentence):
+                if term_pattern(e.term).search(text) and e.lesson not in lessons_named(sentence):
                     wrong.append(f"{path.name}: {e.term!r} (lesson {e.lesson:02d}) in {sentence[:100]!r}")
     return wrong
 
