@@ -240,13 +240,13 @@ def jupyter_lab_get(command: list[str], cwd: Path, paths: list[str]) -> list[tup
         except urllib.error.HTTPError as e:
             return e.code, None
     try:
-        for _ in range(120):
+        for _ in range(600):
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=t", timeout=2).close()
                 break
             except (urllib.error.URLError, OSError):
                 assert server.poll() is None, "jupyter lab stopped"
-                time.sleep(0.5)
+                time.sleep(0.1)
         else:
             raise AssertionError("jupyter lab did not answer within a minute")
         return [get(path) for path in paths]
