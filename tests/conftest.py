@@ -170,11 +170,14 @@ LESSON_RUNS = "tests/course/test_lessons.py::test_lesson_runs_and_its_pictures_a
 
 
 def pytest_collection_modifyitems(items):
-    """The order the tests are handed out in (pytest-xdist hands them out in this order), so that neither core
-    waits on the other: each lesson's run first (`lesson_run`, at the end of this file), then the modules with a
-    slow test (a long test left to the end would keep one core busy while the other has nothing left), then the
-    rest, and last the tests that read a lesson's run, by then made (else they would wait for it). Otherwise the
-    tests keep their order, so a module's tests stay together and its module-scoped fixtures are made once."""
+    """The order the tests are handed out in. pytest-xdist (`--dist worksteal`, pyproject.toml) gives the first
+    half of this order to one worker and the second half to the other, and a worker whose queue runs out takes the
+    back half of the other's, so both end together whatever the tests cost. Each lesson's run comes first
+    (`lesson_run`, at the end of this file): at the front of a queue, it is never taken away and runs as early as
+    it can; then the modules with a slow test, then the rest, and last the tests that read a lesson's run, which
+    by then is made (else they would wait for it, or make it themselves). Otherwise the tests keep their order, so
+    a module's tests stay together and its module-scoped fixtures are made once (twice where the module is split
+    between the workers)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
 
     def group(item) -> int:
