@@ -11,10 +11,14 @@ import numpy as np
 float16, float32, float64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
 int32, int64, bool_ = np.dtype("int32"), np.dtype("int64"), np.dtype("bool")
 DTYPES = {str(d): d for d in (float16, float32, float64, int32, int64, bool_)}
+# each supported dtype by itself, its name and its numpy type: one look-up where np.dtype(x) and str(d) take 4 us
+KNOWN = {key: d for d in DTYPES.values() for key in (d, str(d), d.type)}
 
 
 def as_dtype(dtype, op: str = "dtype") -> np.dtype:
     """Resolve 'float32', tb.float32 or np.float32 to one of the supported dtypes, or raise TypeError."""
+    if isinstance(dtype, (np.dtype, str, type)) and dtype in KNOWN:    # else another spelling numpy reads, or none
+        return KNOWN[dtype]
     try:
         d = np.dtype(dtype)
     except TypeError:
