@@ -31,6 +31,8 @@
 # `python -m tinygrad_block lesson 09 --notebook --execute` (it lands beside this file).
 
 # %%
+import functools
+
 import numpy as np
 
 import tinygrad_block as tb
@@ -427,6 +429,7 @@ assert np.array_equal(stream.numpy(), pair[1](pair[0](x_small)).numpy())
 # at RMS 1, while pre-norm's stream grows from 1 at the input to about 7 after 48 blocks.
 
 # %%
+@functools.cache                 # the sweep over depths below asks for the 48-block stacks again
 def stack_gradients(layout: str, depth: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A stack of `depth` tiny blocks of `layout`, a random gradient at the top: per layer (input first), the
     gradient's norm over the top's, its cosine with the top's, and the stream's RMS."""
