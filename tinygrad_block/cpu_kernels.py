@@ -72,11 +72,12 @@ def source(kernels: list[Kernel]) -> str:
 
 def function(k: Kernel) -> str:
     """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside;
-    a row sum or max: a loop per row, each row reduced by the kernel's pairwise sum or its max (Kernel.row)."""
+    a row sum or max: a loop per row, each row reduced by the kernel's pairwise sum or its max (Kernel.row, in
+    the lanes numpy's max uses on this machine)."""
     note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
     if k.reduce:
-        at, pairwise = k.row()
+        at, pairwise = k.row(max_lanes(k.dtype) or (0,))
         loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape[:-1])]
         return "\n".join([note, *at, *pairwise, f"void {k.name}({params}) {{", *loops,
                           f"    {k.row_sum(index[:-1])}", "}", ""])
@@ -84,6 +85,60 @@ def function(k: Kernel) -> str:
     loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape)]
     loops[-1:] = ["  #pragma omp simd", loops[-1] + " {"]
     return "\n".join(head + loops + [f"    {line}" for line in k.body(index)] + ["  }", "}", ""])
+
+
+# ---------------------------------------------------------------- how numpy's max keeps one of two equal values
+def _later(m, v):
+    return v if (v >= m or v != v) else m                  # a generated max's step: the later of equals, a NaN kept
+
+
+def _max_of(row, lanes: tuple):
+    """A row's max as Kernel.row computes it with `lanes` (in Python, to check a guess of them against numpy)."""
+    w, m = len(lanes), row[0]
+    whole = (len(row) - 1) - (len(row) - 1) % w
+    if whole:
+        lane = [m] * w
+        for i in range(whole):
+            lane[i % w] = _later(lane[i % w], row[1 + i])
+        m = lane[lanes[0]]
+        for j in lanes[1:]:
+            m = _later(m, lane[j])
+    for v in row[1 + whole:]:
+        m = _later(m, v)
+    return m
+
+
+@functools.cache
+def max_lanes(dtype: str) -> tuple | None:
+    """The lanes of numpy's maximum.reduce over a row of `dtype` on this machine, in the order a tie goes to the
+    next (Kernel.row), or None when no guess matches numpy (a generated row max then does not run: numpy's does).
+    Which of two equal values numpy keeps decides the sign of a zero max, and depends on its vector width: it
+    takes the first element, then vectors of w elements in w lanes (each lane keeping its later equal value), the
+    lanes combined in a fixed tree, then the rest one by one. Found by asking numpy, once a process: for each
+    width w, which lane wins a tie of +0 against -0 (a row of w + 1, the first -inf); the order kept when every
+    pair agrees and 600 rows of zeros of both signs and -1, of lengths around each branch, all come out as numpy's."""
+    return lanes_of(np.maximum.reduce, np.dtype(dtype))
+
+
+def lanes_of(reduce, dt: np.dtype) -> tuple | None:
+    """max_lanes for the max of a row `reduce(row)` of dtype `dt`."""
+    rng = np.random.default_rng(0)
+    for w in (32, 16, 8, 4, 2, 1):
+        wins = np.zeros((w, w), dtype=int)
+        for i in range(w):
+            for j in range(w):
+                if i != j:
+                    row = np.full(w + 1, -1.0, dt)
+                    row[0], row[1 + i], row[1 + j] = -np.inf, 0.0, -0.0
+                    wins[i, j] = not np.signbit(reduce(row))
+        lanes = tuple(sorted(range(w), key=lambda i: wins[i].sum()))
+        if any(not wins[b, a] for k, a in enumerate(lanes) for b in lanes[k + 1:]):
+            continue
+        lengths = [*range(1, 2 * w + 3), 8 * w, 8 * w + 1, 9 * w + 1, 300]
+        rows = [rng.choice(np.array([0.0, -0.0, -1.0], dt), n) for n in lengths for _ in range(600 // len(lengths))]
+        if all(np.signbit(_max_of(list(row), lanes)) == np.signbit(reduce(row)) for row in rows):
+            return lanes
+    return None
 
 
 # ---------------------------------------------------------------- the compiler, its cache, the library
@@ -249,7 +304,8 @@ class CpuBackend(ArrayBackend):
             warnings.warn(f"tb.jit: {str(e).splitlines()[0]}; numpy's functions run this program's chains instead",
                           RuntimeWarning, stacklevel=2)
             return None
-        return [Generated(k, fn, *run) for k, fn, run in zip(kernels, functions, runs)]
+        return [run[5] if k.reduce == "max" and max_lanes(k.dtype) is None else Generated(k, fn, *run)
+                for k, fn, run in zip(kernels, functions, runs)]
 
 
 def load(kernels: list[Kernel], comp: Compiler) -> list:

@@ -55,8 +55,9 @@ def source(kernels: list[Kernel]) -> str:
 
 def function(k: Kernel) -> str:
     """One kernel as a CUDA function: one thread per element, its index unravelled over the kernel's axes; a row
-    sum: one thread per row, summing it with the kernel's pairwise function (the C's text; CuPy's own sums run on
-    a GPU, whose order it is not: cuda.CudaBackend.generated runs these kernels' fallback)."""
+    sum or max: one thread per row, reducing it with the kernel's pairwise function (the C's text) or its max (in
+    one lane: the C's lanes are numpy's on the CPU). CuPy's own sums and maxes run on a GPU, whose order these are
+    not: cuda.CudaBackend.generated runs these kernels' fallback."""
     note, params = k.head(STORED, "__restrict__")
     index = [f"i{a}" for a in range(len(k.shape))]
     if k.reduce:

@@ -168,14 +168,17 @@ class Kernel:
         ops = [ln.op for ln in self.lines] + ([self.reduce] if self.reduce else [])
         return f"{' > '.join(ops)}   {self.out.shape} {self.dtype}"
 
-    def row(self) -> tuple[list[str], list[str]]:
+    def row(self, lanes: tuple = (0,)) -> tuple[list[str], list[str]]:
         """A row reduction's element and its reduction: (the lines computing element i of a row from inputs that
         point at the row's start, the sum or the max of n of them): the same text in C and CUDA C (TB_FN), numpy's
         result exactly. A sum in numpy's order: below 8 elements one by one from 0; up to 128, eight running sums
         over every eighth element, added in pairs, then the rest; above, the two halves (split at a multiple of 8)
-        summed apart and added. A max from the first element on, as numpy's maximum.reduce answers: a NaN wins, and
-        of two equal values the later (which decides the sign of a zero). A mask input (a comparison's bool) is
-        read as the bytes it is stored in, as the kernel's own parameters read it."""
+        summed apart and added. A max keeps a NaN, and of two equal values the one numpy's maximum.reduce keeps
+        (which decides the sign of a zero): with one lane (`lanes` (0,)), the later; with numpy's vector lanes
+        (`lanes`: their number is len(lanes), listed in the order a tie goes to the next, cpu_kernels.max_lanes),
+        after the first element every len(lanes)-th one shares a lane, each lane keeps its later, the lanes are
+        taken in that order, and the elements past the last whole vector one by one. A mask input (a comparison's
+        bool) is read as the bytes it is stored in, as the kernel's own parameters read it."""
         t, zero = TYPES[self.dtype], "0.0" if self.dtype == "float64" else "0.0f"
         params = ", ".join(f"const {'unsigned char' if op.dtype == 'bool' else t} *{op.name}" for op in self.inputs)
         names = ", ".join(op.name for op in self.inputs)
@@ -191,11 +194,7 @@ class Kernel:
         step = ", ".join(f"{op.name} + h * {op.strides[-1]}" for op in self.inputs)
         r = f"{self.name}_at({names}, "
         if self.reduce == "max":
-            return at, [f"TB_FN {t} {self.name}_max({params}, long n) {{",
-                        f"  {t} m = {r}0);",
-                        f"  for (long i = 1; i < n; i++) {{ {t} v = {r}i); m = (v >= m || v != v) ? v : m; }}",
-                        "  return m;",
-                        "}"]
+            return at, max_row(f"TB_FN {t} {self.name}_max({params}, long n) {{", t, r, lanes)
         pairwise = [f"TB_FN {t} {self.name}_pairwise({params}, long n) {{",
                     f"  if (n < 8) {{ {t} s = {zero}; for (long i = 0; i < n; i++) s += {r}i); return s; }}",
                     "  if (n <= 128) {",
@@ -229,6 +228,32 @@ class Kernel:
         params = [f"const {stored[op.dtype]} *{restrict} {op.name}" for op in self.inputs]
         params.append(f"{stored[self.dtype]} *{restrict} out")
         return f"/* {self.name}: {self.describe()}; {self.flops:,} FLOPs, {self.bytes:,} bytes */", ", ".join(params)
+
+
+def max_row(head: str, t: str, r: str, lanes: tuple) -> list[str]:
+    """A row max's function (Kernel.row): `head` its first line, `t` its C type, `r` the call of the row's element
+    function up to its index, `lanes` as Kernel.row takes them."""
+    keep = "m = (v >= m || v != v) ? v : m;"                   # the later of two equal values, a NaN kept
+    w = len(lanes)
+    if w == 1:
+        return [head, f"  {t} m = {r}0);", f"  for (long i = 1; i < n; i++) {{ {t} v = {r}i); {keep} }}",
+                "  return m;", "}"]
+    return [head,
+            f"  static const int order[{w}] = {{{', '.join(map(str, lanes))}}};   // the lanes, as ties go",
+            f"  {t} m = {r}0);",
+            f"  long whole = (n - 1) - (n - 1) % {w};                   // elements 1 to whole: {w} lanes",
+            "  if (whole > 0) {",
+            f"    {t} lane[{w}];",
+            f"    for (int j = 0; j < {w}; j++) lane[j] = m;",
+            f"    for (long i = 1; i <= whole; i += {w})",
+            f"      for (int j = 0; j < {w}; j++) {{ {t} v = {r}i + j); "
+            "lane[j] = (v >= lane[j] || v != v) ? v : lane[j]; }",
+            "    m = lane[order[0]];",
+            f"    for (int j = 1; j < {w}; j++) {{ {t} v = lane[order[j]]; {keep} }}",
+            "  }",
+            f"  for (long i = whole + 1; i < n; i++) {{ {t} v = {r}i); {keep} }}   // the rest one by one",
+            "  return m;",
+            "}"]
 
 
 MATH_OPS = ("exp", "log")                    # MATH's ops, which the backends also run eagerly

@@ -2,7 +2,11 @@
 as C functions, and each computes what numpy's functions compute, bit for bit (the ops generated are those IEEE
 754 rounds exactly). Oracles: the same function run eagerly (numpy's functions, op by op), compared bit for bit,
 NaN, infinities and signed zeros included; the generated source itself, read as text."""
+import json
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -449,15 +453,19 @@ def test_a_row_sum_reads_a_mask_from_outside_its_kernel_as_bytes(dtype):
 def test_a_row_max_ends_a_generated_kernel_and_answers_as_numpy_does_bit_for_bit(dtype):
     """(x * s + m) maxed over the last axis, rows of 1 to 300 elements full of ties, zeros of both signs, infinities
     and NaNs (where numpy's answer depends on which of two equal values it keeps): one generated kernel ending in a
-    max, each row's result eager's bit for bit (a NaN as a NaN)."""
+    max, each row's result eager's bit for bit (a NaN as a NaN). Rows whose max is a zero of either sign among
+    smaller values tell apart the lanes numpy's vector max uses (a max from the first element on, keeping the
+    later of two equal values, answers otherwise on each of x86's vector widths)."""
     r = np.random.default_rng(11)
     special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan])
-    for n in (1, 2, 7, 8, 9, 64, 129, 300):
+    for n in (1, 2, 7, 8, 9, 17, 33, 64, 129, 300):
         values = np.where(r.random((50, n)) < 0.6, special[r.integers(0, 7, (50, n))], r.standard_normal((50, n)))
         values[:25][np.isnan(values[:25])] = 0.0                            # half the rows without a NaN
         values[:5] = r.choice([0.0, -0.0], (5, n))                          # and some of zeros alone
+        s = r.choice([1.0, -1.0], n)
+        values[5:20] = r.choice([0.0, -0.0, -1.0], (15, n)) * s             # x * s: zeros among -1s
         x = tb.tensor(values, dtype=dtype)
-        s = tb.tensor(r.choice([1.0, -1.0], n), dtype=dtype)
+        s = tb.tensor(s, dtype=dtype)
         m = tb.tensor(r.choice([0.0, -0.0], (50, 1)), dtype=dtype)
 
         def f(x, s, m):
@@ -471,6 +479,67 @@ def test_a_row_max_ends_a_generated_kernel_and_answers_as_numpy_does_bit_for_bit
         assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(want).any() and (want == 0).any()
         np.testing.assert_array_equal(bits(got[~np.isnan(got)]), bits(want[~np.isnan(want)]))
 
+
+LANES_SCRIPT = """
+import json, sys
+import numpy as np
+import tinygrad_block as tb
+from numpy.lib.introspect import opt_func_info
+from tinygrad_block import cpu_kernels
+info = opt_func_info(func_name="^maximum$", signature="float32")["maximum"]["fff"]
+r, out = np.random.default_rng(3), {"target": info["current"]}
+for dtype in ("float32", "float64"):
+    lanes = cpu_kernels.max_lanes(dtype)
+    rows = r.choice(np.array([0.0, -0.0, -1.0], dtype), (400, 2 * len(lanes) + 1 if lanes else 9))
+    f = tb.jit(lambda x: (x * 1.0).max(-1))
+    with tb.no_grad():
+        for _ in range(3):
+            got = f(tb.tensor(rows)).numpy()
+    one_lane = [cpu_kernels._max_of(list(row), (0,)) for row in rows]
+    out[dtype] = {"lanes": lanes, "generated": sum(type(k).__name__ == "Generated" for k in f.program.kernels),
+                  "same": bool(np.array_equal(np.signbit(got), np.signbit(np.maximum.reduce(rows, axis=-1)))),
+                  "one lane would be": bool(np.array_equal(np.signbit(one_lane), np.signbit(got)))}
+print(json.dumps(out))
+"""
+
+
+def test_each_vector_width_numpy_can_run_here_has_its_lanes_found_and_a_row_max_replays_as_eager():
+    """numpy picks its max's vector width from the CPU (AVX-512, AVX2, SSE on x86); numpy's own switch
+    (NPY_DISABLE_CPU_FEATURES) holds it to each narrower one this machine has, in a process of its own: there
+    cpu_kernels.max_lanes finds twice as many lanes for float32 as for float64, a replay of rows of zeros of both
+    signs among -1s runs the generated max and keeps the sign of each zero as eager, and the same rows maxed
+    from the first element on in one lane would not (on a machine with vectors)."""
+    from numpy.lib.introspect import opt_func_info
+    available = opt_func_info(func_name="^maximum$", signature="float32")["maximum"]["fff"]["available"].split()
+    names = [t for t in available if not t.startswith("baseline")]
+    seen = []
+    for k in range(len(available)):
+        env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(names[:k]))
+        done = subprocess.run([sys.executable, "-c", LANES_SCRIPT], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        f32, f64 = found["float32"], found["float64"]
+        seen.append((found["target"], len(f32["lanes"]), len(f64["lanes"])))
+        assert found["target"] == available[k].removeprefix("baseline(").rstrip(")") or k == len(available) - 1
+        assert len(f32["lanes"]) == 2 * len(f64["lanes"]) and sorted(f64["lanes"]) == list(range(len(f64["lanes"])))
+        for result in (f32, f64):
+            assert result["generated"] == 1 and result["same"], (found, seen)
+            assert result["one lane would be"] is (len(result["lanes"]) == 1), (found, seen)
+    assert len({lanes for _, lanes, _ in seen}) == len(seen), seen             # each width its own lanes
+
+
+def test_a_max_whose_ties_numpy_keeps_in_no_order_found_stays_numpys(monkeypatch):
+    """A max that no choice of lanes reproduces (here every zero max made +0, as a max preferring +0 to -0 would
+    answer) is refused by lanes_of; with no lanes, a row max's group runs numpy's functions, still eager's."""
+    assert cpu_kernels.lanes_of(lambda row: np.maximum.reduce(row) + 0.0, np.dtype("float32")) is None
+    assert cpu_kernels.lanes_of(np.maximum.reduce, np.dtype("float64")) == cpu_kernels.max_lanes("float64")
+    monkeypatch.setattr(cpu_kernels, "max_lanes", lambda dtype: None)
+    x = tb.tensor(np.random.default_rng(4).choice([0.0, -0.0, -1.0], (30, 40)), dtype=tb.float32)
+    out, compiled = replay(lambda x: (x * 2.0).max(-1), x)
+    assert [plan.reduce for plan in compiled.program.plans] == ["max"] and generated(compiled.program) == []
+    with tb.no_grad():
+        np.testing.assert_array_equal(bits(out.numpy()), bits((x * 2.0).max(-1).numpy()))
 
 def test_a_sum_of_columns_or_of_values_laid_out_otherwise_stays_numpys():
     """A sum over another axis than the last, or of a result eager lays out in columns, is not a row sum of memory

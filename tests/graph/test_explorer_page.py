@@ -507,6 +507,23 @@ def test_without_a_c_compiler_a_planned_kernel_shows_its_source_and_says_numpy_r
                "program" and k["source"]["c"] == cpu_kernels.function(plans[int(k["id"][1:])]) for k in shown)
 
 
+class RowMax(nn.Module):
+    """max over the last axis of 2x, which no gradient passes (so nothing keeps 2x: its group ends in the row max),
+    plus x's row sums."""
+    def forward(self, x):
+        return (x.detach() * 2.0).max(-1) + x.sum(-1)
+
+
+def test_a_row_max_whose_ties_numpy_keeps_in_no_order_found_shows_its_source_and_says_numpy_runs_it(monkeypatch):
+    x = tb.randn(4, 8, generator=tb.Generator(0), requires_grad=True)
+    [before] = [k for k in kernels(tb.explore(RowMax(), x, compiled=True)) if "source" in k]
+    assert before["code"] == "generated C, compiled once, run at every replay" and "_max(" in before["source"]["c"]
+    monkeypatch.setattr(cpu_kernels, "max_lanes", lambda dtype: None)      # as on a machine whose max is not found
+    [shown] = [k for k in kernels(tb.explore(RowMax(), x, compiled=True)) if "source" in k]
+    assert shown["code"] == ("generated, but numpy's functions run it: which of two equal values numpy's max keeps "
+                             "on this machine (the sign of a zero) was not found, and a replay computes what eager "
+                             "does")
+
 def test_hostile_names_in_a_generated_kernels_source_reach_the_data_as_written_and_no_markup_the_html():
     page = tb.explore(*hostile(Affine), title=TITLE, compiled=True)
     program = block_program(*hostile(Affine))
