@@ -77,7 +77,7 @@ def function(k: Kernel) -> str:
     note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
     if k.reduce:
-        at, pairwise = k.row(max_lanes(k.dtype) or (0,))
+        at, pairwise = k.row((max_lanes(k.dtype) or (0,)) if k.reduce == "max" else (0,))   # numpy's lanes
         loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape[:-1])]
         return "\n".join([note, *at, *pairwise, f"void {k.name}({params}) {{", *loops,
                           f"    {k.row_sum(index[:-1])}", "}", ""])
