@@ -116,7 +116,7 @@ def max_lanes(dtype: str) -> tuple | None:
     takes the first element, then vectors of w elements in w lanes (each lane keeping its later equal value), the
     lanes combined in a fixed tree, then the rest one by one. Found by asking numpy, once a process: for each
     width w, which lane wins a tie of +0 against -0 (a row of w + 1, the first -inf); the order kept when every
-    pair agrees and 600 rows of zeros of both signs and -1, of lengths around each branch, all come out as numpy's."""
+    pair agrees and some 600 rows of zeros of both signs and -1, of lengths around each branch, come out as numpy's."""
     return lanes_of(np.maximum.reduce, np.dtype(dtype))
 
 
