@@ -72,22 +72,44 @@ def source(kernels: list[Kernel]) -> str:
 
 def function(k: Kernel) -> str:
     """One kernel as a C function: a loop per axis of its shape (the innermost one vectorised), the body inside;
-    a row sum or max: a loop per row, each row reduced by the kernel's pairwise sum or its max (Kernel.row, in
-    the lanes numpy's max uses on this machine)."""
+    a row sum or max: a loop per row, each row reduced by the kernel's pairwise sum or its max (Kernel.row). Ties
+    are kept as numpy keeps them on this machine (numpy_way)."""
     note, params = k.head(STORED, "restrict")
     index = [f"i{a}" for a in range(len(k.shape))]
+    way = numpy_way(k) or {}
     if k.reduce:
-        at, pairwise = k.row((max_lanes(k.dtype) or (0,)) if k.reduce == "max" else (0,))   # numpy's lanes
+        at, pairwise = k.row(**way)
         loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape[:-1])]
         return "\n".join([note, *at, *pairwise, f"void {k.name}({params}) {{", *loops,
                           f"    {k.row_sum(index[:-1])}", "}", ""])
     head = [note, f"void {k.name}({params}) {{"]
     loops = [f"  for (long {i} = 0; {i} < {n}; {i}++)" for i, n in zip(index, k.shape)]
     loops[-1:] = ["  #pragma omp simd", loops[-1] + " {"]
-    return "\n".join(head + loops + [f"    {line}" for line in k.body(index)] + ["  }", "}", ""])
+    return "\n".join(head + loops + [f"    {line}" for line in k.body(index, **way)] + ["  }", "}", ""])
 
 
-# ---------------------------------------------------------------- how numpy's max keeps one of two equal values
+# ---------------------------------------------------------------- which of two equal values numpy keeps
+def numpy_way(k: Kernel) -> dict | None:
+    """How numpy keeps one of two equal values (which decides the sign of a zero) where kernel k must as well, as
+    Kernel.body and Kernel.row take it: `ties` for a maximum, `lanes` for a row max; None where this machine's
+    numpy answers in no way a kernel writes (k then does not run: numpy's functions do)."""
+    way = {}
+    if any(ln.op == "maximum" for ln in k.lines):
+        way["ties"] = maximum_ties(k.dtype)
+    if k.reduce == "max":
+        way["lanes"] = max_lanes(k.dtype)
+    return None if None in way.values() else way
+
+
+@functools.cache
+def maximum_ties(dtype: str) -> str | None:
+    """Which of two equal values numpy's maximum(a, b) of `dtype` keeps on this machine: 'first' or 'second'
+    (kernels.MAXIMUM), or None when it keeps neither by position (+0 over -0 whichever comes first, say)."""
+    zeros = np.array([0.0, -0.0], dtype)
+    kept = tuple(bool(b) for b in np.signbit(np.maximum(zeros, zeros[::-1])))     # max(+0, -0), max(-0, +0)
+    return {(False, True): "first", (True, False): "second"}.get(kept)
+
+
 def _later(m, v):
     return v if (v >= m or v != v) else m                  # a generated max's step: the later of equals, a NaN kept
 
@@ -304,7 +326,7 @@ class CpuBackend(ArrayBackend):
             warnings.warn(f"tb.jit: {str(e).splitlines()[0]}; numpy's functions run this program's chains instead",
                           RuntimeWarning, stacklevel=2)
             return None
-        return [run[5] if k.reduce == "max" and max_lanes(k.dtype) is None else Generated(k, fn, *run)
+        return [run[5] if numpy_way(k) is None else Generated(k, fn, *run)
                 for k, fn, run in zip(kernels, functions, runs)]
 
 

@@ -508,9 +508,9 @@ def _code(program, i: int, plan) -> dict:
     source = {"c": cpu_kernels.function(plan), "cuda": cuda_kernels.function(plan)}
     if getattr(program.kernels[i], "kernel", None) is plan:       # the replay's kernel runs the compiled function
         return {"code": f"generated {'CUDA C' if gpu else 'C'}, compiled once, run at every replay", "source": source}
-    if plan.reduce == "max" and not gpu and cpu_kernels.max_lanes(plan.dtype) is None:
-        return {"code": "generated, but numpy's functions run it: which of two equal values numpy's max keeps on "
-                        "this machine (the sign of a zero) was not found, and a replay computes what eager does",
+    if not gpu and cpu_kernels.numpy_way(plan) is None:
+        return {"code": "generated, but numpy's functions run it: which of two equal values numpy keeps on this "
+                        "machine (the sign of a zero) was not found, and a replay computes what eager does",
                 "source": source}
     if plan.reduce and gpu:
         return {"code": "generated, but CuPy's functions run it: CuPy sums a row in another order than the "

@@ -29,6 +29,9 @@ EXPR = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} 
         "exp": "tb_exp{f}({0})", "log": "tb_log{f}({0})", "where": "{0} ? {1} : {2}",
         "less": "{0} < {1}", "less_equal": "{0} <= {1}", "equal": "{0} == {1}", "not_equal": "{0} != {1}",
         "greater": "{0} > {1}", "greater_equal": "{0} >= {1}"}
+# maximum(a, b) keeping, of two equal values (zeros of both signs), the first or the second: numpy's float32 and
+# float64 keep the second on x86 (its max instruction's rule), float16 the first (cpu_kernels.maximum_ties asks)
+MAXIMUM = {"first": EXPR["maximum"], "second": "({0} > {1} || {0} != {0}) ? {0} : {1}"}
 SELECT = {"where"} | {"less", "less_equal", "equal", "not_equal", "greater", "greater_equal"}   # nothing to round
 # e^x and ln x as every kernel computes them, in double and in float, from + - * / alone, so that
 # C and CUDA C compute the same bits (no fused multiply-adds in either: see their flags). Each language defines
@@ -138,9 +141,10 @@ class Kernel:
     numbers: list = field(default_factory=list)        # (variable, value) of each constant, written as a literal
     reduce: str = ""                 # a row's 'sum' (in numpy's pairwise order) or 'max' over `shape`'s last axis
 
-    def body(self, index: list[str]) -> list[str]:
+    def body(self, index: list[str], ties: str = "first") -> list[str]:
         """The loop's body, one line per load, primitive and store, given the names of the loop's index variables
-        (one per axis of `shape`, outermost first): the same text in C and CUDA C."""
+        (one per axis of `shape`, outermost first): the same text in C and CUDA C. `ties`: which of two equal values
+        a maximum keeps (MAXIMUM)."""
         t, f = TYPES[self.dtype], "" if self.dtype == "float64" else "f"
         half = self.dtype == "float16"
         load, rounded, store = ("HALF_LOAD({})", "HALF_ROUND({})", "HALF_STORE({})") if half else ("{}",) * 3
@@ -154,7 +158,7 @@ class Kernel:
             lines.append((f"{t} {var} = {literal(value)};", f"the constant {short(value, self.dtype)}"))
         for ln in self.lines:
             where = comment(".".join(ln.instruction.scope))
-            value = EXPR[ln.op].format(*ln.args, f=f)
+            value = (MAXIMUM[ties] if ln.op == "maximum" else EXPR[ln.op]).format(*ln.args, f=f)
             kind = BOOL if str(ln.instruction.dtype) == "bool" else t
             lines.append((f"{kind} {ln.var} = {value if ln.op in SELECT else rounded.format(value)};",
                           f"{ln.op} {ln.instruction.shape}" + (f"   {where}" if where else "")))
@@ -168,7 +172,7 @@ class Kernel:
         ops = [ln.op for ln in self.lines] + ([self.reduce] if self.reduce else [])
         return f"{' > '.join(ops)}   {self.out.shape} {self.dtype}"
 
-    def row(self, lanes: tuple = (0,)) -> tuple[list[str], list[str]]:
+    def row(self, lanes: tuple = (0,), ties: str = "first") -> tuple[list[str], list[str]]:
         """A row reduction's element and its reduction: (the lines computing element i of a row from inputs that
         point at the row's start, the sum or the max of n of them): the same text in C and CUDA C (TB_FN), numpy's
         result exactly. A sum in numpy's order: below 8 elements one by one from 0; up to 128, eight running sums
@@ -177,8 +181,8 @@ class Kernel:
         (which decides the sign of a zero): with one lane (`lanes` (0,)), the later; with numpy's vector lanes
         (`lanes`: their number is len(lanes), listed in the order a tie goes to the next, cpu_kernels.max_lanes),
         after the first element every len(lanes)-th one shares a lane, each lane keeps its later, the lanes are
-        taken in that order, and the elements past the last whole vector one by one. A mask input (a comparison's
-        bool) is read as the bytes it is stored in, as the kernel's own parameters read it."""
+        taken in that order, and the elements past the last whole vector one by one. `ties` as body's. A mask input
+        (a comparison's bool) is read as the bytes it is stored in, as the kernel's own parameters read it."""
         t, zero = TYPES[self.dtype], "0.0" if self.dtype == "float64" else "0.0f"
         params = ", ".join(f"const {'unsigned char' if op.dtype == 'bool' else t} *{op.name}" for op in self.inputs)
         names = ", ".join(op.name for op in self.inputs)
@@ -187,7 +191,7 @@ class Kernel:
                      Operand("out", (self.shape[-1],), self.dtype, (1,)), self.lines, self.instructions,
                      loads=self.loads,
                      numbers=self.numbers)
-        body = one.body(["i"])[:-1]
+        body = one.body(["i"], ties)[:-1]
         result = self.lines[-1].var if self.lines else self.loads[self.inputs[0].name]
         at = [f"TB_FN {t} {self.name}_at({params}, long i) {{", *[f"  {line}" for line in body],
               f"  return {result};", "}"]

@@ -62,6 +62,37 @@ def test_a_chain_over_broadcast_transposed_and_constant_operands_equals_numpy_bi
     assert np.isnan(eager).any() and np.isinf(eager).any()             # the rules were exercised
 
 
+@pytest.mark.parametrize("dtype", [tb.float16, tb.float32, tb.float64])
+def test_a_maximum_of_zeros_of_both_signs_keeps_the_zero_numpys_keeps(dtype):
+    """maximum(+0, -0) and maximum(-0, +0): numpy keeps one of two equal values by its position (on x86 the second
+    for float32 and float64, as the CPU's max instruction does, the first for float16), so the sign of the zero
+    comes out as numpy's; the same with a NaN on either side, and against a constant 0 (a ReLU of -0)."""
+    zeros = np.array([0.0, -0.0, 0.0, -0.0, np.nan, 1.0, -1.0, 2.0])
+    a = np.tile(zeros, 5)
+    b = np.tile(np.array([-0.0, 0.0, 0.0, -0.0, 1.0, np.nan, -1.0, -3.0]), 5)
+    args = [tb.tensor(v, dtype=dtype) for v in (a, b)]
+
+    def f(a, b):
+        return (a * 1.0).maximum(b * 1.0), (a * 1.0).maximum(0.0)
+    (out, relu), compiled = replay(f, *args)
+    with tb.no_grad():
+        want, want_relu = f(*args)
+    assert len(generated(compiled.program)) == 2
+    np.testing.assert_array_equal(bits(out.numpy()), bits(want.numpy()))
+    np.testing.assert_array_equal(bits(relu.numpy()), bits(want_relu.numpy()))
+    assert np.signbit(want.numpy()[:2]).tolist() in ([False, True], [True, False])     # a tie of zeros was met
+
+
+def test_a_maximum_whose_ties_numpy_keeps_by_no_position_stays_numpys(monkeypatch):
+    """Where numpy keeps neither the first nor the second of two equal values (a max preferring +0 to -0, whichever
+    comes first), a chain with a maximum runs numpy's functions, still eager's."""
+    monkeypatch.setattr(cpu_kernels, "maximum_ties", lambda dtype: None)
+    x = tb.tensor(np.tile([0.0, -0.0, 1.0, -2.0], 10), dtype=tb.float32)
+    out, compiled = replay(lambda x: (x * 2.0).maximum(0.0) + 1.0, x)
+    assert len(compiled.program.plans) == 1 and generated(compiled.program) == []
+    with tb.no_grad():
+        np.testing.assert_array_equal(bits(out.numpy()), bits(((x * 2.0).maximum(0.0) + 1.0).numpy()))
+
 def test_the_blocks_fused_chains_run_as_generated_c_and_equal_eager_forward_and_backward():
     blk = nn.TransformerBlock(nn.preset("tiny"), generator=tb.Generator(0))
     x, dout = (tb.randn(2, 8, 64, generator=tb.Generator(i)) for i in (1, 2))

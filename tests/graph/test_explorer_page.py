@@ -520,9 +520,9 @@ def test_a_row_max_whose_ties_numpy_keeps_in_no_order_found_shows_its_source_and
     assert before["code"] == "generated C, compiled once, run at every replay" and "_max(" in before["source"]["c"]
     monkeypatch.setattr(cpu_kernels, "max_lanes", lambda dtype: None)      # as on a machine whose max is not found
     [shown] = [k for k in kernels(tb.explore(RowMax(), x, compiled=True)) if "source" in k]
-    assert shown["code"] == ("generated, but numpy's functions run it: which of two equal values numpy's max keeps "
-                             "on this machine (the sign of a zero) was not found, and a replay computes what eager "
-                             "does")
+    assert shown["code"] == ("generated, but numpy's functions run it: which of two equal values numpy keeps on "
+                             "this machine (the sign of a zero) was not found, and a replay computes what eager does")
+
 
 def test_hostile_names_in_a_generated_kernels_source_reach_the_data_as_written_and_no_markup_the_html():
     page = tb.explore(*hostile(Affine), title=TITLE, compiled=True)
