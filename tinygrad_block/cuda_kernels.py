@@ -57,7 +57,8 @@ def function(k: Kernel) -> str:
     """One kernel as a CUDA function: one thread per element, its index unravelled over the kernel's axes; a row
     sum or max: one thread per row, reducing it with the kernel's pairwise function (the C's text) or its max (in
     one lane: the C's lanes are numpy's on the CPU). CuPy's own sums and maxes run on a GPU, whose order these are
-    not: cuda.CudaBackend.generated runs these kernels' fallback."""
+    not: cuda.CudaBackend.generated runs these kernels' fallback. Kernel.body's defaults throughout (a maximum
+    keeps the first of two equal values; the C keeps the one numpy keeps, cpu_kernels.numpy_way)."""
     note, params = k.head(STORED, "__restrict__")
     index = [f"i{a}" for a in range(len(k.shape))]
     if k.reduce:
